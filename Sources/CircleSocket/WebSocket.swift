@@ -1,0 +1,281 @@
+import Foundation
+import Logging
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import NIOSSL
+
+/// One WebSocket connection that async code can hold: send text and binary messages, read
+/// inbound messages as an `AsyncSequence`, ping with round-trip times, close with a code.
+///
+/// ```swift
+/// let socket = try await WebSocket.connect(to: "ws://localhost:8080/ws")
+/// try await socket.send("hello")
+/// for try await message in socket.messages {
+///     if case .text(let text) = message { print(text) }
+/// }
+/// print(await socket.closeInfo)   // how it ended
+/// ```
+///
+/// Sends never crash and never vanish: ``send(_:)`` returns once the frames are written to the
+/// socket and throws ``WebSocketError`` with code ``WebSocketError/Code/notOpen`` once the
+/// connection is closing or closed.
+public final class WebSocket: Sendable {
+    /// The subprotocol the server chose from ``WebSocketConfiguration/subprotocols``, if any.
+    public let subprotocol: String?
+    /// The compression parameters agreed in the handshake, or `nil` without compression.
+    public let compression: PerMessageDeflateParameters?
+    /// The headers of the server's 101 response (for a server-side socket: the request's headers).
+    public let handshakeHeaders: HTTPHeaders
+    /// The inbound messages. It ends when the peer closes the connection cleanly and throws
+    /// ``WebSocketError`` when it ends otherwise. Only one task may iterate it.
+    public let messages: Messages
+
+    private let channel: any Channel
+    private let closed: EventLoopFuture<WebSocketCloseInfo>
+    private let fragmentSize: Int?
+
+    init(
+        channel: any Channel,
+        subprotocol: String?,
+        compression: PerMessageDeflateParameters?,
+        handshakeHeaders: HTTPHeaders,
+        messages: WebSocketInboundProducer,
+        closed: EventLoopFuture<WebSocketCloseInfo>,
+        fragmentSize: Int?
+    ) {
+        self.channel = channel
+        self.subprotocol = subprotocol
+        self.compression = compression
+        self.handshakeHeaders = handshakeHeaders
+        self.messages = Messages(base: messages)
+        self.closed = closed
+        self.fragmentSize = fragmentSize
+    }
+
+    /// Opens a connection: TCP, TLS for `wss://`, and the HTTP upgrade.
+    ///
+    /// - Parameters:
+    ///   - url: a `ws://` or `wss://` URL; the host may be a name, an IPv4 or a bracketed IPv6 literal.
+    ///   - configuration: headers, subprotocols, timeouts, limits, TLS and compression.
+    ///   - eventLoopGroup: where the connection's I/O runs.
+    ///   - logger: receives debug-level events of the connection.
+    /// - Throws: ``WebSocketError`` (``WebSocketError/Code/handshakeRefused`` carries the HTTP status and body).
+    public static func connect(
+        to url: String,
+        configuration: WebSocketConfiguration = .init(),
+        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        logger: Logger = Logger(label: "circle.socket")
+    ) async throws -> WebSocket {
+        guard let parsed = URL(string: url) else {
+            throw WebSocketError(.invalidURL, "\"\(url)\" is not a URL")
+        }
+        return try await self.connect(to: parsed, configuration: configuration, eventLoopGroup: eventLoopGroup, logger: logger)
+    }
+
+    /// Opens a connection: TCP, TLS for `wss://`, and the HTTP upgrade. See ``connect(to:configuration:eventLoopGroup:logger:)-(String,_,_,_)``.
+    public static func connect(
+        to url: URL,
+        configuration: WebSocketConfiguration = .init(),
+        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        logger: Logger = Logger(label: "circle.socket")
+    ) async throws -> WebSocket {
+        let target = try Target(url: url)
+        let sslContext = target.usesTLS ? try configuration.tls.makeContext(host: target.host) : nil
+        let pins = target.usesTLS ? try configuration.tls.decodedPins() : []
+        let eventLoop = eventLoopGroup.next()
+        let upgraded = eventLoop.makePromise(of: WebSocketUpgradeResult.self)
+        let request = WebSocketClientHandshakeHandler.Request(
+            host: target.host,
+            port: target.port,
+            defaultPort: target.usesTLS ? 443 : 80,
+            uri: target.uri,
+            configuration: configuration,
+            pins: pins,
+            usesTLS: target.usesTLS
+        )
+        var logger = logger
+        logger[metadataKey: "ws.url"] = "\(url.absoluteString)"
+        let handshakeLogger = logger
+        let bootstrap = ClientBootstrap(group: eventLoop)
+            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .connectTimeout(configuration.connectTimeout)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let sync = channel.pipeline.syncOperations
+                    if let sslContext {
+                        let serverName = target.isIPLiteral ? nil : target.host
+                        try sync.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: serverName))
+                    }
+                    let encoder = HTTPRequestEncoder()
+                    let decoder = ByteToMessageHandler(HTTPResponseDecoder(leftOverBytesStrategy: .forwardBytes))
+                    try sync.addHandlers([
+                        encoder,
+                        decoder,
+                        WebSocketClientHandshakeHandler(
+                            request: request,
+                            httpHandlers: [encoder, decoder],
+                            promise: upgraded,
+                            logger: handshakeLogger
+                        ),
+                    ])
+                }
+            }
+        let channel: any Channel
+        do {
+            if let address = configuration.connectAddress {
+                channel = try await bootstrap.connect(to: address).get()
+            } else {
+                channel = try await bootstrap.connect(host: target.host, port: target.port).get()
+            }
+        } catch {
+            // The handshake handler has failed the promise as the channel went away; prefer its
+            // word when it was the overall timeout.
+            do {
+                _ = try await upgraded.futureResult.get()
+            } catch let handshakeError as WebSocketError where handshakeError.code == .connectTimeout {
+                throw handshakeError
+            } catch {}
+            if case ChannelError.connectTimeout = error {
+                throw WebSocketError(.connectTimeout, "no TCP connection to \(target.host):\(target.port) within the connect timeout", underlying: error)
+            }
+            throw WebSocketError(.connectionFailed, "could not connect to \(target.host):\(target.port)", underlying: error)
+        }
+        let result = try await upgraded.futureResult.get()
+        logger.debug("connected", metadata: ["ws.subprotocol": "\(result.subprotocol ?? "")"])
+        return WebSocket(
+            channel: channel,
+            subprotocol: result.subprotocol,
+            compression: result.compression,
+            handshakeHeaders: result.headers,
+            messages: result.messages,
+            closed: result.closed,
+            fragmentSize: configuration.fragmentSize
+        )
+    }
+
+    /// Sends a text message.
+    public func send(_ text: String) async throws {
+        try await self.send(.text(text))
+    }
+
+    /// Sends a binary message.
+    public func send(binary bytes: some Sequence<UInt8>) async throws {
+        try await self.send(.binary(ByteBuffer(bytes: bytes)))
+    }
+
+    /// Sends a message, in fragments of `fragmentSize` bytes when given (else as configured).
+    ///
+    /// Returns once the frames are handed to the socket, so a sender that awaits each send cannot
+    /// outrun the network. Throws ``WebSocketError`` with ``WebSocketError/Code/notOpen`` when the
+    /// connection is closing or closed.
+    public func send(_ message: WebSocketMessage, fragmentSize: Int? = nil) async throws {
+        do {
+            try await self.channel.writeAndFlush(
+                WebSocketCommand.send(message, fragmentSize: fragmentSize ?? self.fragmentSize)
+            ).get()
+        } catch let error as WebSocketError {
+            throw error
+        } catch {
+            throw WebSocketError(.notOpen, "the connection is closed; the message was not sent", underlying: error)
+        }
+    }
+
+    /// Sends a ping and returns the time until its pong arrived.
+    ///
+    /// - Throws: ``WebSocketError`` with ``WebSocketError/Code/pingTimeout`` when no pong comes within `timeout`.
+    public func ping(timeout: Duration = .seconds(10)) async throws -> Duration {
+        let promise = self.channel.eventLoop.makePromise(of: TimeAmount.self)
+        // When the channel is already closed the handler never sees the command: fail it here.
+        self.channel.writeAndFlush(WebSocketCommand.ping(timeout: TimeAmount(timeout), promise)).whenFailure {
+            promise.fail($0)
+        }
+        do {
+            return .nanoseconds(try await promise.futureResult.get().nanoseconds)
+        } catch let error as WebSocketError {
+            throw error
+        } catch {
+            throw WebSocketError(.notOpen, "the connection is closed; no ping was sent", underlying: error)
+        }
+    }
+
+    /// Starts the close handshake and waits until the connection has ended (at most the close timeout).
+    ///
+    /// - Returns: how the connection ended, with the code and reason the peer sent back.
+    @discardableResult
+    public func close(code: WebSocketCloseCode = .normalClosure, reason: String = "") async -> WebSocketCloseInfo {
+        self.channel.writeAndFlush(WebSocketCommand.close(code, reason: reason, nil), promise: nil)
+        return await self.closeInfo
+    }
+
+    /// How the connection ended; waits until it has.
+    public var closeInfo: WebSocketCloseInfo {
+        get async {
+            (try? await self.closed.get()) ?? WebSocketCloseInfo(code: .abnormalClosure)
+        }
+    }
+
+    /// Whether the connection is still open (not yet closed at the TCP level).
+    public var isActive: Bool { self.channel.isActive }
+
+    /// Drops the TCP connection at once, without a close handshake.
+    public func abort() {
+        self.channel.close(promise: nil)
+    }
+}
+
+extension WebSocket {
+    /// The inbound messages of a connection; see ``WebSocket/messages``.
+    public struct Messages: AsyncSequence, Sendable {
+        public typealias Element = WebSocketMessage
+        let base: WebSocketInboundProducer
+
+        public func makeAsyncIterator() -> AsyncIterator {
+            AsyncIterator(base: self.base.makeAsyncIterator())
+        }
+
+        public struct AsyncIterator: AsyncIteratorProtocol {
+            var base: WebSocketInboundProducer.AsyncIterator
+
+            public mutating func next() async throws -> WebSocketMessage? {
+                try await self.base.next()
+            }
+        }
+    }
+}
+
+extension TimeAmount {
+    init(_ duration: Duration) {
+        let (seconds, attoseconds) = duration.components
+        self = .nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
+    }
+}
+
+/// Where a `ws://` or `wss://` URL points.
+struct Target {
+    var host: String
+    var port: Int
+    var uri: String
+    var usesTLS: Bool
+    var isIPLiteral: Bool
+
+    init(url: URL) throws {
+        switch url.scheme?.lowercased() {
+        case "ws": self.usesTLS = false
+        case "wss": self.usesTLS = true
+        default:
+            throw WebSocketError(.invalidURL, "\"\(url.absoluteString)\" is not a ws:// or wss:// URL")
+        }
+        guard var host = url.host, !host.isEmpty else {
+            throw WebSocketError(.invalidURL, "\"\(url.absoluteString)\" has no host")
+        }
+        if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        self.host = host
+        self.port = url.port ?? (self.usesTLS ? 443 : 80)
+        var uri = url.path(percentEncoded: true)
+        if uri.isEmpty { uri = "/" }
+        if let query = url.query(percentEncoded: true) { uri += "?" + query }
+        self.uri = uri
+        self.isIPLiteral = (try? SocketAddress(ipAddress: host, port: 0)) != nil
+    }
+}

@@ -1,0 +1,286 @@
+import Logging
+import NIOCore
+import NIOWebSocket
+
+/// What the public API asks of a connection; written into the channel, performed on its event loop.
+enum WebSocketCommand: Sendable {
+    /// The write's own promise completes once the last frame is on the socket.
+    case send(WebSocketMessage, fragmentSize: Int?)
+    case ping(timeout: TimeAmount, EventLoopPromise<TimeAmount>)
+    case close(WebSocketCloseCode, reason: String, EventLoopPromise<WebSocketCloseInfo>?)
+}
+
+typealias WebSocketInboundProducer = NIOThrowingAsyncSequenceProducer<
+    WebSocketMessage, any Error, NIOAsyncSequenceProducerBackPressureStrategies.HighLowWatermark,
+    WebSocketChannelHandler.ProducerDelegate
+>
+
+/// Performs what ``WebSocketProtocolState`` decides for one upgraded channel: delivers inbound
+/// messages to an async sequence (pausing socket reads while the consumer is behind), writes
+/// outbound messages, answers pings, measures round trips and runs the close handshake.
+final class WebSocketChannelHandler: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = WebSocketFrame
+    typealias OutboundIn = WebSocketCommand
+    typealias OutboundOut = WebSocketFrame
+
+    struct ProducerDelegate: NIOAsyncSequenceProducerDelegate {
+        let eventLoop: any EventLoop
+        let handler: NIOLoopBound<WebSocketChannelHandler>
+
+        func produceMore() {
+            self.eventLoop.execute { self.handler.value.produceMore() }
+        }
+
+        func didTerminate() {
+            self.eventLoop.execute { self.handler.value.consumerTerminated() }
+        }
+    }
+
+    private struct PendingPing {
+        var id: UInt64
+        var sent: NIODeadline
+        var promise: EventLoopPromise<TimeAmount>
+        var timeout: Scheduled<Void>
+    }
+
+    private var state: WebSocketProtocolState
+    private let closeTimeout: TimeAmount
+    private let closedPromise: EventLoopPromise<WebSocketCloseInfo>
+    private var logger: Logger
+    private var source: WebSocketInboundProducer.Source?
+    private var context: ChannelHandlerContext?
+    private var producing = true
+    private var readPending = false
+    private var pings: [PendingPing] = []
+    private var nextPingID: UInt64 = 0
+    private var closeTimer: Scheduled<Void>?
+    private var peerClose: (code: WebSocketCloseCode, reason: String)?
+    private var failure: WebSocketError?
+    private var peerInitiatedClose = false
+
+    init(state: WebSocketProtocolState, closeTimeout: TimeAmount, closedPromise: EventLoopPromise<WebSocketCloseInfo>, logger: Logger) {
+        self.state = state
+        self.closeTimeout = closeTimeout
+        self.closedPromise = closedPromise
+        self.logger = logger
+    }
+
+    /// Creates the inbound sequence; call on the channel's event loop before adding the handler.
+    func makeInboundSequence(eventLoop: any EventLoop, bufferLimit: Int) -> WebSocketInboundProducer {
+        let result = WebSocketInboundProducer.makeSequence(
+            elementType: WebSocketMessage.self,
+            failureType: (any Error).self,
+            backPressureStrategy: .init(lowWatermark: max(1, bufferLimit / 2), highWatermark: max(2, bufferLimit)),
+            finishOnDeinit: false,
+            delegate: ProducerDelegate(eventLoop: eventLoop, handler: NIOLoopBound(self, eventLoop: eventLoop))
+        )
+        self.source = result.source
+        return result.sequence
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        self.context = nil
+    }
+
+    // MARK: Inbound
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let frame = self.unwrapInboundIn(data)
+        switch self.state.receive(frame, allocator: context.channel.allocator) {
+        case .none:
+            break
+        case .deliver(let message):
+            switch self.source?.yield(message) {
+            case .stopProducing: self.producing = false
+            case .produceMore, .dropped, .none: break
+            }
+        case .reply(let reply):
+            context.writeAndFlush(self.wrapOutboundOut(reply), promise: nil)
+        case .pong(let payload):
+            self.receivePong(payload)
+        case .peerClosed(let code, let reason, let reply):
+            self.peerClose = (code, reason)
+            self.peerInitiatedClose = reply != nil
+            self.source?.finish()
+            self.logger.debug("peer closed", metadata: ["ws.code": "\(code.rawValue)", "ws.reason": "\(reason)"])
+            if let reply {
+                let written = context.writeAndFlush(self.wrapOutboundOut(reply))
+                self.finishAfterCloseHandshake(context: context, after: written)
+            } else {
+                self.finishAfterCloseHandshake(context: context, after: context.eventLoop.makeSucceededVoidFuture())
+            }
+        case .fail(let code, let error):
+            self.fail(context: context, code: code, error: error)
+        }
+    }
+
+    /// After both close frames: a server drops TCP at once; a client gives the server
+    /// `closeTimeout` to do so first, as RFC 6455 7.1.1 asks.
+    private func finishAfterCloseHandshake(context: ChannelHandlerContext, after written: EventLoopFuture<Void>) {
+        let loopBoundContext = NIOLoopBound(context, eventLoop: context.eventLoop)
+        if self.state.role == .server {
+            written.whenComplete { _ in loopBoundContext.value.close(promise: nil) }
+        } else {
+            self.closeTimer?.cancel()
+            self.closeTimer = context.eventLoop.scheduleTask(in: self.closeTimeout) {
+                loopBoundContext.value.close(promise: nil)
+            }
+        }
+    }
+
+    private func fail(context: ChannelHandlerContext, code: WebSocketCloseCode, error: WebSocketError) {
+        guard self.failure == nil else { return }
+        self.failure = error
+        self.logger.debug("failing connection", metadata: ["ws.code": "\(code.rawValue)", "ws.error": "\(error)"])
+        self.source?.finish(error)
+        let loopBoundContext = NIOLoopBound(context, eventLoop: context.eventLoop)
+        if let frame = self.state.close(code: code, reason: error.message) {
+            context.writeAndFlush(self.wrapOutboundOut(frame)).whenComplete { _ in
+                loopBoundContext.value.close(promise: nil)
+            }
+        } else {
+            context.close(promise: nil)
+        }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        switch error {
+        case NIOWebSocketError.invalidFrameLength:
+            self.fail(
+                context: context,
+                code: .messageTooBig,
+                error: WebSocketError(.messageTooBig, "a frame exceeded the limit of \(self.state.maxMessageSize) bytes")
+            )
+        case let error as NIOWebSocketError:
+            self.fail(context: context, code: .protocolError, error: WebSocketError(.protocolViolation, "\(error)"))
+        default:
+            if self.failure == nil {
+                self.failure = WebSocketError(.connectionLost, "the connection failed", underlying: error)
+            }
+            context.close(promise: nil)
+        }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        self.closeTimer?.cancel()
+        self.closeTimer = nil
+        let sentCode = self.state.sentCloseCode
+        let info = WebSocketCloseInfo(
+            code: self.peerClose?.code ?? .abnormalClosure,
+            reason: self.peerClose?.reason ?? "",
+            sentCode: sentCode,
+            initiatedByPeer: self.peerInitiatedClose,
+            wasClean: self.peerClose != nil && self.failure == nil
+        )
+        if let failure {
+            self.source?.finish(failure)
+        } else if self.peerClose == nil && sentCode == nil {
+            // Neither side said goodbye: the TCP connection just ended.
+            self.source?.finish(
+                WebSocketError(.connectionLost, "the connection ended without a close frame", closeInfo: info)
+            )
+        } else {
+            self.source?.finish()
+        }
+        let error = self.failure ?? WebSocketError(.notOpen, "the connection is closed", closeInfo: info)
+        for ping in self.pings {
+            ping.timeout.cancel()
+            ping.promise.fail(error)
+        }
+        self.pings.removeAll()
+        self.closedPromise.succeed(info)
+        context.fireChannelInactive()
+    }
+
+    // MARK: Backpressure
+
+    func read(context: ChannelHandlerContext) {
+        if self.producing {
+            context.read()
+        } else {
+            self.readPending = true
+        }
+    }
+
+    private func produceMore() {
+        self.producing = true
+        if self.readPending, let context {
+            self.readPending = false
+            context.read()
+        }
+    }
+
+    private func consumerTerminated() {
+        // Nobody reads messages any more: keep reading so control frames are still answered.
+        self.produceMore()
+    }
+
+    // MARK: Outbound
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        switch self.unwrapOutboundIn(data) {
+        case .send(let message, let fragmentSize):
+            let frames: [WebSocketFrame]
+            do {
+                frames = try self.state.frames(for: message, fragmentSize: fragmentSize, allocator: context.channel.allocator)
+            } catch {
+                promise?.fail(error)
+                return
+            }
+            for frame in frames.dropLast() {
+                context.write(self.wrapOutboundOut(frame), promise: nil)
+            }
+            context.writeAndFlush(self.wrapOutboundOut(frames[frames.count - 1]), promise: promise)
+        case .ping(let timeout, let pingPromise):
+            self.sendPing(context: context, timeout: timeout, promise: pingPromise)
+            promise?.succeed()
+        case .close(let code, let reason, let closePromise):
+            if let closePromise { self.closedPromise.futureResult.cascade(to: closePromise) }
+            if let frame = self.state.close(code: code, reason: reason) {
+                let loopBoundContext = NIOLoopBound(context, eventLoop: context.eventLoop)
+                context.writeAndFlush(self.wrapOutboundOut(frame), promise: nil)
+                self.closeTimer = context.eventLoop.scheduleTask(in: self.closeTimeout) {
+                    loopBoundContext.value.close(promise: nil)
+                }
+            }
+            promise?.succeed()
+        }
+    }
+
+    private func sendPing(context: ChannelHandlerContext, timeout: TimeAmount, promise: EventLoopPromise<TimeAmount>) {
+        self.nextPingID &+= 1
+        let id = self.nextPingID
+        var payload = context.channel.allocator.buffer(capacity: 8)
+        payload.writeInteger(id)
+        guard let frame = self.state.pingFrame(payload: payload) else {
+            promise.fail(WebSocketError(.notOpen, "the connection is closing; no ping can be sent"))
+            return
+        }
+        let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
+        let timer = context.eventLoop.scheduleTask(in: timeout) {
+            handler.value.pingTimedOut(id: id, after: timeout)
+        }
+        self.pings.append(PendingPing(id: id, sent: .now(), promise: promise, timeout: timer))
+        context.writeAndFlush(self.wrapOutboundOut(frame), promise: nil)
+    }
+
+    private func pingTimedOut(id: UInt64, after timeout: TimeAmount) {
+        guard let index = self.pings.firstIndex(where: { $0.id == id }) else { return }
+        let ping = self.pings.remove(at: index)
+        ping.promise.fail(WebSocketError(.pingTimeout, "no pong within \(timeout.nanoseconds / 1_000_000) ms"))
+    }
+
+    private func receivePong(_ payload: ByteBuffer) {
+        // Unsolicited pongs (RFC 6455 5.5.3) and pongs for pings that timed out are ignored.
+        guard payload.readableBytes == 8, let id = payload.getInteger(at: payload.readerIndex, as: UInt64.self),
+            let index = self.pings.firstIndex(where: { $0.id == id })
+        else { return }
+        let ping = self.pings.remove(at: index)
+        ping.timeout.cancel()
+        ping.promise.succeed(NIODeadline.now() - ping.sent)
+    }
+}

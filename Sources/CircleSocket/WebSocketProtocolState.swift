@@ -1,0 +1,298 @@
+import NIOCore
+import NIOWebSocket
+
+/// RFC 6455 message logic of one connection, without I/O: turns inbound frames into
+/// messages and replies, turns outbound messages into frames, and tracks the close handshake.
+///
+/// The channel handler owns one and performs the actions it returns; tests drive it directly.
+struct WebSocketProtocolState {
+    enum Role: Sendable {
+        case client
+        case server
+    }
+
+    enum CloseState: Equatable {
+        case open
+        /// This side sent a close frame and waits for the peer's.
+        case closeSent(WebSocketCloseCode)
+        /// The peer sent a close frame and this side answered.
+        case closeReceived
+        /// Both close frames were exchanged.
+        case closed
+    }
+
+    /// What the owner must do after an inbound frame.
+    enum InboundAction {
+        case none
+        case deliver(WebSocketMessage)
+        /// Send this frame (a pong).
+        case reply(WebSocketFrame)
+        case pong(ByteBuffer)
+        /// The peer sent a close frame; `reply` is the answer to send, if this side had not sent one.
+        case peerClosed(code: WebSocketCloseCode, reason: String, reply: WebSocketFrame?)
+        /// The peer broke the protocol: send a close frame with this code (if none was sent) and drop the connection.
+        case fail(WebSocketCloseCode, WebSocketError)
+    }
+
+    private struct PartialMessage {
+        var isText: Bool
+        var isCompressed: Bool
+        var buffer: ByteBuffer
+        var validator = UTF8Validator()
+    }
+
+    let role: Role
+    let maxMessageSize: Int
+    private let deflate: PerMessageDeflate?
+    private var partial: PartialMessage?
+    private(set) var closeState: CloseState = .open
+    /// The code of the close frame this side sent, if any.
+    private(set) var sentCloseCode: WebSocketCloseCode?
+
+    init(role: Role, maxMessageSize: Int, deflate: PerMessageDeflate?) {
+        self.role = role
+        self.maxMessageSize = maxMessageSize
+        self.deflate = deflate
+    }
+
+    var canSend: Bool { self.closeState == .open }
+
+    // MARK: Inbound
+
+    mutating func receive(_ frame: WebSocketFrame, allocator: ByteBufferAllocator) -> InboundAction {
+        switch self.closeState {
+        case .open, .closeSent: break
+        case .closeReceived, .closed: return .none  // nothing may follow the peer's close frame
+        }
+        switch self.role {
+        case .client where frame.maskKey != nil:
+            return self.protocolError("the server sent a masked frame")
+        case .server where frame.maskKey == nil:
+            return self.protocolError("the client sent an unmasked frame")
+        default: break
+        }
+        if frame.rsv2 || frame.rsv3 {
+            return self.protocolError("a frame had reserved bits set")
+        }
+        switch frame.opcode {
+        case .text, .binary:
+            guard self.partial == nil else {
+                return self.protocolError("a new message began before the previous one ended")
+            }
+            if frame.rsv1 && self.deflate == nil {
+                return self.protocolError("a frame had the compression bit set but compression was not negotiated")
+            }
+            let isText = frame.opcode == .text
+            if frame.fin && !frame.rsv1 {
+                return self.singleFrameMessage(frame.unmaskedData, isText: isText)
+            }
+            self.partial = PartialMessage(
+                isText: isText,
+                isCompressed: frame.rsv1,
+                buffer: allocator.buffer(capacity: frame.rsv1 ? 0 : frame.length)
+            )
+            return self.append(frame.unmaskedData, fin: frame.fin)
+        case .continuation:
+            guard self.partial != nil else {
+                return self.protocolError("a continuation frame arrived outside a fragmented message")
+            }
+            if frame.rsv1 {
+                return self.protocolError("a continuation frame had the compression bit set")
+            }
+            return self.append(frame.unmaskedData, fin: frame.fin)
+        case .ping:
+            if frame.rsv1 { return self.protocolError("a control frame had the compression bit set") }
+            guard self.closeState == .open else { return .none }
+            return .reply(self.makeFrame(fin: true, opcode: .pong, data: frame.unmaskedData))
+        case .pong:
+            if frame.rsv1 { return self.protocolError("a control frame had the compression bit set") }
+            return .pong(frame.unmaskedData)
+        case .connectionClose:
+            if frame.rsv1 { return self.protocolError("a control frame had the compression bit set") }
+            return self.receiveClose(frame.unmaskedData)
+        default:
+            return self.protocolError("a frame used the reserved opcode \(frame.opcode)")
+        }
+    }
+
+    private mutating func singleFrameMessage(_ data: ByteBuffer, isText: Bool) -> InboundAction {
+        guard data.readableBytes <= self.maxMessageSize else { return self.tooBig() }
+        guard isText else { return .deliver(.binary(data)) }
+        guard let text = String(validating: data.readableBytesView, as: UTF8.self) else {
+            return self.invalidUTF8()
+        }
+        return .deliver(.text(text))
+    }
+
+    private mutating func append(_ data: ByteBuffer, fin: Bool) -> InboundAction {
+        guard var message = self.partial else { return .none }
+        self.partial = nil  // keeps the buffer uniquely referenced while it grows
+        let start = message.buffer.writerIndex
+        if message.isCompressed, let deflate = self.deflate {
+            do {
+                try deflate.inflate(data, into: &message.buffer, limit: self.maxMessageSize)
+                if fin { try deflate.finishMessage(into: &message.buffer, limit: self.maxMessageSize) }
+            } catch PerMessageDeflateError.tooBig {
+                return self.tooBig()
+            } catch {
+                return self.fail(.invalidPayloadData, WebSocketError(.protocolViolation, "a compressed message could not be inflated"))
+            }
+        } else {
+            guard message.buffer.readableBytes + data.readableBytes <= self.maxMessageSize else { return self.tooBig() }
+            var data = data
+            message.buffer.writeBuffer(&data)
+        }
+        if message.isText {
+            let valid = message.buffer.withUnsafeReadableBytes { bytes in
+                message.validator.validate(UnsafeRawBufferPointer(rebasing: bytes[(start - message.buffer.readerIndex)...]))
+            }
+            guard valid, !fin || message.validator.isComplete else { return self.invalidUTF8() }
+        }
+        guard fin else {
+            self.partial = message
+            return .none
+        }
+        if message.isText {
+            return .deliver(.text(String(decoding: message.buffer.readableBytesView, as: UTF8.self)))
+        }
+        return .deliver(.binary(message.buffer))
+    }
+
+    private mutating func receiveClose(_ data: ByteBuffer) -> InboundAction {
+        var data = data
+        var code = WebSocketCloseCode.noStatusReceived
+        var reason = ""
+        switch data.readableBytes {
+        case 0:
+            break
+        case 1:
+            return self.protocolError("a close frame had a one-byte payload")
+        default:
+            code = WebSocketCloseCode(data.readInteger(as: UInt16.self)!)
+            guard code.isSendable else {
+                return self.protocolError("a close frame carried the invalid code \(code.rawValue)")
+            }
+            guard let text = String(validating: data.readableBytesView, as: UTF8.self) else {
+                return self.invalidUTF8()
+            }
+            reason = text
+        }
+        switch self.closeState {
+        case .open:
+            self.closeState = .closeReceived
+            self.partial = nil
+            let answer = code == .noStatusReceived ? nil : code
+            self.sentCloseCode = answer
+            return .peerClosed(code: code, reason: reason, reply: self.makeCloseFrame(code: answer, reason: ""))
+        case .closeSent:
+            self.closeState = .closed
+            return .peerClosed(code: code, reason: reason, reply: nil)
+        case .closeReceived, .closed:
+            return .none
+        }
+    }
+
+    private mutating func protocolError(_ message: String) -> InboundAction {
+        self.fail(.protocolError, WebSocketError(.protocolViolation, message))
+    }
+
+    private mutating func invalidUTF8() -> InboundAction {
+        self.fail(.invalidPayloadData, WebSocketError(.invalidUTF8, "a text message was not valid UTF-8"))
+    }
+
+    private mutating func tooBig() -> InboundAction {
+        self.fail(
+            .messageTooBig,
+            WebSocketError(.messageTooBig, "a message exceeded the limit of \(self.maxMessageSize) bytes")
+        )
+    }
+
+    private mutating func fail(_ code: WebSocketCloseCode, _ error: WebSocketError) -> InboundAction {
+        self.partial = nil
+        return .fail(code, error)
+    }
+
+    // MARK: Outbound
+
+    /// The frames for one outbound message, compressed and fragmented as configured.
+    /// Throws ``WebSocketError/Code/notOpen`` once the close handshake has begun.
+    mutating func frames(
+        for message: WebSocketMessage,
+        fragmentSize: Int?,
+        allocator: ByteBufferAllocator
+    ) throws -> [WebSocketFrame] {
+        guard self.canSend else {
+            throw WebSocketError(.notOpen, "the connection is closing; nothing more can be sent")
+        }
+        let opcode: WebSocketOpcode
+        var payload: ByteBuffer
+        switch message {
+        case .text(let text):
+            opcode = .text
+            payload = allocator.buffer(string: text)
+        case .binary(let buffer):
+            opcode = .binary
+            payload = buffer
+        }
+        var compressed = false
+        if let deflate, let output = try deflate.compress(payload, allocator: allocator) {
+            payload = output
+            compressed = true
+        }
+        guard let fragmentSize, fragmentSize > 0, payload.readableBytes > fragmentSize else {
+            return [self.makeFrame(fin: true, opcode: opcode, rsv1: compressed, data: payload)]
+        }
+        var frames: [WebSocketFrame] = []
+        frames.reserveCapacity(payload.readableBytes / fragmentSize + 1)
+        var first = true
+        while payload.readableBytes > 0 {
+            let slice = payload.readSlice(length: min(fragmentSize, payload.readableBytes))!
+            frames.append(
+                self.makeFrame(
+                    fin: payload.readableBytes == 0,
+                    opcode: first ? opcode : .continuation,
+                    rsv1: first && compressed,
+                    data: slice
+                )
+            )
+            first = false
+        }
+        return frames
+    }
+
+    /// A ping frame, or `nil` once the close handshake has begun.
+    func pingFrame(payload: ByteBuffer) -> WebSocketFrame? {
+        self.canSend ? self.makeFrame(fin: true, opcode: .ping, data: payload) : nil
+    }
+
+    /// Starts the close handshake. Returns the close frame to send, or `nil` when a close frame
+    /// was already sent (by this call earlier, or in answer to the peer's).
+    mutating func close(code: WebSocketCloseCode, reason: String) -> WebSocketFrame? {
+        guard self.closeState == .open else { return nil }
+        self.closeState = .closeSent(code)
+        self.sentCloseCode = code
+        return self.makeCloseFrame(code: code, reason: reason)
+    }
+
+    private func makeCloseFrame(code: WebSocketCloseCode?, reason: String) -> WebSocketFrame {
+        var buffer = ByteBuffer()
+        if let code {
+            buffer.writeInteger(code.rawValue)
+            // A control frame carries at most 125 bytes; cut the reason on a character boundary.
+            var reason = Substring(reason)
+            while reason.utf8.count > 123 { reason.removeLast() }
+            buffer.writeString(String(reason))
+        }
+        return self.makeFrame(fin: true, opcode: .connectionClose, data: buffer)
+    }
+
+    func makeFrame(fin: Bool, opcode: WebSocketOpcode, rsv1: Bool = false, data: ByteBuffer) -> WebSocketFrame {
+        WebSocketFrame(
+            fin: fin,
+            rsv1: rsv1,
+            opcode: opcode,
+            maskKey: self.role == .client ? .random() : nil,
+            data: data
+        )
+    }
+}
