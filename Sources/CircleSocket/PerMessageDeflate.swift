@@ -57,7 +57,7 @@ extension StringProtocol {
     }
 }
 
-enum PerMessageDeflateNegotiation {
+package enum PerMessageDeflateNegotiation {
     static let extensionName = "permessage-deflate"
 
     /// The client's offer for `Sec-WebSocket-Extensions`.
@@ -129,7 +129,7 @@ enum PerMessageDeflateNegotiation {
     ///   - serverNoContextTakeover: whether the server resets its compressor after each message
     ///     (saves its memory per connection).
     /// - Returns: the agreed parameters, or `nil` to run without compression.
-    static func respond(
+    package static func respond(
         toOffers headerValues: [String],
         serverNoContextTakeover: Bool = false
     ) -> PerMessageDeflateParameters? {
@@ -163,7 +163,7 @@ enum PerMessageDeflateNegotiation {
 }
 
 /// Compression state of one connection for permessage-deflate. Lives on the channel's event loop.
-final class PerMessageDeflate {
+package final class PerMessageDeflate {
     private let compressor: (any NIOCompressor)?
     private let decompressor: any NIODecompressor
     private let resetCompressor: Bool
@@ -174,7 +174,7 @@ final class PerMessageDeflate {
     /// - Parameters:
     ///   - parameters: what the handshake agreed.
     ///   - isClient: which side this is; it decides which parameters apply to which direction.
-    init(parameters: PerMessageDeflateParameters, isClient: Bool, compressionLevel: Int, minimumCompressedSize: Int) throws {
+    package init(parameters: PerMessageDeflateParameters, isClient: Bool, compressionLevel: Int, minimumCompressedSize: Int) throws {
         let ownWindow = isClient ? parameters.clientMaxWindowBits : parameters.serverMaxWindowBits
         self.resetCompressor = isClient ? parameters.clientNoContextTakeover : parameters.serverNoContextTakeover
         self.resetDecompressor = isClient ? parameters.serverNoContextTakeover : parameters.clientNoContextTakeover

@@ -27,8 +27,10 @@ public final class WebSocket: Sendable {
     public let compression: PerMessageDeflateParameters?
     /// The headers of the server's 101 response (for a server-side socket: the request's headers).
     public let handshakeHeaders: HTTPHeaders
-    /// The inbound messages. It ends when the peer closes the connection cleanly and throws
-    /// ``WebSocketError`` when it ends otherwise. Only one task may iterate it.
+    /// The inbound messages. It ends when a close frame arrives or after this side called
+    /// ``close(code:reason:)`` (check ``closeInfo`` for how cleanly), and throws
+    /// ``WebSocketError`` when the peer broke the protocol or the connection was lost without a
+    /// close frame. Only one task may iterate it.
     public let messages: Messages
 
     private let channel: any Channel
@@ -129,8 +131,10 @@ public final class WebSocket: Sendable {
                 channel = try await bootstrap.connect(host: target.host, port: target.port).get()
             }
         } catch {
-            // The handshake handler has failed the promise as the channel went away; prefer its
-            // word when it was the overall timeout.
+            // The handshake handler has failed the promise as the channel went away (a second
+            // completion is a no-op); when name resolution failed no channel, and so no handler,
+            // ever existed, so fail it here. Prefer the handler's word when it was the timeout.
+            upgraded.fail(error)
             do {
                 _ = try await upgraded.futureResult.get()
             } catch let handshakeError as WebSocketError where handshakeError.code == .connectTimeout {

@@ -5,13 +5,13 @@ import NIOWebSocket
 /// messages and replies, turns outbound messages into frames, and tracks the close handshake.
 ///
 /// The channel handler owns one and performs the actions it returns; tests drive it directly.
-struct WebSocketProtocolState {
-    enum Role: Sendable {
+package struct WebSocketProtocolState {
+    package enum Role: Sendable {
         case client
         case server
     }
 
-    enum CloseState: Equatable {
+    package enum CloseState: Equatable {
         case open
         /// This side sent a close frame and waits for the peer's.
         case closeSent(WebSocketCloseCode)
@@ -22,7 +22,7 @@ struct WebSocketProtocolState {
     }
 
     /// What the owner must do after an inbound frame.
-    enum InboundAction {
+    package enum InboundAction {
         case none
         case deliver(WebSocketMessage)
         /// Send this frame (a pong).
@@ -41,25 +41,25 @@ struct WebSocketProtocolState {
         var validator = UTF8Validator()
     }
 
-    let role: Role
-    let maxMessageSize: Int
+    package let role: Role
+    package let maxMessageSize: Int
     private let deflate: PerMessageDeflate?
     private var partial: PartialMessage?
-    private(set) var closeState: CloseState = .open
+    package private(set) var closeState: CloseState = .open
     /// The code of the close frame this side sent, if any.
-    private(set) var sentCloseCode: WebSocketCloseCode?
+    package private(set) var sentCloseCode: WebSocketCloseCode?
 
-    init(role: Role, maxMessageSize: Int, deflate: PerMessageDeflate?) {
+    package init(role: Role, maxMessageSize: Int, deflate: PerMessageDeflate?) {
         self.role = role
         self.maxMessageSize = maxMessageSize
         self.deflate = deflate
     }
 
-    var canSend: Bool { self.closeState == .open }
+    package var canSend: Bool { self.closeState == .open }
 
     // MARK: Inbound
 
-    mutating func receive(_ frame: WebSocketFrame, allocator: ByteBufferAllocator) -> InboundAction {
+    package mutating func receive(_ frame: WebSocketFrame, allocator: ByteBufferAllocator) -> InboundAction {
         switch self.closeState {
         case .open, .closeSent: break
         case .closeReceived, .closed: return .none  // nothing may follow the peer's close frame
@@ -216,7 +216,7 @@ struct WebSocketProtocolState {
 
     /// The frames for one outbound message, compressed and fragmented as configured.
     /// Throws ``WebSocketError/Code/notOpen`` once the close handshake has begun.
-    mutating func frames(
+    package mutating func frames(
         for message: WebSocketMessage,
         fragmentSize: Int?,
         allocator: ByteBufferAllocator
@@ -261,13 +261,13 @@ struct WebSocketProtocolState {
     }
 
     /// A ping frame, or `nil` once the close handshake has begun.
-    func pingFrame(payload: ByteBuffer) -> WebSocketFrame? {
+    package func pingFrame(payload: ByteBuffer) -> WebSocketFrame? {
         self.canSend ? self.makeFrame(fin: true, opcode: .ping, data: payload) : nil
     }
 
     /// Starts the close handshake. Returns the close frame to send, or `nil` when a close frame
     /// was already sent (by this call earlier, or in answer to the peer's).
-    mutating func close(code: WebSocketCloseCode, reason: String) -> WebSocketFrame? {
+    package mutating func close(code: WebSocketCloseCode, reason: String) -> WebSocketFrame? {
         guard self.closeState == .open else { return nil }
         self.closeState = .closeSent(code)
         self.sentCloseCode = code
@@ -286,7 +286,7 @@ struct WebSocketProtocolState {
         return self.makeFrame(fin: true, opcode: .connectionClose, data: buffer)
     }
 
-    func makeFrame(fin: Bool, opcode: WebSocketOpcode, rsv1: Bool = false, data: ByteBuffer) -> WebSocketFrame {
+    package func makeFrame(fin: Bool, opcode: WebSocketOpcode, rsv1: Bool = false, data: ByteBuffer) -> WebSocketFrame {
         WebSocketFrame(
             fin: fin,
             rsv1: rsv1,

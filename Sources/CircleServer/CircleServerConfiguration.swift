@@ -1,0 +1,86 @@
+import NIOCore
+import NIOSSL
+
+/// Everything `circle serve` can be told. Every field has a default that works on a laptop.
+public struct CircleServerConfiguration: Sendable {
+    /// Address to bind (`0.0.0.0` or `::` to serve the network).
+    public var host: String
+    /// Port to bind; 0 picks a free one.
+    public var port: Int
+    /// Where the SQLite file (and later media) live.
+    public var dataDirectory: String
+    /// Keys for access tokens.
+    public var tokenKeys: TokenKeys
+    /// TLS certificate chain and key; `nil` serves plain HTTP and `ws://`.
+    public var tls: TLSConfiguration?
+    /// Limits that keep one client from hurting the others.
+    public var limits: Limits
+    /// Development mode: `GET /v1/dev/token?user=NAME` hands out tokens (never enable in production).
+    public var developmentTokens: Bool
+    /// Serve `/v1/echo`, a plain WebSocket echo used by the conformance suite and benchmarks.
+    public var echoEndpoint: Bool
+    /// Accept permessage-deflate on `circle.v1` connections. Off by default: each compressed
+    /// connection holds zlib state of a few hundred KiB, against the idle-memory budget.
+    public var compression: Bool
+
+    public struct Limits: Sendable {
+        /// Largest post text, in UTF-8 bytes (`too_large`).
+        public var maxPostBytes: Int
+        /// Largest inbound WebSocket message (close 1009).
+        public var maxMessageBytes: Int
+        /// Posts per second per connection (token bucket refill rate; `rate_limited`).
+        public var postsPerSecond: Double
+        /// Burst size of the post token bucket.
+        public var postBurst: Double
+        /// Outbound bytes queued for one connection before it counts as a slow consumer (close 1013).
+        public var outboundQueueBytes: Int
+        /// Open WebSocket connections per user (HTTP 429 at upgrade).
+        public var maxConnectionsPerUser: Int
+        /// A connection that sends nothing (not even a ping) for this long is closed (4002).
+        public var idleTimeout: TimeAmount
+        /// Circles one connection may join at once.
+        public var maxJoinedCircles: Int
+
+        public init(
+            maxPostBytes: Int = 8 * 1024,
+            maxMessageBytes: Int = 64 * 1024,
+            postsPerSecond: Double = 20,
+            postBurst: Double = 40,
+            outboundQueueBytes: Int = 1024 * 1024,
+            maxConnectionsPerUser: Int = 16,
+            idleTimeout: TimeAmount = .seconds(75),
+            maxJoinedCircles: Int = 100
+        ) {
+            self.maxPostBytes = maxPostBytes
+            self.maxMessageBytes = maxMessageBytes
+            self.postsPerSecond = postsPerSecond
+            self.postBurst = postBurst
+            self.outboundQueueBytes = outboundQueueBytes
+            self.maxConnectionsPerUser = maxConnectionsPerUser
+            self.idleTimeout = idleTimeout
+            self.maxJoinedCircles = maxJoinedCircles
+        }
+    }
+
+    public init(
+        host: String = "127.0.0.1",
+        port: Int = 8080,
+        dataDirectory: String = "./circle-data",
+        tokenKeys: TokenKeys,
+        tls: TLSConfiguration? = nil,
+        limits: Limits = .init(),
+        developmentTokens: Bool = false,
+        echoEndpoint: Bool = false,
+        compression: Bool = false
+    ) {
+        self.host = host
+        self.port = port
+        self.dataDirectory = dataDirectory
+        self.tokenKeys = tokenKeys
+        self.tls = tls
+        self.limits = limits
+        self.developmentTokens = developmentTokens
+        self.echoEndpoint = echoEndpoint
+        self.compression = compression
+    }
+}

@@ -1,0 +1,526 @@
+import CircleSocket
+import CircleWire
+import Foundation
+import Logging
+import NIOCore
+import NIOWebSocket
+
+/// One authenticated `circle.v1` connection, entirely on its event loop: no task and no
+/// buffers of its own while idle, so that an idle joined connection costs a few KiB.
+///
+/// Joining subscribes to the hub *before* reading the store, and buffers live posts while the
+/// replay runs; afterwards only posts above the last one sent go out. So a member who joins
+/// with `since` sees every post once and in order, including those committed during the replay.
+final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = WebSocketFrame
+    typealias OutboundOut = WebSocketFrame
+
+    private struct Membership {
+        /// The last sequence number sent to this client.
+        var lastSent: Int64
+        /// While replaying from the store: live posts wait here.
+        var replaying: Bool
+        var pending: [(seq: Int64, payload: ByteBuffer)] = []
+        /// Replay paused until the channel is writable again.
+        var waitingForWritability = false
+    }
+
+    private static let replayPage = 256
+    private static let maxPendingDuringReplay = 10_000
+    private static let closeGrace: TimeAmount = .seconds(2)
+    private static let closeHardCap: TimeAmount = .seconds(30)
+
+    private let services: ServerServices
+    private let user: AuthenticatedUser
+    private var protocolState: WebSocketProtocolState
+    private var logger: Logger
+    private var context: ChannelHandlerContext?
+    private var subscriber: HubSubscriber?
+    private var memberships: [String: Membership] = [:]
+    private var bucket: TokenBucket
+    private var lastRead = NIODeadline.now()
+    private var idleTimer: RepeatedTask?
+    private var expiryTimer: Scheduled<Void>?
+    private var closing = false
+
+    init(services: ServerServices, user: AuthenticatedUser, deflate: PerMessageDeflate?, logger: Logger) {
+        self.services = services
+        self.user = user
+        let limits = services.configuration.limits
+        self.protocolState = WebSocketProtocolState(role: .server, maxMessageSize: limits.maxMessageBytes, deflate: deflate)
+        self.bucket = TokenBucket(rate: limits.postsPerSecond, burst: limits.postBurst)
+        self.logger = logger
+        self.logger[metadataKey: "circle.user"] = "\(user.name)"
+    }
+
+    // MARK: Lifecycle
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+        let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        let subscriber = HubSubscriber(
+            eventLoop: context.eventLoop,
+            user: self.user.name,
+            deliver: { loopBound.value.receive($0) },
+            goAway: { loopBound.value.close(code: .goingAway, reason: "server shutting down") }
+        )
+        self.subscriber = subscriber
+        self.services.hub.register(subscriber)
+        self.services.metrics.connections.increment()
+        self.services.metrics.connectionsOpened.increment()
+
+        let idleTimeout = self.services.configuration.limits.idleTimeout
+        let interval = TimeAmount.nanoseconds(max(idleTimeout.nanoseconds / 4, 1_000_000))
+        self.idleTimer = context.eventLoop.scheduleRepeatedTask(initialDelay: interval, delay: interval) { _ in
+            let handler = loopBound.value
+            if NIODeadline.now() - handler.lastRead > idleTimeout {
+                handler.close(code: WebSocketCloseCode(CircleCloseCode.idleTimeout), reason: "idle timeout")
+            }
+        }
+        let untilExpiry = self.user.expires.timeIntervalSinceNow
+        self.expiryTimer = context.eventLoop.scheduleTask(in: .milliseconds(Int64(max(untilExpiry, 0) * 1000))) {
+            loopBound.value.close(code: WebSocketCloseCode(CircleCloseCode.tokenExpired), reason: "token expired")
+        }
+        self.logger.debug("connected")
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        self.tearDown()
+        context.fireChannelInactive()
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        self.tearDown()
+        self.context = nil
+    }
+
+    private func tearDown() {
+        guard let subscriber = self.subscriber else { return }
+        self.subscriber = nil
+        self.idleTimer?.cancel()
+        self.expiryTimer?.cancel()
+        let circles = Array(self.memberships.keys)
+        self.services.hub.unregister(subscriber, circles: circles)
+        for circle in circles {
+            self.services.hub.broadcast(.left(circle: circle, user: self.user.name), in: circle, except: nil)
+        }
+        self.memberships = [:]
+        self.services.releaseConnection(for: self.user.name)
+        self.services.metrics.connections.decrement()
+        self.logger.debug("disconnected")
+    }
+
+    /// Starts the close handshake; drops the connection if the client does not answer in time.
+    func close(code: WebSocketCloseCode, reason: String) {
+        guard let context, !self.closing else { return }
+        self.closing = true
+        let channel = context.channel
+        let eventLoop = context.eventLoop
+        // A slow consumer's close frame waits behind its queued posts: the grace for the
+        // client's answer starts once the frame reached the socket, and a hard cap covers a
+        // client that never reads again.
+        let hardCap = eventLoop.scheduleTask(in: Self.closeHardCap) { channel.close(promise: nil) }
+        channel.closeFuture.whenComplete { _ in hardCap.cancel() }
+        if let frame = self.protocolState.close(code: code, reason: reason) {
+            context.writeAndFlush(self.wrapOutboundOut(frame)).whenComplete { _ in
+                eventLoop.scheduleTask(in: Self.closeGrace) { channel.close(promise: nil) }
+            }
+        } else {
+            eventLoop.scheduleTask(in: Self.closeGrace) { channel.close(promise: nil) }
+        }
+    }
+
+    // MARK: Inbound
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        self.lastRead = .now()
+        let frame = self.unwrapInboundIn(data)
+        switch self.protocolState.receive(frame, allocator: context.channel.allocator) {
+        case .none, .pong:
+            break
+        case .reply(let reply):
+            context.writeAndFlush(self.wrapOutboundOut(reply), promise: nil)
+        case .deliver(.text(let text)):
+            self.handle(text)
+        case .deliver(.binary):
+            self.send(.error(id: nil, code: .badRequest, message: "circle.v1 requests are JSON text frames, not binary"))
+        case .peerClosed(_, _, let reply):
+            self.closing = true
+            if let reply {
+                let channel = context.channel
+                context.writeAndFlush(self.wrapOutboundOut(reply)).whenComplete { _ in channel.close(promise: nil) }
+            } else {
+                context.close(promise: nil)
+            }
+        case .fail(let code, let error):
+            self.logger.debug("protocol failure", metadata: ["error": "\(error)"])
+            self.services.metrics.error("ws_\(code.rawValue)")
+            self.close(code: code, reason: error.message)
+        }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        switch error {
+        case NIOWebSocketError.invalidFrameLength:
+            self.close(code: .messageTooBig, reason: "message larger than \(self.services.configuration.limits.maxMessageBytes) bytes")
+        case is NIOWebSocketError:
+            self.close(code: .protocolError, reason: "\(error)")
+        default:
+            self.logger.debug("connection error", metadata: ["error": "\(error)"])
+            context.close(promise: nil)
+        }
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        guard context.channel.isWritable else { return }
+        for (circle, membership) in self.memberships where membership.waitingForWritability {
+            self.memberships[circle]?.waitingForWritability = false
+            self.replay(circle)
+        }
+        context.fireChannelWritabilityChanged()
+    }
+
+    private func handle(_ text: String) {
+        let request: CircleRequest
+        switch CircleRequest.decode(text.utf8) {
+        case .success(let decoded):
+            request = decoded
+        case .failure(let failure):
+            self.fail(id: failure.id, failure.code, failure.message)
+            return
+        }
+        guard !self.closing else { return }
+        switch request.action {
+        case .join: self.join(request)
+        case .leave: self.leave(request)
+        case .post: self.post(request)
+        case .history: self.history(request)
+        case .typing: self.typing(request)
+        }
+    }
+
+    // MARK: Actions
+
+    private func join(_ request: CircleRequest) {
+        let circle = request.circle
+        if let membership = self.memberships[circle] {
+            // Already joined: nothing to replay that was not sent; confirm where it stands.
+            self.send(.ack(id: request.id, seq: membership.lastSent, time: nil, duplicate: false))
+            return
+        }
+        guard self.memberships.count < self.services.configuration.limits.maxJoinedCircles else {
+            self.fail(id: request.id, .badRequest, "one connection may join at most \(self.services.configuration.limits.maxJoinedCircles) circles")
+            return
+        }
+        guard let subscriber else { return }
+        // Subscribe first, so nothing committed from now on can slip past the replay.
+        self.memberships[circle] = Membership(lastSent: request.since ?? 0, replaying: true)
+        self.services.hub.subscribe(subscriber, to: circle)
+        let user = self.user.name
+        let store = self.services.store
+        self.onLoop({ () async throws -> (CircleInfo?, Bool) in
+            guard let info = try await store.circle(named: circle) else { return (nil, false) }
+            let allowed = !info.isPrivate ? true : try await store.isMember(user, of: circle)
+            return (info, allowed)
+        }) { handler, result in
+            handler.joinChecked(request, result)
+        }
+    }
+
+    private func joinChecked(_ request: CircleRequest, _ result: Result<(CircleInfo?, Bool), any Error>) {
+        let circle = request.circle
+        guard self.memberships[circle] != nil, let subscriber else { return }
+        let refusal: (CircleErrorCode, String)?
+        switch result {
+        case .success((nil, _)): refusal = (.notFound, "no circle \"\(circle)\"")
+        case .success((_?, false)): refusal = (.forbidden, "\"\(circle)\" is private and you are not a member")
+        case .success: refusal = nil
+        case .failure(let error): refusal = (.internalError, "could not read the circle: \(error)")
+        }
+        if let refusal {
+            self.memberships[circle] = nil
+            self.services.hub.unsubscribe(subscriber, from: circle)
+            self.fail(id: request.id, refusal.0, refusal.1)
+            return
+        }
+        guard case .success((let info?, _)) = result else { return }
+        self.services.metrics.joins.increment()
+        if request.since == nil {
+            // Live only: start after the newest stored post.
+            self.memberships[circle]?.lastSent = info.lastSeq
+        }
+        self.send(.ack(id: request.id, seq: info.lastSeq, time: nil, duplicate: false))
+        self.services.hub.broadcast(.joined(circle: circle, user: self.user.name), in: circle, except: subscriber)
+        self.replay(circle)
+    }
+
+    /// Sends stored posts after `lastSent` page by page, then the live posts that queued meanwhile.
+    private func replay(_ circle: String) {
+        guard let membership = self.memberships[circle], membership.replaying, let context else { return }
+        guard context.channel.isWritable else {
+            self.memberships[circle]?.waitingForWritability = true
+            return
+        }
+        if let first = membership.pending.first, first.seq <= membership.lastSent + 1 {
+            // The live queue continues where we are: no store read needed.
+            self.finishReplay(circle)
+            return
+        }
+        let after = membership.lastSent
+        let store = self.services.store
+        self.onLoop({ try await store.posts(in: circle, after: after, limit: Self.replayPage) }) { handler, result in
+            handler.replayPage(circle, after: after, result)
+        }
+    }
+
+    private func replayPage(_ circle: String, after: Int64, _ result: Result<[CirclePost], any Error>) {
+        guard var membership = self.memberships[circle], membership.replaying, membership.lastSent == after else { return }
+        switch result {
+        case .failure(let error):
+            self.logger.error("replay failed", metadata: ["circle": "\(circle)", "error": "\(error)"])
+            self.close(code: .internalError, reason: "could not replay the circle; reconnect with since")
+            return
+        case .success(let posts):
+            for post in posts where post.seq == membership.lastSent + 1 {
+                self.write(self.services.hub.encode(.post(post)), flush: false)
+                membership.lastSent = post.seq
+            }
+            self.context?.flush()
+            self.memberships[circle] = membership
+            if posts.count == Self.replayPage {
+                self.replay(circle)
+            } else {
+                self.finishReplay(circle)
+            }
+        }
+    }
+
+    private func finishReplay(_ circle: String) {
+        guard var membership = self.memberships[circle] else { return }
+        membership.pending.sort { $0.seq < $1.seq }
+        var index = 0
+        while index < membership.pending.count {
+            let (seq, payload) = membership.pending[index]
+            if seq <= membership.lastSent {
+                index += 1
+                continue
+            }
+            guard seq == membership.lastSent + 1 else { break }
+            self.write(payload, flush: false)
+            membership.lastSent = seq
+            index += 1
+        }
+        membership.pending.removeFirst(index)
+        self.context?.flush()
+        if membership.pending.isEmpty {
+            membership.replaying = false
+            self.memberships[circle] = membership
+        } else {
+            // A hole between what was sent and the queue: read it from the store.
+            self.memberships[circle] = membership
+            self.replay(circle)
+        }
+    }
+
+    private func leave(_ request: CircleRequest) {
+        guard self.memberships.removeValue(forKey: request.circle) != nil, let subscriber else {
+            self.fail(id: request.id, .badRequest, "not joined to \"\(request.circle)\"")
+            return
+        }
+        self.services.hub.unsubscribe(subscriber, from: request.circle)
+        self.send(.ack(id: request.id, seq: nil, time: nil, duplicate: false))
+        self.services.hub.broadcast(.left(circle: request.circle, user: self.user.name), in: request.circle, except: subscriber)
+    }
+
+    private func post(_ request: CircleRequest) {
+        let limits = self.services.configuration.limits
+        guard self.memberships[request.circle] != nil else {
+            self.fail(id: request.id, .forbidden, "join \"\(request.circle)\" before posting in it")
+            return
+        }
+        if let text = request.text, text.utf8.count > limits.maxPostBytes {
+            self.fail(id: request.id, .tooLarge, "the text has \(text.utf8.count) bytes; the limit is \(limits.maxPostBytes)")
+            return
+        }
+        guard self.bucket.take(now: .now()) else {
+            self.fail(id: request.id, .rateLimited, "more than \(limits.postsPerSecond) posts per second; slow down and retry")
+            return
+        }
+        let post = NewPost(
+            circle: request.circle,
+            author: self.user.name,
+            clientID: request.id,
+            text: request.text,
+            attachment: request.attachment,
+            time: Int64(Date().timeIntervalSince1970 * 1000)
+        )
+        guard let eventLoop = self.context?.eventLoop else { return }
+        let loopBound = NIOLoopBound(self, eventLoop: eventLoop)
+        self.services.committer.submit(post) { result in
+            eventLoop.execute { loopBound.value.posted(request.id, result) }
+        }
+    }
+
+    private func posted(_ id: String, _ result: Result<PostOutcome, any Error>) {
+        switch result {
+        case .success(.stored(let post)):
+            self.send(.ack(id: id, seq: post.seq, time: post.time, duplicate: false))
+        case .success(.duplicate(let post)):
+            self.services.metrics.duplicatePosts.increment()
+            self.send(.ack(id: id, seq: post.seq, time: post.time, duplicate: true))
+        case .success(.noSuchCircle):
+            self.fail(id: id, .notFound, "the circle no longer exists")
+        case .failure(let error as StoreError) where error.code == .unavailable:
+            self.fail(id: id, .unavailable, "\(error.message); retry")
+        case .failure(let error):
+            self.fail(id: id, .internalError, "the post was not stored (\(error)); retry with the same id")
+        }
+    }
+
+    private enum HistoryAnswer: Sendable {
+        case notFound
+        case forbidden
+        case page([CirclePost], more: Bool)
+    }
+
+    private func history(_ request: CircleRequest) {
+        let circle = request.circle
+        let user = self.user.name
+        let limit = request.limit ?? 50
+        let store = self.services.store
+        self.onLoop({ () async throws -> HistoryAnswer in
+            guard let info = try await store.circle(named: circle) else { return .notFound }
+            if info.isPrivate, try await !store.isMember(user, of: circle) { return .forbidden }
+            if let after = request.after {
+                let page = try await store.posts(in: circle, after: after, limit: limit + 1)
+                return .page(Array(page.prefix(limit)), more: page.count > limit)
+            }
+            let page = try await store.posts(in: circle, before: request.before, limit: limit + 1)
+            return .page(Array(page.suffix(limit)), more: page.count > limit)
+        }) { handler, result in
+            switch result {
+            case .success(.notFound):
+                handler.fail(id: request.id, .notFound, "no circle \"\(circle)\"")
+            case .success(.forbidden):
+                handler.fail(id: request.id, .forbidden, "\"\(circle)\" is private and you are not a member")
+            case .success(.page(let posts, let more)):
+                handler.send(.history(id: request.id, circle: circle, posts: posts, more: more))
+            case .failure(let error):
+                handler.fail(id: request.id, .internalError, "could not read the history: \(error)")
+            }
+        }
+    }
+
+    private func typing(_ request: CircleRequest) {
+        guard self.memberships[request.circle] != nil else {
+            self.fail(id: request.id, .forbidden, "join \"\(request.circle)\" first")
+            return
+        }
+        self.services.hub.broadcast(.typing(circle: request.circle, user: self.user.name), in: request.circle, except: self.subscriber)
+        self.send(.ack(id: request.id, seq: nil, time: nil, duplicate: false))
+    }
+
+    // MARK: Outbound
+
+    /// From the hub, on this event loop.
+    private func receive(_ event: HubEvent) {
+        guard let context, !self.closing else { return }
+        switch event {
+        case .ephemeral(let circle, let payload):
+            guard self.memberships[circle] != nil, context.channel.isWritable else { return }
+            self.write(payload, flush: true)
+        case .post(let circle, let seq, let payload):
+            guard var membership = self.memberships[circle] else { return }
+            if membership.replaying {
+                membership.pending.append((seq, payload))
+                self.memberships[circle] = membership
+                if membership.pending.count > Self.maxPendingDuringReplay {
+                    self.slowConsumer()
+                }
+                return
+            }
+            guard seq > membership.lastSent else { return }
+            guard context.channel.isWritable else {
+                self.slowConsumer()
+                return
+            }
+            guard seq == membership.lastSent + 1 else {
+                // Should not happen (posts are published in order), but never skip: fill the hole.
+                membership.pending.append((seq, payload))
+                membership.replaying = true
+                self.memberships[circle] = membership
+                self.replay(circle)
+                return
+            }
+            membership.lastSent = seq
+            self.memberships[circle] = membership
+            self.write(payload, flush: true)
+        }
+    }
+
+    private func slowConsumer() {
+        self.services.metrics.error("slow_consumer")
+        self.close(code: .tryAgainLater, reason: "too slow to keep up; reconnect with since")
+    }
+
+    private func send(_ message: CircleServerMessage) {
+        self.write(self.services.hub.encode(message), flush: true)
+    }
+
+    private func fail(id: String?, _ code: CircleErrorCode, _ message: String) {
+        self.services.metrics.error(code.rawValue)
+        self.send(.error(id: id, code: code, message: message))
+    }
+
+    private func write(_ payload: ByteBuffer, flush: Bool) {
+        guard let context, self.protocolState.canSend else { return }
+        let frame = WebSocketFrame(fin: true, opcode: .text, data: payload)
+        if flush {
+            context.writeAndFlush(self.wrapOutboundOut(frame), promise: nil)
+        } else {
+            context.write(self.wrapOutboundOut(frame), promise: nil)
+        }
+    }
+
+    /// Runs store work off the event loop and continues on it with the result.
+    private func onLoop<T: Sendable>(
+        _ work: @escaping @Sendable () async throws -> T,
+        then: @escaping (CircleSessionHandler, Result<T, any Error>) -> Void
+    ) {
+        guard let eventLoop = self.context?.eventLoop else { return }
+        let loopBound = NIOLoopBound((self, then), eventLoop: eventLoop)
+        Task {
+            let result: Result<T, any Error>
+            do { result = .success(try await work()) } catch { result = .failure(error) }
+            eventLoop.execute {
+                let (handler, then) = loopBound.value
+                then(handler, result)
+            }
+        }
+    }
+}
+
+/// Posts allowed per connection: `burst` at once, refilled at `rate` per second.
+struct TokenBucket {
+    let rate: Double
+    let burst: Double
+    private var tokens: Double
+    private var updated: NIODeadline?
+
+    init(rate: Double, burst: Double) {
+        self.rate = rate
+        self.burst = burst
+        self.tokens = burst
+    }
+
+    mutating func take(now: NIODeadline) -> Bool {
+        if let updated {
+            let elapsed = Double((now - updated).nanoseconds) / 1e9
+            self.tokens = min(self.burst, self.tokens + elapsed * self.rate)
+        }
+        self.updated = now
+        guard self.tokens >= 1 else { return false }
+        self.tokens -= 1
+        return true
+    }
+}

@@ -1,0 +1,112 @@
+import CircleWire
+
+/// A circle as stored.
+public struct CircleInfo: Sendable, Hashable, Codable {
+    public var name: String
+    public var owner: String
+    public var isPrivate: Bool
+    /// Creation time, milliseconds since 1970.
+    public var createdAt: Int64
+    /// The newest post's sequence number (0 for an empty circle).
+    public var lastSeq: Int64
+
+    public init(name: String, owner: String, isPrivate: Bool, createdAt: Int64, lastSeq: Int64) {
+        self.name = name
+        self.owner = owner
+        self.isPrivate = isPrivate
+        self.createdAt = createdAt
+        self.lastSeq = lastSeq
+    }
+}
+
+/// A post on its way to the store.
+public struct NewPost: Sendable, Hashable {
+    public var circle: String
+    public var author: String
+    /// The client's request id: with `circle` and `author`, the idempotency key.
+    public var clientID: String
+    public var text: String?
+    public var attachment: String?
+    /// Server time at commit, milliseconds since 1970.
+    public var time: Int64
+
+    public init(circle: String, author: String, clientID: String, text: String?, attachment: String?, time: Int64) {
+        self.circle = circle
+        self.author = author
+        self.clientID = clientID
+        self.text = text
+        self.attachment = attachment
+        self.time = time
+    }
+}
+
+/// What became of one post of a committed batch.
+public enum PostOutcome: Sendable, Hashable {
+    /// Newly stored with the next sequence number of its circle.
+    case stored(CirclePost)
+    /// A post with the same circle, author and client id was stored before: the original.
+    case duplicate(CirclePost)
+    /// The circle does not exist.
+    case noSuchCircle
+
+    public var post: CirclePost? {
+        switch self {
+        case .stored(let post), .duplicate(let post): return post
+        case .noSuchCircle: return nil
+        }
+    }
+}
+
+/// Errors a store reports with a code the protocol layer maps to ``CircleErrorCode``.
+public struct StoreError: Error, Sendable, Hashable, CustomStringConvertible {
+    public enum Code: Sendable, Hashable {
+        case conflict
+        case notFound
+        case unavailable
+    }
+    public var code: Code
+    public var message: String
+
+    public init(_ code: Code, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    public var description: String { self.message }
+}
+
+/// Durable storage of circles, members and posts. The protocol layer talks only to this, so
+/// the embedded SQLite store and a PostgreSQL store are interchangeable.
+///
+/// Guarantees every implementation keeps:
+/// - `commit` is atomic and durable before it returns: an acked post survives a crash.
+/// - Per circle, stored posts get sequence numbers 1, 2, 3, … in commit order, without gaps.
+/// - (circle, author, clientID) is unique: committing it again yields `.duplicate` with the
+///   original post, also within one batch and across restarts.
+public protocol CircleStore: Sendable {
+    /// Creates the schema or migrates it to the current version.
+    func migrate() async throws
+
+    /// Creates a circle; the owner becomes its first member. Throws `StoreError(.conflict)` when it exists.
+    func createCircle(name: String, owner: String, isPrivate: Bool, createdAt: Int64) async throws -> CircleInfo
+    func circle(named name: String) async throws -> CircleInfo?
+    /// Public circles and the private circles `user` is a member of, by name.
+    func circles(visibleTo user: String) async throws -> [CircleInfo]
+
+    /// Adds a member (idempotent). Throws `StoreError(.notFound)` for an unknown circle.
+    func addMember(_ user: String, to circle: String) async throws
+    /// Removes a member (idempotent).
+    func removeMember(_ user: String, from circle: String) async throws
+    func isMember(_ user: String, of circle: String) async throws -> Bool
+    func members(of circle: String) async throws -> [String]
+
+    /// Stores a batch of posts in one durable transaction (group commit); outcomes in input order.
+    func commit(_ posts: [NewPost]) async throws -> [PostOutcome]
+    /// Posts with `seq > after`, oldest first, at most `limit`.
+    func posts(in circle: String, after: Int64, limit: Int) async throws -> [CirclePost]
+    /// Posts with `seq < before` (all when `nil`), the newest `limit` of them, returned oldest first.
+    func posts(in circle: String, before: Int64?, limit: Int) async throws -> [CirclePost]
+
+    /// Releases the store's resources.
+    func close() async throws
+}

@@ -1,0 +1,124 @@
+import CircleWire
+import NIOConcurrencyHelpers
+import NIOCore
+
+/// What the hub hands to a subscribed session, on the session's event loop.
+enum HubEvent {
+    /// A committed post, already encoded as the payload of a text frame.
+    case post(circle: String, seq: Int64, payload: ByteBuffer)
+    /// An ephemeral event (typing, joined, left), already encoded.
+    case ephemeral(circle: String, payload: ByteBuffer)
+}
+
+/// A session as the hub sees it: where it runs and how to reach it there.
+final class HubSubscriber: Sendable, Hashable {
+    let eventLoop: any EventLoop
+    let user: String
+    private let deliver: NIOLoopBound<(HubEvent) -> Void>
+    private let goAway: NIOLoopBound<() -> Void>
+
+    init(eventLoop: any EventLoop, user: String, deliver: @escaping (HubEvent) -> Void, goAway: @escaping () -> Void) {
+        self.eventLoop = eventLoop
+        self.user = user
+        self.deliver = NIOLoopBound(deliver, eventLoop: eventLoop)
+        self.goAway = NIOLoopBound(goAway, eventLoop: eventLoop)
+    }
+
+    /// Call on `eventLoop` only.
+    func receive(_ event: HubEvent) { self.deliver.value(event) }
+    /// Call on `eventLoop` only: close with 1001 (server shutting down).
+    func shutDown() { self.goAway.value() }
+
+    static func == (lhs: HubSubscriber, rhs: HubSubscriber) -> Bool { lhs === rhs }
+    func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
+}
+
+/// In-memory fan-out: who is subscribed to which circle on this node.
+///
+/// A post is encoded once and the same bytes are written to every subscriber; deliveries are
+/// grouped by event loop so that one batch costs one hop per loop, not one per subscriber.
+/// Posts of a circle are published in sequence order and each event loop runs its tasks in
+/// order, so every subscriber sees them in order.
+final class Hub: Sendable {
+    private let subscriptions = NIOLockedValueBox([String: Set<HubSubscriber>]())
+    private let connections = NIOLockedValueBox([HubSubscriber: Void]())
+    private let allocator = ByteBufferAllocator()
+
+    func register(_ subscriber: HubSubscriber) {
+        self.connections.withLockedValue { $0[subscriber] = () }
+    }
+
+    /// Forgets a connection and all its subscriptions.
+    func unregister(_ subscriber: HubSubscriber, circles: some Sequence<String>) {
+        self.connections.withLockedValue { _ = $0.removeValue(forKey: subscriber) }
+        self.subscriptions.withLockedValue { table in
+            for circle in circles {
+                table[circle]?.remove(subscriber)
+                if table[circle]?.isEmpty == true { table[circle] = nil }
+            }
+        }
+    }
+
+    func subscribe(_ subscriber: HubSubscriber, to circle: String) {
+        self.subscriptions.withLockedValue { _ = $0[circle, default: []].insert(subscriber) }
+    }
+
+    func unsubscribe(_ subscriber: HubSubscriber, from circle: String) {
+        self.subscriptions.withLockedValue { table in
+            table[circle]?.remove(subscriber)
+            if table[circle]?.isEmpty == true { table[circle] = nil }
+        }
+    }
+
+    var connectionCount: Int { self.connections.withLockedValue { $0.count } }
+
+    func subscriberCount(of circle: String) -> Int {
+        self.subscriptions.withLockedValue { $0[circle]?.count ?? 0 }
+    }
+
+    /// Fans committed posts out; `posts` must be in commit order. Returns the number of deliveries.
+    @discardableResult
+    func publish(_ posts: [CirclePost]) -> Int {
+        guard !posts.isEmpty else { return 0 }
+        var perLoop: [ObjectIdentifier: (loop: any EventLoop, deliveries: [(HubSubscriber, HubEvent)])] = [:]
+        var count = 0
+        self.subscriptions.withLockedValue { table in
+            for post in posts {
+                guard let subscribers = table[post.circle], !subscribers.isEmpty else { continue }
+                let event = HubEvent.post(circle: post.circle, seq: post.seq, payload: self.encode(.post(post)))
+                for subscriber in subscribers {
+                    perLoop[ObjectIdentifier(subscriber.eventLoop), default: (subscriber.eventLoop, [])].deliveries.append((subscriber, event))
+                }
+                count += subscribers.count
+            }
+        }
+        for (_, group) in perLoop {
+            let deliveries = group.deliveries
+            group.loop.execute {
+                for (subscriber, event) in deliveries { subscriber.receive(event) }
+            }
+        }
+        return count
+    }
+
+    /// Sends an ephemeral event to the circle's subscribers except `sender`.
+    func broadcast(_ message: CircleServerMessage, in circle: String, except sender: HubSubscriber?) {
+        let payload = self.encode(message)
+        let targets = self.subscriptions.withLockedValue { $0[circle].map { Array($0) } ?? [] }
+        for subscriber in targets where subscriber !== sender {
+            subscriber.eventLoop.execute { subscriber.receive(.ephemeral(circle: circle, payload: payload)) }
+        }
+    }
+
+    /// Asks every connection to close with 1001.
+    func shutDownAll() {
+        let all = self.connections.withLockedValue { Array($0.keys) }
+        for subscriber in all {
+            subscriber.eventLoop.execute { subscriber.shutDown() }
+        }
+    }
+
+    func encode(_ message: CircleServerMessage) -> ByteBuffer {
+        self.allocator.buffer(string: message.encodedJSON())
+    }
+}

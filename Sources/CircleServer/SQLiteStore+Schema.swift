@@ -1,0 +1,96 @@
+import Logging
+import SQLiteNIO
+
+extension SQLiteStore {
+    /// One step of the schema's history: the statements that take the database from version
+    /// `index` to `index + 1` (its position in ``migrations``), run in one transaction.
+    ///
+    /// Each statement is run on its own: sqlite-nio prepares only the first statement of a string.
+    struct Migration: Sendable {
+        var summary: String
+        var statements: [String]
+    }
+
+    /// The schema's history, oldest first. `PRAGMA user_version` records how many have been applied;
+    /// append new steps at the end and never change one that has shipped.
+    static let migrations: [Migration] = [
+        Migration(
+            summary: "circles, members, posts",
+            statements: [
+                """
+                CREATE TABLE circles (
+                    name TEXT NOT NULL PRIMARY KEY,
+                    owner TEXT NOT NULL,
+                    private INTEGER NOT NULL DEFAULT 0,
+                    created_at INTEGER NOT NULL,
+                    last_seq INTEGER NOT NULL DEFAULT 0
+                ) STRICT
+                """,
+                """
+                CREATE TABLE members (
+                    circle TEXT NOT NULL REFERENCES circles (name) ON DELETE CASCADE,
+                    user TEXT NOT NULL,
+                    PRIMARY KEY (circle, user)
+                ) WITHOUT ROWID, STRICT
+                """,
+                """
+                CREATE TABLE posts (
+                    circle TEXT NOT NULL REFERENCES circles (name),
+                    seq INTEGER NOT NULL,
+                    author TEXT NOT NULL,
+                    client_id TEXT NOT NULL,
+                    text TEXT,
+                    attachment TEXT,
+                    time INTEGER NOT NULL,
+                    PRIMARY KEY (circle, seq)
+                ) WITHOUT ROWID, STRICT
+                """,
+                // The idempotency key: a retried post finds its original through this index.
+                "CREATE UNIQUE INDEX posts_by_client_id ON posts (circle, author, client_id)",
+            ]
+        ),
+    ]
+
+    /// The schema version this build writes and understands.
+    static var schemaVersion: Int { Self.migrations.count }
+
+    /// Applies the migrations the database lacks, each in its own `BEGIN IMMEDIATE` transaction that
+    /// also bumps `user_version`, so a crash leaves the database at a whole version and a second
+    /// process migrating at the same time applies nothing twice.
+    static func applyMigrations(on connection: SQLiteConnection, logger: Logger) async throws {
+        while true {
+            let done = try await Self.transaction(on: connection, logger: logger) { () async throws -> Bool in
+                let rows = try await connection.query("PRAGMA user_version")
+                guard let version = rows.first?.column("user_version")?.integer else {
+                    throw StoreError(.unavailable, "SQLite returned no user_version")
+                }
+                if version == Self.schemaVersion {
+                    return true
+                }
+                guard version >= 0, version < Self.schemaVersion else {
+                    throw StoreError(
+                        .unavailable,
+                        "the database has schema version \(version), newer than this server's \(Self.schemaVersion)"
+                    )
+                }
+                let migration = Self.migrations[version]
+                for statement in migration.statements {
+                    _ = try await connection.query(statement)
+                }
+                // PRAGMA takes no bind parameters; the value is our own integer.
+                _ = try await connection.query("PRAGMA user_version = \(version + 1)")
+                logger.info(
+                    "migrated the database schema",
+                    metadata: [
+                        "circle.store.schema_version": "\(version + 1)",
+                        "circle.store.migration": "\(migration.summary)",
+                    ]
+                )
+                return false
+            }
+            if done {
+                return
+            }
+        }
+    }
+}

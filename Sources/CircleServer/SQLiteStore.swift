@@ -1,0 +1,653 @@
+import CircleWire
+import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+import SQLiteNIO
+
+/// The embedded durable store: one SQLite database file in WAL mode with `synchronous=FULL`,
+/// so a `commit` that returned is on disk.
+///
+/// ```swift
+/// let store = try await SQLiteStore.open(path: "/var/lib/circle/circle.sqlite", logger: logger)
+/// try await store.migrate()
+/// let outcomes = try await store.commit(batch)
+/// try await store.close()
+/// ```
+///
+/// ### Concurrency
+/// The store uses a single `SQLiteConnection` for writes and reads, and every operation holds the
+/// store's gate (a FIFO async lock) from its first statement to its last. sqlite-nio runs each
+/// statement as a separate hop to the thread pool and offers no way to run several in one go, so
+/// without the gate a read (or a second batch) could run *inside* another operation's open
+/// transaction on the same connection: it would see uncommitted posts or, worse, become part of
+/// that transaction. Serializing everything is simple and correct; writes are serialized by
+/// SQLite anyway. A later version may add a second, read-only connection so history reads run
+/// beside a commit's fsync (WAL allows that) instead of waiting behind it.
+///
+/// The class holds only `Sendable` values (the connection, an actor, a `Logger`), so it is
+/// `Sendable` without `@unchecked`.
+///
+/// Call ``close()`` before the last reference goes away: sqlite-nio asserts that a connection is
+/// closed when it is deinitialized.
+public final class SQLiteStore: CircleStore {
+    private let connection: SQLiteConnection
+    private let gate = Gate()
+    private let logger: Logger
+
+    /// How long a statement waits for a lock held by another process before failing.
+    static let busyTimeoutMilliseconds = 5_000
+    /// Rows per multi-row statement in `commit`, keeping the bind count (7 per post) far below
+    /// SQLite's default limit of 32,766 variables whatever the build; a group-commit batch of a
+    /// few hundred posts takes one statement of each kind.
+    static let rowsPerStatement = 1_000
+
+    private init(connection: SQLiteConnection, logger: Logger) {
+        self.connection = connection
+        self.logger = logger
+    }
+
+    /// Opens (creating if needed) the database at `path` and configures the connection:
+    /// `journal_mode=WAL`, `synchronous=FULL`, `foreign_keys=ON` and a busy timeout.
+    ///
+    /// Call ``migrate()`` before using the store.
+    ///
+    /// - Parameters:
+    ///   - path: The database file; prefer an absolute path. `":memory:"` opens a transient
+    ///     in-memory database (without WAL), useful only for quick experiments.
+    ///   - threadPool: The pool that runs the blocking SQLite calls.
+    ///   - eventLoopGroup: The group the connection takes its event loop from.
+    ///   - logger: The logger for the store's own messages; gets `circle.store.path` metadata.
+    /// - Throws: `StoreError(.unavailable)` with SQLite's message when the file cannot be opened.
+    public static func open(
+        path: String,
+        threadPool: NIOThreadPool = .singleton,
+        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        logger: Logger
+    ) async throws -> SQLiteStore {
+        var logger = logger
+        logger[metadataKey: "circle.store.path"] = "\(path)"
+
+        let connection: SQLiteConnection
+        do {
+            connection = try await SQLiteConnection.open(
+                storage: .file(path: path),
+                threadPool: threadPool,
+                logger: logger,
+                on: eventLoopGroup.any()
+            )
+        } catch {
+            throw Self.storeError(error, "open \(path)")
+        }
+        do {
+            try await Self.configure(connection, path: path, logger: logger)
+        } catch {
+            try? await connection.close()
+            throw Self.storeError(error, "configure \(path)")
+        }
+        logger.debug("opened the SQLite store", metadata: ["circle.store.sqlite_version": "\(SQLiteConnection.libraryVersionString())"])
+        return SQLiteStore(connection: connection, logger: logger)
+    }
+
+    private static func configure(_ connection: SQLiteConnection, path: String, logger: Logger) async throws {
+        let mode = try await connection.query("PRAGMA journal_mode = WAL").first?.column("journal_mode")?.string
+        if mode?.lowercased() != "wal", path != ":memory:" {
+            // Still durable with synchronous=FULL, just slower and without concurrent readers.
+            logger.warning("SQLite did not switch to WAL journal mode", metadata: ["circle.store.journal_mode": "\(mode ?? "none")"])
+        }
+        // An ack promises durability: FULL syncs the WAL on every commit.
+        _ = try await connection.query("PRAGMA synchronous = FULL")
+        _ = try await connection.query("PRAGMA foreign_keys = ON")
+        // Replaces sqlite-nio's busy handler, which retries forever.
+        _ = try await connection.query("PRAGMA busy_timeout = \(Self.busyTimeoutMilliseconds)")
+    }
+
+    // MARK: - CircleStore
+
+    public func migrate() async throws {
+        try await self.exclusive("migrate") { connection in
+            try await Self.applyMigrations(on: connection, logger: self.logger)
+        }
+    }
+
+    public func createCircle(name: String, owner: String, isPrivate: Bool, createdAt: Int64) async throws -> CircleInfo {
+        try await self.exclusive("create circle") { connection in
+            try await Self.transaction(on: connection, logger: self.logger) {
+                let inserted = try await connection.query(
+                    """
+                    INSERT INTO circles (name, owner, private, created_at) VALUES (?, ?, ?, ?)
+                    ON CONFLICT (name) DO NOTHING RETURNING name
+                    """,
+                    [.text(name), .text(owner), .integer(isPrivate ? 1 : 0), .integer(SQLiteInt64(createdAt))]
+                )
+                guard !inserted.isEmpty else {
+                    throw StoreError(.conflict, "circle \"\(name)\" exists")
+                }
+                _ = try await connection.query("INSERT INTO members (circle, user) VALUES (?, ?)", [.text(name), .text(owner)])
+                return CircleInfo(name: name, owner: owner, isPrivate: isPrivate, createdAt: createdAt, lastSeq: 0)
+            }
+        }
+    }
+
+    public func circle(named name: String) async throws -> CircleInfo? {
+        try await self.exclusive("read circle") { connection in
+            let rows = try await connection.query(
+                "SELECT name, owner, private, created_at, last_seq FROM circles WHERE name = ?",
+                [.text(name)]
+            )
+            return try rows.first.map(Self.circleInfo)
+        }
+    }
+
+    public func circles(visibleTo user: String) async throws -> [CircleInfo] {
+        try await self.exclusive("list circles") { connection in
+            let rows = try await connection.query(
+                """
+                SELECT name, owner, private, created_at, last_seq FROM circles
+                WHERE private = 0 OR EXISTS (SELECT 1 FROM members WHERE members.circle = circles.name AND members.user = ?)
+                ORDER BY name
+                """,
+                [.text(user)]
+            )
+            return try rows.map(Self.circleInfo)
+        }
+    }
+
+    public func addMember(_ user: String, to circle: String) async throws {
+        try await self.exclusive("add member") { connection in
+            do {
+                _ = try await connection.query(
+                    "INSERT INTO members (circle, user) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                    [.text(circle), .text(user)]
+                )
+            } catch let error as SQLiteError where error.reason == .constraintForeignKeyFailed {
+                // The foreign key to circles: one statement, no window between a check and the insert.
+                throw StoreError(.notFound, "no circle \"\(circle)\"")
+            }
+        }
+    }
+
+    public func removeMember(_ user: String, from circle: String) async throws {
+        try await self.exclusive("remove member") { connection in
+            _ = try await connection.query("DELETE FROM members WHERE circle = ? AND user = ?", [.text(circle), .text(user)])
+        }
+    }
+
+    public func isMember(_ user: String, of circle: String) async throws -> Bool {
+        try await self.exclusive("check member") { connection in
+            let rows = try await connection.query(
+                "SELECT 1 AS found FROM members WHERE circle = ? AND user = ?",
+                [.text(circle), .text(user)]
+            )
+            return !rows.isEmpty
+        }
+    }
+
+    public func members(of circle: String) async throws -> [String] {
+        try await self.exclusive("list members") { connection in
+            let rows = try await connection.query("SELECT user FROM members WHERE circle = ? ORDER BY user", [.text(circle)])
+            return try rows.map { try Self.text($0, "user") }
+        }
+    }
+
+    /// Stores a batch in one `BEGIN IMMEDIATE … COMMIT` transaction with set-based statements:
+    /// one lookup of the batch's idempotency keys, one of its circles' `last_seq`, one multi-row
+    /// insert and one `last_seq` update (each split every ``rowsPerStatement`` rows), so the cost
+    /// in thread-pool hops is the same for 1 post and for 1,000. Sequence numbers are assigned in
+    /// memory from the `last_seq` read inside the transaction (see ``CommitPlan``).
+    public func commit(_ posts: [NewPost]) async throws -> [PostOutcome] {
+        guard !posts.isEmpty else {
+            return []
+        }
+        return try await self.exclusive("commit") { connection in
+            try await Self.transaction(on: connection, logger: self.logger) {
+                var keys: [PostKey] = []
+                var seen = Set<PostKey>()
+                for post in posts {
+                    let key = PostKey(post)
+                    if seen.insert(key).inserted {
+                        keys.append(key)
+                    }
+                }
+                let existing = try await Self.storedPosts(keys, on: connection)
+
+                var circles: [BinaryText] = []
+                var seenCircles = Set<BinaryText>()
+                for key in keys where existing[key] == nil && seenCircles.insert(key.circle).inserted {
+                    circles.append(key.circle)
+                }
+                let lastSeqs = try await Self.lastSeqs(of: circles, on: connection)
+
+                let plan = CommitPlan(posts: posts, existing: existing, lastSeqs: lastSeqs)
+                try await Self.insert(plan.inserts, on: connection)
+                try await Self.updateLastSeqs(plan.newLastSeqs, on: connection)
+                return plan.outcomes
+            }
+        }
+    }
+
+    public func posts(in circle: String, after: Int64, limit: Int) async throws -> [CirclePost] {
+        guard limit > 0 else {
+            return []
+        }
+        return try await self.exclusive("read posts") { connection in
+            let rows = try await connection.query(
+                "\(Self.selectPosts) WHERE circle = ? AND seq > ? ORDER BY seq LIMIT ?",
+                [.text(circle), .integer(SQLiteInt64(after)), .integer(limit)]
+            )
+            return try rows.map(Self.post)
+        }
+    }
+
+    public func posts(in circle: String, before: Int64?, limit: Int) async throws -> [CirclePost] {
+        guard limit > 0 else {
+            return []
+        }
+        return try await self.exclusive("read posts") { connection in
+            let rows = try await connection.query(
+                "\(Self.selectPosts) WHERE circle = ? AND seq < ? ORDER BY seq DESC LIMIT ?",
+                [.text(circle), .integer(SQLiteInt64(before ?? .max)), .integer(limit)]
+            )
+            return try rows.reversed().map(Self.post)
+        }
+    }
+
+    /// Closes the connection. Operations after this throw `StoreError(.unavailable)`; closing
+    /// again does nothing.
+    public func close() async throws {
+        do {
+            try await self.gate.enter()
+        } catch {
+            return  // already closed
+        }
+        do {
+            try await self.connection.close()
+            await self.gate.leave(closing: true)
+        } catch {
+            await self.gate.leave(closing: false)
+            throw Self.storeError(error, "close")
+        }
+    }
+
+    /// The value of a `PRAGMA` on the store's connection (some are per connection); for tests.
+    func pragma(_ name: String) async throws -> SQLiteData? {
+        try await self.exclusive("read pragma") { connection in
+            try await connection.query("PRAGMA \(name)").first?.columns.first?.data
+        }
+    }
+
+    // MARK: - Commit steps
+
+    /// The columns ``post(_:)`` reads, of the posts table aliased `table`. Strings are read as
+    /// blobs: sqlite-nio reads TEXT with `String(cString:)`, which cuts a string at an embedded
+    /// NUL (and a client id cut short would no longer match its key).
+    private static func postColumns(_ table: String) -> String {
+        """
+        CAST(\(table).circle AS BLOB) AS circle, \(table).seq AS seq, CAST(\(table).author AS BLOB) AS author, \
+        CAST(\(table).client_id AS BLOB) AS client_id, CAST(\(table).text AS BLOB) AS text, \
+        CAST(\(table).attachment AS BLOB) AS attachment, \(table).time AS time
+        """
+    }
+
+    private static let selectPosts = "SELECT \(SQLiteStore.postColumns("posts")) FROM posts"
+
+    /// The stored posts among `keys`, by key.
+    private static func storedPosts(_ keys: [PostKey], on connection: SQLiteConnection) async throws -> [PostKey: CirclePost] {
+        var found: [PostKey: CirclePost] = [:]
+        for chunk in keys.chunks(of: Self.rowsPerStatement) {
+            // A join from the keys drives one probe of posts_by_client_id per key.
+            let values = Self.placeholders(rows: chunk.count, columns: 3)
+            var binds: [SQLiteData] = []
+            binds.reserveCapacity(chunk.count * 3)
+            for key in chunk {
+                binds.append(.text(key.circle.string))
+                binds.append(.text(key.author.string))
+                binds.append(.text(key.clientID.string))
+            }
+            let rows = try await connection.query(
+                """
+                WITH k (circle, author, client_id) AS (VALUES \(values))
+                SELECT \(Self.postColumns("p"))
+                FROM k JOIN posts AS p ON p.circle = k.circle AND p.author = k.author AND p.client_id = k.client_id
+                """,
+                binds
+            )
+            for row in rows {
+                let post = try Self.post(row)
+                found[PostKey(post)] = post
+            }
+        }
+        return found
+    }
+
+    /// `last_seq` of those of `circles` that exist.
+    private static func lastSeqs(of circles: [BinaryText], on connection: SQLiteConnection) async throws -> [BinaryText: Int64] {
+        var lastSeqs: [BinaryText: Int64] = [:]
+        for chunk in circles.chunks(of: Self.rowsPerStatement) {
+            let rows = try await connection.query(
+                "SELECT CAST(name AS BLOB) AS name, last_seq FROM circles WHERE name IN (\(Self.placeholders(count: chunk.count)))",
+                chunk.map { .text($0.string) }
+            )
+            for row in rows {
+                lastSeqs[BinaryText(try Self.blobText(row, "name"))] = try Self.integer(row, "last_seq")
+            }
+        }
+        return lastSeqs
+    }
+
+    private static func insert(_ posts: [CirclePost], on connection: SQLiteConnection) async throws {
+        for chunk in posts.chunks(of: Self.rowsPerStatement) {
+            var binds: [SQLiteData] = []
+            binds.reserveCapacity(chunk.count * 7)
+            for post in chunk {
+                binds.append(.text(post.circle))
+                binds.append(.integer(SQLiteInt64(post.seq)))
+                binds.append(.text(post.author))
+                binds.append(.text(post.id))
+                binds.append(post.text.map { .text($0) } ?? .null)
+                binds.append(post.attachment.map { .text($0) } ?? .null)
+                binds.append(.integer(SQLiteInt64(post.time)))
+            }
+            _ = try await connection.query(
+                """
+                INSERT INTO posts (circle, seq, author, client_id, text, attachment, time)
+                VALUES \(Self.placeholders(rows: chunk.count, columns: 7))
+                """,
+                binds
+            )
+        }
+    }
+
+    private static func updateLastSeqs(_ lastSeqs: [(circle: String, lastSeq: Int64)], on connection: SQLiteConnection) async throws {
+        for chunk in lastSeqs.chunks(of: Self.rowsPerStatement) {
+            var binds: [SQLiteData] = []
+            binds.reserveCapacity(chunk.count * 2)
+            for entry in chunk {
+                binds.append(.text(entry.circle))
+                binds.append(.integer(SQLiteInt64(entry.lastSeq)))
+            }
+            _ = try await connection.query(
+                """
+                WITH k (name, last_seq) AS (VALUES \(Self.placeholders(rows: chunk.count, columns: 2)))
+                UPDATE circles SET last_seq = k.last_seq FROM k WHERE circles.name = k.name
+                """,
+                binds
+            )
+        }
+    }
+
+    // MARK: - Plumbing
+
+    /// Runs `body` holding the gate, turning every error into a ``StoreError``.
+    private func exclusive<T: Sendable>(
+        _ operation: String,
+        _ body: (SQLiteConnection) async throws -> T
+    ) async throws -> T {
+        try await self.gate.enter()
+        do {
+            let result = try await body(self.connection)
+            await self.gate.leave(closing: false)
+            return result
+        } catch {
+            await self.gate.leave(closing: false)
+            let storeError = Self.storeError(error, operation)
+            if storeError.code == .unavailable {
+                self.logger.debug("SQLite store operation failed", metadata: ["circle.store.error": "\(storeError.message)"])
+            }
+            throw storeError
+        }
+    }
+
+    /// Runs `body` in `BEGIN IMMEDIATE … COMMIT` (taking the write lock up front, so the
+    /// `last_seq` read inside is the one the writes build on), rolling back on any error.
+    static func transaction<T>(
+        on connection: SQLiteConnection,
+        logger: Logger,
+        _ body: () async throws -> T
+    ) async throws -> T {
+        _ = try await connection.query("BEGIN IMMEDIATE")
+        do {
+            let result = try await body()
+            _ = try await connection.query("COMMIT")
+            return result
+        } catch {
+            do {
+                _ = try await connection.query("ROLLBACK")
+            } catch let rollbackError {
+                // SQLite may already have rolled back (some I/O errors do); nothing is left to undo.
+                logger.debug("ROLLBACK failed", metadata: ["circle.store.error": "\(rollbackError)"])
+            }
+            throw error
+        }
+    }
+
+    static func storeError(_ error: any Error, _ operation: String) -> StoreError {
+        switch error {
+        case let error as StoreError:
+            return error
+        case let error as SQLiteError:
+            return StoreError(.unavailable, "SQLite store: \(operation) failed: \(error.message) (\(error.reason))")
+        default:
+            return StoreError(.unavailable, "SQLite store: \(operation) failed: \(error)")
+        }
+    }
+
+    /// `?, ?, ?` for `count` (at least 1) parameters.
+    private static func placeholders(count: Int) -> String {
+        Array(repeating: "?", count: count).joined(separator: ", ")
+    }
+
+    /// `(?, ?), (?, ?)` for `rows` rows of `columns` parameters.
+    private static func placeholders(rows: Int, columns: Int) -> String {
+        Array(repeating: "(\(Self.placeholders(count: columns)))", count: rows).joined(separator: ", ")
+    }
+
+    // MARK: - Rows
+
+    private static func circleInfo(_ row: SQLiteRow) throws -> CircleInfo {
+        CircleInfo(
+            name: try Self.text(row, "name"),
+            owner: try Self.text(row, "owner"),
+            isPrivate: try Self.integer(row, "private") != 0,
+            createdAt: try Self.integer(row, "created_at"),
+            lastSeq: try Self.integer(row, "last_seq")
+        )
+    }
+
+    private static func post(_ row: SQLiteRow) throws -> CirclePost {
+        CirclePost(
+            circle: try Self.blobText(row, "circle"),
+            seq: try Self.integer(row, "seq"),
+            author: try Self.blobText(row, "author"),
+            text: try Self.optionalBlobText(row, "text"),
+            attachment: try Self.optionalBlobText(row, "attachment"),
+            time: try Self.integer(row, "time"),
+            id: try Self.blobText(row, "client_id")
+        )
+    }
+
+    private static func text(_ row: SQLiteRow, _ column: String) throws -> String {
+        guard case .text(let value) = row.column(column) else {
+            throw StoreError(.unavailable, "SQLite store: column \(column) is not text in \(row)")
+        }
+        return value
+    }
+
+    private static func integer(_ row: SQLiteRow, _ column: String) throws -> Int64 {
+        guard case .integer(let value) = row.column(column) else {
+            throw StoreError(.unavailable, "SQLite store: column \(column) is not an integer in \(row)")
+        }
+        return Int64(value)
+    }
+
+    private static func blobText(_ row: SQLiteRow, _ column: String) throws -> String {
+        guard case .blob(let buffer) = row.column(column) else {
+            throw StoreError(.unavailable, "SQLite store: column \(column) is not a blob in \(row)")
+        }
+        return String(buffer: buffer)
+    }
+
+    private static func optionalBlobText(_ row: SQLiteRow, _ column: String) throws -> String? {
+        switch row.column(column) {
+        case .null:
+            return nil
+        case .blob(let buffer):
+            return String(buffer: buffer)
+        default:
+            throw StoreError(.unavailable, "SQLite store: column \(column) is not a blob in \(row)")
+        }
+    }
+}
+
+// MARK: - Commit planning
+
+/// A string compared and hashed by its UTF-8 bytes, as SQLite compares TEXT (BINARY collation).
+///
+/// Swift's `String ==` holds canonically equivalent strings equal ("caf\u{E9}" == "cafe\u{301}");
+/// keyed by `String`, the batch planner would disagree with SQLite's indexes and could, for
+/// instance, number a post to a circle SQLite does not know, failing the whole batch.
+struct BinaryText: Hashable, Sendable {
+    var string: String
+
+    init(_ string: String) {
+        self.string = string
+    }
+
+    static func == (lhs: Self, rhs: Self) -> Bool {
+        var lhs = lhs.string
+        var rhs = rhs.string
+        return lhs.withUTF8 { left in
+            rhs.withUTF8 { right in
+                left.count == right.count && (left.isEmpty || memcmp(left.baseAddress!, right.baseAddress!, left.count) == 0)
+            }
+        }
+    }
+
+    func hash(into hasher: inout Hasher) {
+        var string = self.string
+        string.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+        hasher.combine(0xFF as UInt8)  // never in UTF-8: ends the string, so fields cannot run together
+    }
+}
+
+/// The idempotency key of a post, compared as SQLite compares it.
+struct PostKey: Hashable, Sendable {
+    var circle: BinaryText
+    var author: BinaryText
+    var clientID: BinaryText
+
+    init(circle: String, author: String, clientID: String) {
+        self.circle = BinaryText(circle)
+        self.author = BinaryText(author)
+        self.clientID = BinaryText(clientID)
+    }
+
+    init(_ post: NewPost) {
+        self.init(circle: post.circle, author: post.author, clientID: post.clientID)
+    }
+
+    init(_ post: CirclePost) {
+        self.init(circle: post.circle, author: post.author, clientID: post.id)
+    }
+}
+
+/// What a batch does, decided from what the transaction read: a pure value, no I/O.
+///
+/// For each post in order: an already stored key (before the batch, or earlier in it) is a
+/// duplicate of that original; a post to a circle that does not exist is `.noSuchCircle`;
+/// anything else is stored with its circle's next sequence number.
+struct CommitPlan: Sendable {
+    /// One per post, in input order.
+    private(set) var outcomes: [PostOutcome] = []
+    /// The posts to insert, in order.
+    private(set) var inserts: [CirclePost] = []
+    /// The new `last_seq` of each circle that got posts, in order of first touch.
+    private(set) var newLastSeqs: [(circle: String, lastSeq: Int64)] = []
+
+    /// - Parameters:
+    ///   - posts: The batch.
+    ///   - existing: Stored posts by key (at least those of the batch's keys).
+    ///   - lastSeqs: `last_seq` of every existing circle the batch's new keys name.
+    init(posts: [NewPost], existing: [PostKey: CirclePost], lastSeqs: [BinaryText: Int64]) {
+        var lastSeqs = lastSeqs
+        var storedNow: [PostKey: CirclePost] = [:]
+        var touched: [BinaryText: Int] = [:]  // circle → index in newLastSeqs
+        self.outcomes.reserveCapacity(posts.count)
+        self.inserts.reserveCapacity(posts.count)
+
+        for newPost in posts {
+            let key = PostKey(newPost)
+            if let original = existing[key] ?? storedNow[key] {
+                self.outcomes.append(.duplicate(original))
+                continue
+            }
+            guard let lastSeq = lastSeqs[key.circle] else {
+                self.outcomes.append(.noSuchCircle)
+                continue
+            }
+            let post = CirclePost(
+                circle: newPost.circle,
+                seq: lastSeq + 1,
+                author: newPost.author,
+                text: newPost.text,
+                attachment: newPost.attachment,
+                time: newPost.time,
+                id: newPost.clientID
+            )
+            lastSeqs[key.circle] = post.seq
+            storedNow[key] = post
+            self.inserts.append(post)
+            self.outcomes.append(.stored(post))
+            if let index = touched[key.circle] {
+                self.newLastSeqs[index].lastSeq = post.seq
+            } else {
+                touched[key.circle] = self.newLastSeqs.count
+                self.newLastSeqs.append((post.circle, post.seq))
+            }
+        }
+    }
+}
+
+// MARK: - Gate
+
+extension SQLiteStore {
+    /// A FIFO async lock that also remembers that the store was closed. Waiters are resumed in
+    /// arrival order; ownership passes straight to the next waiter, so nobody can barge in.
+    /// Waiting is not cancellable: every operation holding the gate is short.
+    private actor Gate {
+        private var isHeld = false
+        private var isClosed = false
+        private var waiters: [CheckedContinuation<Void, Never>] = []
+
+        func enter() async throws {
+            if self.isHeld {
+                await withCheckedContinuation { self.waiters.append($0) }
+                // Resumed by `leave`, which handed the gate over to us.
+            } else {
+                self.isHeld = true
+            }
+            if self.isClosed {
+                self.leave(closing: false)
+                throw StoreError(.unavailable, "the SQLite store is closed")
+            }
+        }
+
+        func leave(closing: Bool) {
+            if closing {
+                self.isClosed = true
+            }
+            if self.waiters.isEmpty {
+                self.isHeld = false
+            } else {
+                self.waiters.removeFirst().resume()
+            }
+        }
+    }
+}
+
+extension Array {
+    /// Consecutive slices of at most `size` elements.
+    fileprivate func chunks(of size: Int) -> [ArraySlice<Element>] {
+        stride(from: 0, to: self.count, by: size).map { self[$0..<Swift.min($0 + size, self.count)] }
+    }
+}

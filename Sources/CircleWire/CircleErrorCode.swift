@@ -1,0 +1,52 @@
+/// The documented error codes of `circle.v1`, sent in `error` replies and HTTP error bodies.
+public struct CircleErrorCode: RawRepresentable, Hashable, Sendable, Codable, CustomStringConvertible {
+    public var rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+
+    /// Malformed JSON, a missing field, a field of the wrong type or value.
+    public static let badRequest = Self(rawValue: "bad_request")
+    /// The `action` is not one the server knows.
+    public static let unknownAction = Self(rawValue: "unknown_action")
+    /// No valid token (HTTP 401).
+    public static let unauthorized = Self(rawValue: "unauthorized")
+    /// The token has expired (HTTP 401; on a WebSocket the connection closes with 4001).
+    public static let tokenExpired = Self(rawValue: "token_expired")
+    /// Not a member of this private circle, or posting in a circle not joined.
+    public static let forbidden = Self(rawValue: "forbidden")
+    /// No circle (or media) with that name.
+    public static let notFound = Self(rawValue: "not_found")
+    /// The circle already exists.
+    public static let conflict = Self(rawValue: "conflict")
+    /// The post's text is longer than the server accepts.
+    public static let tooLarge = Self(rawValue: "too_large")
+    /// Too many posts too fast; the connection stays open, retry later.
+    public static let rateLimited = Self(rawValue: "rate_limited")
+    /// The server is shutting down or overloaded; retry on another connection.
+    public static let unavailable = Self(rawValue: "unavailable")
+    /// Something failed inside the server; the request may be retried.
+    public static let internalError = Self(rawValue: "internal")
+
+    public init(from decoder: any Decoder) throws {
+        self.rawValue = try decoder.singleValueContainer().decode(String.self)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(self.rawValue)
+    }
+
+    public var description: String { self.rawValue }
+}
+
+/// WebSocket close codes that `circle.v1` servers send, besides the standard ones
+/// (1001 going away, 1008 policy violation, 1009 message too big, 1013 try again later).
+public enum CircleCloseCode {
+    /// The token expired on an open connection: get a fresh token, then reconnect.
+    public static let tokenExpired: UInt16 = 4001
+    /// No frame (not even a ping) arrived within the idle timeout.
+    public static let idleTimeout: UInt16 = 4002
+    /// The user already has the maximum number of open connections.
+    public static let tooManyConnections: UInt16 = 4003
+    /// The connection was refused for a reason the client cannot fix by reconnecting (banned user, …).
+    public static let forbidden: UInt16 = 4004
+}

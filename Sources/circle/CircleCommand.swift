@@ -1,0 +1,11 @@
+import ArgumentParser
+
+/// The `circle` command-line tool; each job is a subcommand.
+@main
+struct CircleCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "circle",
+        abstract: "Circle: a self-hostable realtime chat system.",
+        subcommands: [ServeCommand.self, TokenCommand.self, WSCommand.self]
+    )
+}

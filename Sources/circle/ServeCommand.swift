@@ -1,0 +1,137 @@
+import ArgumentParser
+import CircleServer
+import Foundation
+import Logging
+import NIOCore
+import NIOSSL
+import ServiceLifecycle
+
+struct ServeCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "serve",
+        abstract: "Run the Circle server on its embedded SQLite store.",
+        discussion: """
+            With no options it listens on 127.0.0.1:8080, keeps its data in ./circle-data and \
+            generates a token secret there. Every option has an environment variable (CIRCLE_HOST, \
+            CIRCLE_PORT, CIRCLE_DATA, CIRCLE_JWT_SECRET, CIRCLE_LOG_LEVEL, …).
+            SIGINT/SIGTERM shut down gracefully: no new connections, in-flight posts committed, \
+            WebSockets closed with 1001.
+            """
+    )
+
+    @Option(help: "Address to bind (0.0.0.0 or :: for the network). Env: CIRCLE_HOST.")
+    var host: String = ProcessInfo.processInfo.environment["CIRCLE_HOST"] ?? "127.0.0.1"
+
+    @Option(help: "Port. Env: CIRCLE_PORT.")
+    var port: Int = Int(ProcessInfo.processInfo.environment["CIRCLE_PORT"] ?? "") ?? 8080
+
+    @OptionGroup var keys: KeyOptions
+
+    @Option(name: .long, help: ArgumentHelp("TLS certificate chain (PEM); serves wss:// and https://. Env: CIRCLE_TLS_CERT.", valueName: "file"))
+    var tlsCert: String?
+
+    @Option(name: .long, help: ArgumentHelp("TLS private key (PEM). Env: CIRCLE_TLS_KEY.", valueName: "file"))
+    var tlsKey: String?
+
+    @Option(help: "Largest post text in bytes (too_large).")
+    var maxPostBytes: Int = 8 * 1024
+
+    @Option(help: "Largest WebSocket message in bytes (close 1009).")
+    var maxMessageBytes: Int = 64 * 1024
+
+    @Option(help: "Posts per second per connection (rate_limited).")
+    var postsPerSecond: Double = 20
+
+    @Option(help: "Post burst per connection.")
+    var postBurst: Double = 40
+
+    @Option(help: "Outbound bytes queued per connection before it is closed as a slow consumer (1013).")
+    var outboundQueueBytes: Int = 1024 * 1024
+
+    @Option(help: "Open WebSocket connections per user (HTTP 429 beyond).")
+    var maxConnectionsPerUser: Int = 16
+
+    @Option(help: "Close connections silent for this long (4002), e.g. 75s.")
+    var idleTimeout: String = "75s"
+
+    @Option(help: "Log level: trace, debug, info, notice, warning, error, critical. Env: CIRCLE_LOG_LEVEL.")
+    var logLevel: String = ProcessInfo.processInfo.environment["CIRCLE_LOG_LEVEL"] ?? "info"
+
+    @Flag(help: "Development mode: GET /v1/dev/token?user=NAME hands out tokens. Never in production.")
+    var dev = false
+
+    @Flag(help: "Serve /v1/echo, a bare WebSocket echo for conformance tests and benchmarks.")
+    var echo = false
+
+    @Flag(help: "Accept permessage-deflate on chat connections (costs memory per connection).")
+    var compression = false
+
+    func run() async throws {
+        guard let level = Logger.Level(rawValue: self.logLevel.lowercased()) else {
+            throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical")
+        }
+        guard let idle = parseDuration(self.idleTimeout), idle > .zero else {
+            throw ValidationError("--idle-timeout takes a duration such as 75s or 5m")
+        }
+        var logger = Logger(label: "circle.server")
+        logger.logLevel = level
+        var tls: TLSConfiguration?
+        let environment = ProcessInfo.processInfo.environment
+        switch (self.tlsCert ?? environment["CIRCLE_TLS_CERT"], self.tlsKey ?? environment["CIRCLE_TLS_KEY"]) {
+        case (let cert?, let key?):
+            tls = TLSConfiguration.makeServerConfiguration(
+                certificateChain: try NIOSSLCertificate.fromPEMFile(cert).map { .certificate($0) },
+                privateKey: .privateKey(try NIOSSLPrivateKey(file: key, format: .pem))
+            )
+        case (nil, nil):
+            tls = nil
+        default:
+            throw ValidationError("--tls-cert and --tls-key go together")
+        }
+        let configuration = CircleServerConfiguration(
+            host: self.host,
+            port: self.port,
+            dataDirectory: self.keys.data,
+            tokenKeys: try self.keys.tokenKeys(createSecret: true),
+            tls: tls,
+            limits: .init(
+                maxPostBytes: self.maxPostBytes,
+                maxMessageBytes: self.maxMessageBytes,
+                postsPerSecond: self.postsPerSecond,
+                postBurst: self.postBurst,
+                outboundQueueBytes: self.outboundQueueBytes,
+                maxConnectionsPerUser: self.maxConnectionsPerUser,
+                idleTimeout: .nanoseconds(Int64(idle.components.seconds) * 1_000_000_000 + idle.components.attoseconds / 1_000_000_000)
+            ),
+            developmentTokens: self.dev,
+            echoEndpoint: self.echo,
+            compression: self.compression
+        )
+        let server: CircleServer
+        do {
+            server = try await CircleServer.start(configuration: configuration, logger: logger)
+        } catch let error as IOError {
+            throw ValidationError("cannot listen on \(self.host):\(self.port): \(error)")
+        }
+        let scheme = tls == nil ? "ws" : "wss"
+        let httpScheme = tls == nil ? "http" : "https"
+        let shownHost = self.host.contains(":") ? "[\(self.host)]" : self.host
+        FileHandle.standardError.write(
+            Data(
+                """
+                Circle is running.
+                  WebSocket  \(scheme)://\(shownHost):\(server.port)/v1/ws   (subprotocol circle.v1)
+                  HTTP API   \(httpScheme)://\(shownHost):\(server.port)/v1/circles   health: /healthz   metrics: /metrics
+                  data       \(self.keys.data)
+                  a token    circle token --user alice --data \(self.keys.data)
+                Press Ctrl-C to stop.
+
+                """.utf8
+            )
+        )
+        let group = ServiceGroup(
+            configuration: .init(services: [.init(service: server)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        )
+        try await group.run()
+    }
+}

@@ -1,0 +1,167 @@
+import Foundation
+import Testing
+
+/// The `circle` executable running as a child process, with its stdin, stdout and stderr on pipes.
+///
+/// Every wait is bounded: a process still running at its deadline is killed and the test fails.
+final class CircleProcess {
+    struct NotFound: Error, CustomStringConvertible {
+        var path: String
+        var description: String {
+            "the circle executable is not at \(path); build it first with `swift build` (the tests run the built binary)"
+        }
+    }
+
+    struct TimedOut: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    /// `.build/debug/circle` under the package root, derived from this file's path.
+    static var executablePath: String {
+        URL(fileURLWithPath: #filePath)
+            .deletingLastPathComponent()  // CircleCLITests
+            .deletingLastPathComponent()  // Tests
+            .deletingLastPathComponent()  // package root
+            .appendingPathComponent(".build/debug/circle")
+            .path
+    }
+
+    private let process = Process()
+    private let input = Pipe()
+    private let stdoutCollector: OutputCollector
+    private let stderrCollector: OutputCollector
+    let arguments: [String]
+
+    /// Starts `circle ARGUMENTS...`.
+    init(_ arguments: [String]) throws {
+        // Writing to the stdin of a process that has exited must fail with EPIPE, not kill the runner.
+        signal(SIGPIPE, SIG_IGN)
+        let path = Self.executablePath
+        guard FileManager.default.isExecutableFile(atPath: path) else { throw NotFound(path: path) }
+        self.arguments = arguments
+        let output = Pipe()
+        let error = Pipe()
+        self.process.executableURL = URL(fileURLWithPath: path)
+        self.process.arguments = arguments
+        self.process.standardInput = self.input
+        self.process.standardOutput = output
+        self.process.standardError = error
+        self.stdoutCollector = OutputCollector(output.fileHandleForReading)
+        self.stderrCollector = OutputCollector(error.fileHandleForReading)
+        // `run()` closes this process's copies of the child's pipe ends, so the readers see end of file.
+        try self.process.run()
+        self.stdoutCollector.start()
+        self.stderrCollector.start()
+    }
+
+    deinit {
+        if self.process.isRunning {
+            kill(self.process.processIdentifier, SIGKILL)
+        }
+    }
+
+    var stdout: String { self.stdoutCollector.text }
+    var stderr: String { self.stderrCollector.text }
+
+    /// The non-empty lines written to stdout so far.
+    var stdoutLines: [String] {
+        self.stdout.split(separator: "\n").map(String.init)
+    }
+
+    /// Writes `line` and a newline to the process's stdin.
+    func send(line: String) throws {
+        try self.input.fileHandleForWriting.write(contentsOf: Data((line + "\n").utf8))
+    }
+
+    /// Closes the process's stdin (end of input).
+    func closeInput() {
+        try? self.input.fileHandleForWriting.close()
+    }
+
+    /// Sends SIGINT, as Ctrl-C would.
+    func interrupt() {
+        self.process.interrupt()
+    }
+
+    /// Waits until stdout contains `text`.
+    func waitForStdout(_ text: String, timeout: Duration = .seconds(20)) async throws {
+        try await self.wait(timeout: timeout, "stdout to contain \"\(text)\"") { self.stdout.contains(text) }
+    }
+
+    /// Waits until stderr contains `text`.
+    func waitForStderr(_ text: String, timeout: Duration = .seconds(20)) async throws {
+        try await self.wait(timeout: timeout, "stderr to contain \"\(text)\"") { self.stderr.contains(text) }
+    }
+
+    /// Waits until stderr satisfies `condition`.
+    func waitForStderr(
+        _ what: String,
+        timeout: Duration = .seconds(20),
+        until condition: @escaping (String) -> Bool
+    ) async throws {
+        try await self.wait(timeout: timeout, "stderr: \(what)") { condition(self.stderr) }
+    }
+
+    /// Waits for the process to exit and for its output to be read; returns its exit status.
+    /// Kills the process and throws if it is still running after `timeout`.
+    @discardableResult
+    func waitForExit(timeout: Duration = .seconds(20)) async throws -> Int32 {
+        try await self.wait(timeout: timeout, "the process to exit") { !self.process.isRunning }
+        try await self.wait(timeout: .seconds(5), "stdout and stderr to end") {
+            self.stdoutCollector.isFinished && self.stderrCollector.isFinished
+        }
+        return self.process.terminationStatus
+    }
+
+    private func wait(timeout: Duration, _ what: String, until condition: () -> Bool) async throws {
+        let deadline = ContinuousClock.now + timeout
+        while !condition() {
+            guard ContinuousClock.now < deadline else {
+                let running = self.process.isRunning
+                if running { kill(self.process.processIdentifier, SIGKILL) }
+                throw TimedOut(
+                    description: """
+                        timed out after \(timeout) waiting for \(what)\(running ? "; killed the process" : "")
+                        command: circle \(self.arguments.joined(separator: " "))
+                        stdout: \(self.stdout)
+                        stderr: \(self.stderr)
+                        """
+                )
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+    }
+}
+
+/// Reads a pipe to its end on a thread of its own and keeps what it read.
+final class OutputCollector: @unchecked Sendable {
+    // @unchecked: `data` and `finished` are only touched while `lock` is held.
+    private let lock = NSLock()
+    private var data = Data()
+    private var finished = false
+    private let handle: FileHandle
+
+    init(_ handle: FileHandle) {
+        self.handle = handle
+    }
+
+    func start() {
+        let thread = Thread { [self] in
+            while true {
+                let chunk = self.handle.availableData
+                if chunk.isEmpty { break }
+                self.lock.withLock { self.data.append(chunk) }
+            }
+            self.lock.withLock { self.finished = true }
+        }
+        thread.start()
+    }
+
+    var text: String {
+        self.lock.withLock { String(decoding: self.data, as: UTF8.self) }
+    }
+
+    var isFinished: Bool {
+        self.lock.withLock { self.finished }
+    }
+}

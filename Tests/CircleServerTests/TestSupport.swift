@@ -1,0 +1,180 @@
+import CircleServer
+import CircleSocket
+import CircleWire
+import Foundation
+import NIOCore
+import NIOHTTP1
+import Testing
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+let testSecret = "circle-test-secret-0123456789abcdef-0123"
+
+/// A server on port 0 with its own data directory, restartable on the same directory.
+final class TestServer: @unchecked Sendable {
+    // @unchecked: mutated only by the test that owns it, sequentially.
+    let dataDirectory: String
+    var configuration: CircleServerConfiguration
+    private(set) var server: CircleServer?
+
+    init(limits: CircleServerConfiguration.Limits = .init(), echo: Bool = false, dev: Bool = false) {
+        self.dataDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("circle-test-\(UUID().uuidString)").path
+        self.configuration = CircleServerConfiguration(
+            host: "127.0.0.1",
+            port: 0,
+            dataDirectory: self.dataDirectory,
+            tokenKeys: .hs256(secret: testSecret),
+            limits: limits,
+            developmentTokens: dev,
+            echoEndpoint: echo
+        )
+    }
+
+    @discardableResult
+    func start() async throws -> CircleServer {
+        let server = try await CircleServer.start(configuration: self.configuration)
+        self.server = server
+        // Restarts come back on the same port, as a real deployment would.
+        self.configuration.port = server.port
+        return server
+    }
+
+    var port: Int { self.server?.port ?? 0 }
+    var wsURL: String { "ws://127.0.0.1:\(self.port)/v1/ws" }
+    var httpBase: String { "http://127.0.0.1:\(self.port)" }
+
+    func stop() async {
+        await self.server?.shutdown()
+        self.server = nil
+    }
+
+    func token(_ user: String, ttl: Duration = .seconds(3600)) async throws -> String {
+        try await TokenAuthority(.hs256(secret: testSecret)).mint(user: user, ttl: ttl)
+    }
+
+    func remove() {
+        try? FileManager.default.removeItem(atPath: self.dataDirectory)
+    }
+
+    /// An HTTP request to the server's API.
+    func http(_ method: String, _ path: String, token: String? = nil, json: String? = nil) async throws -> (status: Int, body: String) {
+        var request = URLRequest(url: URL(string: self.httpBase + path)!)
+        request.httpMethod = method
+        if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
+        if let json {
+            request.httpBody = Data(json.utf8)
+            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        }
+        let (data, response) = try await URLSession.shared.data(for: request)
+        return ((response as! HTTPURLResponse).statusCode, String(decoding: data, as: UTF8.self))
+    }
+
+    func createCircle(_ name: String, owner: String, isPrivate: Bool = false) async throws {
+        let result = try await self.http("POST", "/v1/circles", token: try await self.token(owner), json: #"{"name":"\#(name)","private":\#(isPrivate)}"#)
+        #expect(result.status == 201, "creating \(name): \(result.body)")
+    }
+}
+
+/// A `circle.v1` connection for tests: sends requests and reads server messages in order.
+final class TestClient: @unchecked Sendable {
+    // @unchecked: used by one test task at a time.
+    let socket: WebSocket
+    private var iterator: WebSocket.Messages.AsyncIterator
+    private var counter = 0
+
+    init(url: String, token: String?, subprotocol: Bool = true) async throws {
+        var configuration = WebSocketConfiguration()
+        if subprotocol { configuration.subprotocols = [circleSubprotocol] }
+        if let token { configuration.headers.add(name: "Authorization", value: "Bearer \(token)") }
+        self.socket = try await WebSocket.connect(to: url, configuration: configuration)
+        self.iterator = self.socket.messages.makeAsyncIterator()
+    }
+
+    static func connect(_ server: TestServer, user: String) async throws -> TestClient {
+        try await TestClient(url: server.wsURL, token: try await server.token(user))
+    }
+
+    func nextID() -> String {
+        self.counter += 1
+        return "r\(self.counter)"
+    }
+
+    func send(_ request: CircleRequest) async throws {
+        let data = try JSONEncoder().encode(request)
+        try await self.socket.send(String(decoding: data, as: UTF8.self))
+    }
+
+    func sendRaw(_ text: String) async throws {
+        try await self.socket.send(text)
+    }
+
+    /// The next server message, or `nil` when the connection ended. Fails the test after `timeout`.
+    func next(timeout: Duration = .seconds(10)) async throws -> CircleServerMessage? {
+        let deadline = Task {
+            try await Task.sleep(for: timeout)
+            self.socket.abort()
+        }
+        defer { deadline.cancel() }
+        guard let message = try await self.iterator.next() else { return nil }
+        guard case .text(let text) = message else {
+            Issue.record("binary frame from the server")
+            return nil
+        }
+        return try CircleServerMessage.decode(text)
+    }
+
+    /// Reads until the reply to `id` (ack, error or history), collecting other messages.
+    func reply(to id: String, timeout: Duration = .seconds(10)) async throws -> (reply: CircleServerMessage, others: [CircleServerMessage]) {
+        var others: [CircleServerMessage] = []
+        while let message = try await self.next(timeout: timeout) {
+            switch message {
+            case .ack(let ackID, _, _, _) where ackID == id: return (message, others)
+            case .error(let errorID, _, _) where errorID == id: return (message, others)
+            case .history(let historyID, _, _, _) where historyID == id: return (message, others)
+            default: others.append(message)
+            }
+        }
+        throw TestFailure("connection ended before the reply to \(id)")
+    }
+
+    /// Sends a request and waits for its reply.
+    @discardableResult
+    func request(_ make: (String) -> CircleRequest) async throws -> CircleServerMessage {
+        let request = make(self.nextID())
+        try await self.send(request)
+        return try await self.reply(to: request.id).reply
+    }
+
+    func close() async {
+        await self.socket.close()
+    }
+}
+
+struct TestFailure: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+extension CircleServerMessage {
+    var errorCode: CircleErrorCode? {
+        if case .error(_, let code, _) = self { return code }
+        return nil
+    }
+
+    var ackSeq: Int64? {
+        if case .ack(_, let seq, _, _) = self { return seq }
+        return nil
+    }
+
+    var isDuplicateAck: Bool {
+        if case .ack(_, _, _, let duplicate) = self { return duplicate }
+        return false
+    }
+
+    var post: CirclePost? {
+        if case .post(let post) = self { return post }
+        return nil
+    }
+}
