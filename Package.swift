@@ -89,10 +89,21 @@ let package = Package(
             dependencies: ["CircleSocket", .product(name: "Logging", package: "swift-log")],
             path: "Sources/CircleAutobahn"
         ),
+        .target(
+            name: "CircleTestSupport",
+            dependencies: [
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            path: "Tests/CircleTestSupport"
+        ),
         .testTarget(
             name: "CircleSocketTests",
             dependencies: [
                 "CircleSocket",
+                "CircleTestSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -108,6 +119,9 @@ let package = Package(
             name: "CircleServerTests",
             dependencies: [
                 "CircleServer",
+                "CircleTestSupport",
+                .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 "CircleWire",
                 "CircleSocket",
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -2,6 +2,7 @@ import CircleSocket
 import Foundation
 import NIOCore
 import NIOSSL
+import CircleTestSupport
 import Testing
 
 @Suite("WebSocket over TLS")

@@ -4,13 +4,13 @@ import NIOSSL
 import SwiftASN1
 import X509
 
-/// A throwaway certificate authority and server certificates, made at test time.
-struct TestCertificates {
-    let caCertificate: NIOSSLCertificate
+/// A throwaway certificate authority (test support shared by the test targets) and server certificates, made at test time.
+public struct TestCertificates {
+    public let caCertificate: NIOSSLCertificate
     private let caKey: P256.Signing.PrivateKey
     private let caName: DistinguishedName
 
-    init() throws {
+    public init() throws {
         self.caKey = P256.Signing.PrivateKey()
         self.caName = try DistinguishedName { CommonName("Circle Test CA") }
         let now = Date()
@@ -33,7 +33,7 @@ struct TestCertificates {
     }
 
     /// A server certificate for `names` signed by this CA, or self-signed.
-    func serverIdentity(names: [String], selfSigned: Bool = false) throws -> (certificate: NIOSSLCertificate, key: NIOSSLPrivateKey) {
+    public func serverIdentity(names: [String], selfSigned: Bool = false) throws -> (certificate: NIOSSLCertificate, key: NIOSSLPrivateKey) {
         let key = P256.Signing.PrivateKey()
         let subject = try DistinguishedName { CommonName(names[0]) }
         let now = Date()
@@ -62,7 +62,7 @@ struct TestCertificates {
         return (try Self.nioCertificate(certificate), privateKey)
     }
 
-    func serverTLS(names: [String], selfSigned: Bool = false) throws -> TLSConfiguration {
+    public func serverTLS(names: [String], selfSigned: Bool = false) throws -> TLSConfiguration {
         let identity = try self.serverIdentity(names: names, selfSigned: selfSigned)
         return TLSConfiguration.makeServerConfiguration(
             certificateChain: [.certificate(identity.certificate)],
