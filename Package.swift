@@ -130,6 +130,10 @@ let package = Package(
             ]
         ),
         .testTarget(
+            name: "CircleClientTests",
+            dependencies: ["CircleClient"]
+        ),
+        .testTarget(
             name: "CircleCLITests",
             dependencies: ["CircleSocket", .product(name: "NIOCore", package: "swift-nio")]
         ),
