@@ -23,10 +23,15 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
         var pending: [(seq: Int64, payload: ByteBuffer)] = []
         /// Replay paused until the channel is writable again.
         var waitingForWritability = false
+        /// Whether the access check of the join passed; until then posts wait in `heldPosts`,
+        /// so a client may pipeline join and post without a post slipping past the check.
+        var confirmed = false
+        var heldPosts: [CircleRequest] = []
     }
 
     private static let replayPage = 256
     private static let maxPendingDuringReplay = 10_000
+    private static let maxHeldPosts = 100
     private static let closeGrace: TimeAmount = .seconds(2)
     private static let closeHardCap: TimeAmount = .seconds(30)
 
@@ -238,12 +243,19 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
         case .failure(let error): refusal = (.internalError, "could not read the circle: \(error)")
         }
         if let refusal {
+            let held = self.memberships[circle]?.heldPosts ?? []
             self.memberships[circle] = nil
             self.services.hub.unsubscribe(subscriber, from: circle)
             self.fail(id: request.id, refusal.0, refusal.1)
+            for post in held {
+                self.fail(id: post.id, .forbidden, "the join of \"\(circle)\" was refused: \(refusal.1)")
+            }
             return
         }
         guard case .success((let info?, _)) = result else { return }
+        let held = self.memberships[circle]?.heldPosts ?? []
+        self.memberships[circle]?.heldPosts = []
+        self.memberships[circle]?.confirmed = true
         self.services.metrics.joins.increment()
         if request.since == nil {
             // Live only: start after the newest stored post.
@@ -252,6 +264,7 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
         self.send(.ack(id: request.id, seq: info.lastSeq, time: nil, duplicate: false))
         self.services.hub.broadcast(.joined(circle: circle, user: self.user.name), in: circle, except: subscriber)
         self.replay(circle)
+        for post in held { self.post(post) }
     }
 
     /// Sends stored posts after `lastSent` page by page, then the live posts that queued meanwhile.
@@ -334,8 +347,16 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
 
     private func post(_ request: CircleRequest) {
         let limits = self.services.configuration.limits
-        guard self.memberships[request.circle] != nil else {
+        guard let membership = self.memberships[request.circle] else {
             self.fail(id: request.id, .forbidden, "join \"\(request.circle)\" before posting in it")
+            return
+        }
+        guard membership.confirmed else {
+            guard membership.heldPosts.count < Self.maxHeldPosts else {
+                self.fail(id: request.id, .rateLimited, "too many posts before the join of \"\(request.circle)\" was confirmed")
+                return
+            }
+            self.memberships[request.circle]?.heldPosts.append(request)
             return
         }
         if let text = request.text, text.utf8.count > limits.maxPostBytes {
@@ -412,7 +433,7 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
     }
 
     private func typing(_ request: CircleRequest) {
-        guard self.memberships[request.circle] != nil else {
+        guard self.memberships[request.circle]?.confirmed == true else {
             self.fail(id: request.id, .forbidden, "join \"\(request.circle)\" first")
             return
         }

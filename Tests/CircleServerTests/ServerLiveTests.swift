@@ -240,6 +240,11 @@ struct ServerLiveTests {
         let mallory = try await TestClient.connect(server, user: "mallory")
         #expect(try await mallory.request { .join("secret", id: $0) }.errorCode == .forbidden)
         #expect(try await mallory.request { .history(of: "secret", id: $0) }.errorCode == .forbidden)
+        // Join and post pipelined: the post waits for the access check and is refused with it.
+        try await mallory.send(.join("secret", id: "pj"))
+        try await mallory.send(.post("sneaky", to: "secret", id: "pp"))
+        #expect(try await mallory.reply(to: "pj").reply.errorCode == .forbidden)
+        #expect(try await mallory.reply(to: "pp").reply.errorCode == .forbidden)
         let forbidden = try await server.http("GET", "/v1/circles/secret/messages", token: try await server.token("mallory"))
         #expect(forbidden.status == 403)
         #expect(forbidden.body.contains("\"forbidden\""))
@@ -252,6 +257,13 @@ struct ServerLiveTests {
         let bob = try await TestClient.connect(server, user: "bob")
         #expect(try await bob.request { .join("secret", id: $0) }.ackSeq == 0)
         #expect(try await bob.request { .post("in", to: "secret", id: $0) }.ackSeq == 1)
+        // A member may pipeline them: the held post goes through once the join is confirmed.
+        let carolToken = try await server.token("alice")
+        let alice = try await TestClient(url: server.wsURL, token: carolToken)
+        try await alice.send(.join("secret", id: "aj"))
+        try await alice.send(.post("pipelined", to: "secret", id: "ap"))
+        #expect(try await alice.reply(to: "aj").reply.ackSeq == 1)
+        #expect(try await alice.reply(to: "ap").reply.ackSeq == 2)
 
         let bobsList = try await server.http("GET", "/v1/circles", token: try await server.token("bob"))
         #expect(bobsList.body.contains("secret"))
