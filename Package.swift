@@ -45,7 +45,12 @@ let package = Package(
         ),
         .target(
             name: "CircleClient",
-            dependencies: ["CircleSocket", "CircleWire", .product(name: "Logging", package: "swift-log")]
+            dependencies: [
+                "CircleSocket",
+                "CircleWire",
+                .product(name: "SQLiteNIO", package: "sqlite-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
         ),
         .target(
             name: "CircleServer",
@@ -92,6 +97,7 @@ let package = Package(
         .target(
             name: "CircleTestSupport",
             dependencies: [
+                "CircleServer",
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
@@ -131,7 +137,7 @@ let package = Package(
         ),
         .testTarget(
             name: "CircleClientTests",
-            dependencies: ["CircleClient"]
+            dependencies: ["CircleClient", "CircleServer", "CircleTestSupport", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")]
         ),
         .testTarget(
             name: "CircleCLITests",

@@ -1,8 +1,101 @@
-// CircleClient, the resilient chat SDK, is being built. What exists so far are its decision
-// cores as values, tested with an injected clock: `ConnectionStateMachine` (connect,
-// reconnect with full-jitter backoff, failover across servers, 1001/1000/4001 handling,
-// token refresh) and `HeartbeatStateMachine` (ping interval and dead-connection timeout).
-// The client that drives them over `CircleSocket` (outbox, acks, gapless resume) is not
-// written yet; until then apps can speak `circle.v1` directly (docs/PROTOCOL.md).
+import CircleSocket
+import CircleWire
+import Foundation
+import Logging
+import NIOCore
+
 @_exported import CircleSocket
 @_exported import CircleWire
+
+/// The Circle SDK: one resilient session with a Circle server.
+///
+/// ```swift
+/// let client = try await CircleClient(configuration: .init(
+///     servers: ["wss://chat.example.com/v1/ws"],
+///     tokenProvider: { try await myBackend.circleToken() },
+///     stateFile: appSupport.appendingPathComponent("circle.sqlite").path
+/// ))
+/// await client.connect()
+/// Task { for await event in await client.messages(in: "general") { render(event) } }
+/// let receipt = try await client.post("hello", to: "general")   // seq, time
+/// ```
+///
+/// - Every `post` resolves exactly once: with a ``PostReceipt``, or a ``CircleClientError``
+///   (rejected by the server with a reason, or timed out) — also when the connection drops and
+///   returns in between: the post is re-sent with the same id and the server stores it once.
+/// - Posting while disconnected queues the post in the outbox (in memory, or in ``CircleClientConfiguration/stateFile``
+///   so it survives a restart); nothing crashes and nothing vanishes.
+/// - ``messages(in:)`` delivers every post of a circle once and in order, across reconnects:
+///   the client re-joins with the last sequence number it delivered.
+/// - A heartbeat notices dead connections; reconnects back off with full jitter.
+public final class CircleClient: Sendable {
+    private let core: ClientCore
+
+    /// Creates a client and loads its outbox and cursors. It does not connect yet.
+    public init(configuration: CircleClientConfiguration) async throws {
+        precondition(!configuration.servers.isEmpty, "CircleClientConfiguration.servers is empty")
+        let store: any ClientStateStore
+        if let path = configuration.stateFile {
+            store = try await SQLiteClientStateStore.open(path: path, logger: configuration.logger)
+        } else {
+            store = MemoryClientStateStore()
+        }
+        let (outbox, cursors) = try await store.load()
+        self.core = ClientCore(configuration: configuration, store: store, outbox: outbox, cursors: cursors)
+    }
+
+    /// Connects (and keeps reconnecting until ``disconnect()`` or a terminal close).
+    public func connect() async { await self.core.start() }
+
+    /// Closes the connection and stops reconnecting. Waiting posts throw ``CircleClientError/Code/stopped``;
+    /// with a state file their entries stay in the outbox and are sent after the next ``connect()``.
+    public func disconnect() async { await self.core.stop() }
+
+    /// Skips the backoff wait: for "the app came to the foreground" or "the network is back".
+    public func reconnectNow() async { await self.core.reconnectNow() }
+
+    /// The connection state now.
+    public var state: ConnectionState { get async { await self.core.state } }
+
+    /// The connection state as it changes, starting with the current one.
+    public func states() async -> AsyncStream<ConnectionState> { await self.core.stateStream() }
+
+    /// Posts text (and optionally a media id) to a circle; see the type's documentation for the promises.
+    @discardableResult
+    public func post(_ text: String, to circle: String, attachment: String? = nil) async throws -> PostReceipt {
+        try await self.core.post(text: text, attachment: attachment, to: circle)
+    }
+
+    /// Joins the circle (if not yet) and returns its events in order. Each call returns its own
+    /// stream; the circle stays joined while any stream is alive or until ``leave(_:)``.
+    public func messages(in circle: String) async -> AsyncStream<CircleEvent> {
+        await self.core.subscribe(circle)
+    }
+
+    /// Leaves a circle: no more events, and its cursor is kept for a later join.
+    public func leave(_ circle: String) async throws { try await self.core.leave(circle) }
+
+    /// A page of stored posts before `before` (the newest when `nil`), oldest first, and whether more exist.
+    public func history(of circle: String, before: Int64? = nil, limit: Int = 50) async throws -> (posts: [CirclePost], more: Bool) {
+        try await self.core.history(circle, before: before, limit: limit)
+    }
+
+    /// Tells the circle this user is typing.
+    public func typing(in circle: String) async throws { try await self.core.typing(circle) }
+
+    /// The posts not yet acknowledged, in order.
+    public var outbox: [OutboxEntry] { get async { await self.core.outboxEntries } }
+
+    /// Outbox events (queued, sent, failed) from now on; entries restored from the state file
+    /// report their fate here, since no `post` call waits for them.
+    public func outboxEvents() async -> AsyncStream<OutboxEvent> { await self.core.outboxStream() }
+
+    /// The last sequence number delivered for a circle.
+    public func cursor(of circle: String) async -> Int64? { await self.core.cursor(of: circle) }
+
+    /// Stops and releases the state file.
+    public func shutdown() async {
+        await self.core.stop()
+        await self.core.closeStore()
+    }
+}

@@ -92,6 +92,7 @@ public final class CircleServer: Service, Sendable {
         services: ServerServices,
         router: APIRouter
     ) throws {
+        services.track(channel)
         let sync = channel.pipeline.syncOperations
         if let sslContext { try sync.addHandler(NIOSSLServerHandler(context: sslContext)) }
         let decision = UpgradeDecision()
@@ -234,6 +235,10 @@ public final class CircleServer: Service, Sendable {
         let deadline = ContinuousClock.now + .seconds(3)
         while self.services.hub.connectionCount > 0 && ContinuousClock.now < deadline {
             try? await Task.sleep(for: .milliseconds(20))
+        }
+        self.services.closeAllChannels()
+        while self.services.openChannelCount > 0 && ContinuousClock.now < deadline + .seconds(1) {
+            try? await Task.sleep(for: .milliseconds(10))
         }
         try? await self.services.store.close()
         self.services.logger.info("stopped")

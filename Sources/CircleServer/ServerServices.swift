@@ -1,4 +1,5 @@
 import Logging
+import NIOCore
 import NIOConcurrencyHelpers
 
 /// What every connection of one server shares.
@@ -12,6 +13,7 @@ final class ServerServices: Sendable {
     let logger: Logger
     private let connectionsPerUser = NIOLockedValueBox([String: Int]())
     private let acceptingConnections = NIOLockedValueBox(true)
+    private let openChannels = NIOLockedValueBox([ObjectIdentifier: any Channel]())
 
     init(configuration: CircleServerConfiguration, store: any CircleStore, authority: TokenAuthority, logger: Logger) {
         self.configuration = configuration
@@ -39,6 +41,25 @@ final class ServerServices: Sendable {
             if counts[user] == 0 { counts[user] = nil }
         }
     }
+
+    /// Tracks every accepted connection (HTTP keep-alive ones too) so shutdown can close them.
+    func track(_ channel: any Channel) {
+        let id = ObjectIdentifier(channel)
+        self.openChannels.withLockedValue { $0[id] = channel }
+        channel.closeFuture.whenComplete { _ in
+            self.openChannels.withLockedValue { _ = $0.removeValue(forKey: id) }
+        }
+    }
+
+    /// Closes whatever is still open (idle HTTP keep-alive connections, WebSockets that did not
+    /// finish their close handshake in time).
+    func closeAllChannels() {
+        for channel in self.openChannels.withLockedValue({ Array($0.values) }) {
+            channel.close(promise: nil)
+        }
+    }
+
+    var openChannelCount: Int { self.openChannels.withLockedValue { $0.count } }
 
     var isAccepting: Bool { self.acceptingConnections.withLockedValue { $0 } }
 

@@ -1,4 +1,5 @@
 import CircleServer
+import CircleTestSupport
 import CircleSocket
 import CircleWire
 import Foundation

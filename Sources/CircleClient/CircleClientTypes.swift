@@ -1,0 +1,132 @@
+import CircleSocket
+import CircleWire
+import Foundation
+import Logging
+
+/// Settings for a ``CircleClient``. Every field but the servers and the token provider has a default.
+public struct CircleClientConfiguration: Sendable {
+    /// Server URLs (`ws://…/v1/ws` or `wss://…/v1/ws`), tried in turn on failures and after 1001.
+    public var servers: [String]
+    /// Returns a fresh access token; asked at the first connect and whenever the server says
+    /// the token is no longer good (HTTP 401, close 4001).
+    public var tokenProvider: @Sendable () async throws -> String
+    public var reconnect: ReconnectPolicy
+    public var heartbeat: HeartbeatPolicy
+    /// Time allowed for a reply to join, history, typing and leave while connected.
+    public var requestTimeout: Duration
+    /// Time a post may take, across reconnects, before it resolves as timed out.
+    public var postTimeout: Duration
+    /// Throw ``CircleClientError/Code/notConnected`` at once for a post while disconnected,
+    /// instead of queueing it in the outbox.
+    public var failFast: Bool
+    /// Where the outbox and the per-circle cursors live: `nil` keeps them in memory; a file path
+    /// keeps them in SQLite, so unsent posts survive an app restart and readers resume where they were.
+    public var stateFile: String?
+    /// The transport settings (TLS, timeouts, …); subprotocol and Authorization are set by the client.
+    public var socket: WebSocketConfiguration
+    public var logger: Logger
+
+    public init(
+        servers: [String],
+        tokenProvider: @escaping @Sendable () async throws -> String,
+        reconnect: ReconnectPolicy = .init(),
+        heartbeat: HeartbeatPolicy = .init(),
+        requestTimeout: Duration = .seconds(10),
+        postTimeout: Duration = .seconds(120),
+        failFast: Bool = false,
+        stateFile: String? = nil,
+        socket: WebSocketConfiguration = .init(),
+        logger: Logger = Logger(label: "circle.client")
+    ) {
+        self.servers = servers
+        self.tokenProvider = tokenProvider
+        self.reconnect = reconnect
+        self.heartbeat = heartbeat
+        self.requestTimeout = requestTimeout
+        self.postTimeout = postTimeout
+        self.failFast = failFast
+        self.stateFile = stateFile
+        self.socket = socket
+        self.logger = logger
+    }
+}
+
+/// The client's connection, as an app shows it.
+public enum ConnectionState: Sendable, Hashable {
+    case disconnected
+    case connecting(attempt: Int)
+    case connected
+    case waitingToReconnect(until: ContinuousClock.Instant, attempt: Int)
+    case closed(StopReason)
+}
+
+/// What a post resolved to.
+public struct PostReceipt: Sendable, Hashable {
+    /// The post's request id (its idempotency key).
+    public var id: String
+    public var circle: String
+    /// The post's sequence number in the circle.
+    public var seq: Int64
+    /// Commit time, milliseconds since 1970.
+    public var time: Int64
+    /// Whether the server had stored it before (a retry after a lost ack).
+    public var duplicate: Bool
+}
+
+/// Why a call failed: a code to switch on and a sentence.
+public struct CircleClientError: Error, Sendable, Hashable, CustomStringConvertible {
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        public let rawValue: String
+        /// The server refused with this `circle.v1` error code (forbidden, too_large, rate_limited, …).
+        public static func server(_ code: CircleErrorCode) -> Code { Code(rawValue: code.rawValue) }
+        public static let forbidden = server(.forbidden)
+        public static let tooLarge = server(.tooLarge)
+        public static let rateLimited = server(.rateLimited)
+        public static let notFound = server(.notFound)
+        public static let badRequest = server(.badRequest)
+        /// No answer within the timeout.
+        public static let timedOut = Code(rawValue: "timed_out")
+        /// Not connected, and `failFast` is on (or the request cannot wait for a connection).
+        public static let notConnected = Code(rawValue: "not_connected")
+        /// The client was stopped (`disconnect()`, or the server ended the session for good).
+        public static let stopped = Code(rawValue: "stopped")
+        public var description: String { self.rawValue }
+    }
+
+    public var code: Code
+    public var message: String
+    public var description: String { "\(self.code): \(self.message)" }
+
+    public init(_ code: Code, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+}
+
+/// What happens in a circle, in order.
+public enum CircleEvent: Sendable, Hashable {
+    /// A post, delivered once, in sequence order.
+    case post(CirclePost)
+    /// Posts `from...to` could not be replayed by the server; they are missing for good.
+    case gap(from: Int64, to: Int64)
+    case joined(user: String)
+    case left(user: String)
+    case typing(user: String)
+}
+
+/// A post waiting in the outbox.
+public struct OutboxEntry: Sendable, Hashable, Codable {
+    public var id: String
+    public var circle: String
+    public var text: String?
+    public var attachment: String?
+    /// When it was queued, milliseconds since 1970.
+    public var createdAt: Int64
+}
+
+/// The life of an outbox entry, for an app's "sending / sent / failed" UI.
+public enum OutboxEvent: Sendable, Hashable {
+    case queued(OutboxEntry)
+    case sent(OutboxEntry, PostReceipt)
+    case failed(OutboxEntry, CircleClientError)
+}

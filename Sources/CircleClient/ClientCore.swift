@@ -1,0 +1,595 @@
+import CircleSocket
+import CircleWire
+import Foundation
+import Logging
+import NIOCore
+
+/// The client's state and I/O, serialized by the actor. The decisions about when to connect,
+/// back off and ping are made by the state machines; this type performs them.
+actor ClientCore {
+    private struct Circle {
+        /// The last sequence number delivered to the app (and kept in the state store).
+        var cursor: Int64?
+        /// Joined on the current connection (the ack arrived).
+        var joined = false
+        var joinRequested = false
+        var subscribers: [UUID: AsyncStream<CircleEvent>.Continuation] = [:]
+        /// The app wants this circle's events (not only to post in it).
+        var wanted: Bool { !self.subscribers.isEmpty }
+    }
+
+    private struct Waiter {
+        var continuation: CheckedContinuation<CircleServerMessage, any Error>
+        var timeout: Task<Void, Never>?
+    }
+
+    private let configuration: CircleClientConfiguration
+    private let store: any ClientStateStore
+    private var logger: Logger
+    private var machine: ConnectionStateMachine<ContinuousClock.Instant>
+    private var heartbeat: HeartbeatStateMachine<ContinuousClock.Instant>
+    private(set) var state: ConnectionState = .disconnected
+    private var stateSubscribers: [UUID: AsyncStream<ConnectionState>.Continuation] = [:]
+    private var outboxSubscribers: [UUID: AsyncStream<OutboxEvent>.Continuation] = [:]
+
+    private var socket: WebSocket?
+    private var generation = 0
+    private var token: String?
+    private var timer: Task<Void, Never>?
+    private var heartbeatTask: Task<Void, Never>?
+
+    private var circles: [String: Circle] = [:]
+    private var outbox: [OutboxEntry]
+    /// Posts of this process waiting for their ack, by id.
+    private var postWaiters: [String: CheckedContinuation<PostReceipt, any Error>] = [:]
+    private var postDeadlines: [String: ContinuousClock.Instant] = [:]
+    private var sweeper: Task<Void, Never>?
+    /// Posts sent on the current connection (not to be re-sent on it).
+    private var sentOnConnection: Set<String> = []
+    private var requests: [String: Waiter] = [:]
+    private var joinRequests: [String: String] = [:]
+    private var requestCounter = 0
+
+    init(configuration: CircleClientConfiguration, store: any ClientStateStore, outbox: [OutboxEntry], cursors: [String: Int64]) {
+        self.configuration = configuration
+        self.store = store
+        self.logger = configuration.logger
+        self.machine = ConnectionStateMachine(policy: configuration.reconnect, serverCount: configuration.servers.count)
+        self.heartbeat = HeartbeatStateMachine(policy: configuration.heartbeat)
+        self.outbox = outbox
+        for (circle, seq) in cursors { self.circles[circle] = Circle(cursor: seq) }
+    }
+
+    // MARK: Connection
+
+    func start() {
+        self.perform(self.machine.start())
+        self.startSweeper()
+    }
+
+    func stop() {
+        self.perform(self.machine.stopRequested())
+        if case .stopped(let reason) = self.machine.state { self.stopped(reason) }
+    }
+
+    func reconnectNow() {
+        self.perform(self.machine.reconnectNow())
+    }
+
+    private func perform(_ action: ConnectionStateMachine<ContinuousClock.Instant>.Action) {
+        switch action {
+        case .none:
+            break
+        case .connect(let server):
+            self.timer?.cancel()
+            if case .connecting(let attempt, _) = self.machine.state { self.publish(.connecting(attempt: attempt)) }
+            Task { await self.open(server: server) }
+        case .refreshToken:
+            self.token = nil
+            Task { await self.refreshToken() }
+        case .scheduleTimer(let instant):
+            self.schedule(at: instant)
+        case .closeConnection(let thenTimer):
+            self.dropConnection()
+            if let thenTimer { self.schedule(at: thenTimer) }
+        case .report(let reason):
+            self.stopped(reason)
+        }
+        self.publish(self.publicState)
+    }
+
+    /// The machine's state as the app sees it.
+    private var publicState: ConnectionState {
+        switch self.machine.state {
+        case .idle: return .disconnected
+        case .connecting(let attempt, _), .refreshingToken(let attempt, _): return .connecting(attempt: attempt)
+        case .connected: return .connected
+        case .waiting(let until, let attempt, _): return .waitingToReconnect(until: until, attempt: attempt)
+        case .stopped(let reason): return .closed(reason)
+        }
+    }
+
+    private func schedule(at instant: ContinuousClock.Instant) {
+        self.timer?.cancel()
+        self.timer = Task {
+            try? await Task.sleep(until: instant, clock: .continuous)
+            guard !Task.isCancelled else { return }
+            self.timerFired()
+        }
+    }
+
+    private func timerFired() {
+        self.perform(self.machine.timerFired(now: .now))
+    }
+
+    private func refreshToken() async {
+        do {
+            let token = try await self.configuration.tokenProvider()
+            self.token = token
+            self.perform(self.machine.tokenRefreshed())
+        } catch {
+            self.logger.warning("token provider failed", metadata: ["error": "\(error)"])
+            self.perform(self.machine.tokenRefreshFailed("\(error)", now: .now, random: .random(in: 0..<1)))
+        }
+    }
+
+    private func open(server: Int) async {
+        guard case .connecting = self.machine.state else { return }
+        let url = self.configuration.servers[server]
+        do {
+            let token: String
+            if let cached = self.token {
+                token = cached
+            } else {
+                token = try await self.configuration.tokenProvider()
+                self.token = token
+            }
+            var socketConfiguration = self.configuration.socket
+            socketConfiguration.subprotocols = [circleSubprotocol]
+            socketConfiguration.headers.replaceOrAdd(name: "Authorization", value: "Bearer \(token)")
+            let socket = try await WebSocket.connect(to: url, configuration: socketConfiguration, logger: self.logger)
+            guard case .connecting = self.machine.state else {
+                await socket.close()
+                return
+            }
+            self.connected(socket)
+        } catch let error as WebSocketError {
+            self.logger.debug("connect failed", metadata: ["url": "\(url)", "error": "\(error)"])
+            let end: ConnectionEnd =
+                if error.code == .handshakeRefused, let status = error.httpStatus {
+                    .httpStatus(status, body: error.httpBody ?? "")
+                } else {
+                    .transient
+                }
+            self.perform(self.machine.ended(end, now: .now, random: .random(in: 0..<1)))
+        } catch {
+            // The token provider failed: treat like a refused token, which backs off.
+            self.logger.warning("token provider failed", metadata: ["error": "\(error)"])
+            self.perform(self.machine.ended(.transient, now: .now, random: .random(in: 0..<1)))
+        }
+    }
+
+    private func connected(_ socket: WebSocket) {
+        self.generation += 1
+        let generation = self.generation
+        self.socket = socket
+        self.sentOnConnection = []
+        self.perform(self.machine.connected())
+        Task { await self.read(socket, generation: generation) }
+        self.startHeartbeat(generation: generation)
+        for name in self.circles.keys { self.circles[name]?.joined = false; self.circles[name]?.joinRequested = false }
+        // Re-join what the app reads, then what the outbox needs, then re-send the outbox in order.
+        for (name, circle) in self.circles where circle.wanted { self.join(name) }
+        for entry in self.outbox where self.circles[entry.circle]?.joinRequested != true { self.join(entry.circle) }
+        self.flushOutbox()
+    }
+
+    private func read(_ socket: WebSocket, generation: Int) async {
+        var failure: (any Error)?
+        do {
+            for try await message in socket.messages {
+                guard case .text(let text) = message else { continue }
+                self.receive(text, generation: generation)
+            }
+        } catch {
+            failure = error
+        }
+        let info = await socket.closeInfo
+        self.connectionEnded(generation: generation, info: info, failure: failure)
+    }
+
+    private func connectionEnded(generation: Int, info: WebSocketCloseInfo, failure: (any Error)?) {
+        guard generation == self.generation else { return }
+        self.socket = nil
+        self.heartbeatTask?.cancel()
+        self.heartbeat.disconnected()
+        for name in self.circles.keys { self.circles[name]?.joined = false; self.circles[name]?.joinRequested = false }
+        self.failRequests(CircleClientError(.notConnected, "the connection closed before the reply"))
+        // No close frame from the server (1006): the network or the server died; retry.
+        let end: ConnectionEnd =
+            info.code == .abnormalClosure ? .transient : .closeCode(Int(info.code.rawValue), reason: info.reason)
+        self.logger.debug("connection ended", metadata: ["close": "\(info)", "error": "\(failure.map { "\($0)" } ?? "none")"])
+        self.perform(self.machine.ended(end, now: .now, random: .random(in: 0..<1)))
+    }
+
+    private func dropConnection() {
+        self.generation += 1
+        self.heartbeatTask?.cancel()
+        self.heartbeat.disconnected()
+        self.failRequests(CircleClientError(.notConnected, "the connection was closed"))
+        if let socket = self.socket {
+            self.socket = nil
+            Task { await socket.close(code: .goingAway, reason: "client closing") }
+            // A dead connection may never answer the close: don't wait for it.
+            socket.abort()
+        }
+    }
+
+    private func stopped(_ reason: StopReason) {
+        self.timer?.cancel()
+        self.dropConnection()
+        let error = CircleClientError(.stopped, "the client stopped: \(reason)")
+        for (id, waiter) in self.postWaiters {
+            waiter.resume(throwing: error)
+            if self.configuration.stateFile == nil, let index = self.outbox.firstIndex(where: { $0.id == id }) {
+                let entry = self.outbox.remove(at: index)
+                self.emit(.failed(entry, error))
+            }
+        }
+        self.postWaiters = [:]
+        self.postDeadlines = [:]
+    }
+
+    // MARK: Heartbeat
+
+    private func startHeartbeat(generation: Int) {
+        self.heartbeatTask?.cancel()
+        var action = self.heartbeat.connected(now: .now)
+        self.heartbeatTask = Task {
+            while !Task.isCancelled {
+                switch action {
+                case .none:
+                    return
+                case .scheduleTimer(let at):
+                    try? await Task.sleep(until: at, clock: .continuous)
+                case .sendPing(let then):
+                    self.ping(generation: generation)
+                    try? await Task.sleep(until: then, clock: .continuous)
+                case .declareDead:
+                    self.dead(generation: generation)
+                    return
+                }
+                guard !Task.isCancelled else { return }
+                action = self.heartbeatTimer()
+            }
+        }
+    }
+
+    private func heartbeatTimer() -> HeartbeatStateMachine<ContinuousClock.Instant>.Action {
+        self.heartbeat.timerFired(now: .now)
+    }
+
+    private func ping(generation: Int) {
+        guard let socket = self.socket, generation == self.generation else { return }
+        let timeout = self.configuration.heartbeat.timeout
+        Task {
+            // The heartbeat machine decides about death; the socket's own timeout only bounds the wait.
+            if (try? await socket.ping(timeout: timeout + .seconds(1))) != nil {
+                self.pong(generation: generation)
+            }
+        }
+    }
+
+    private func pong(generation: Int) {
+        guard generation == self.generation else { return }
+        _ = self.heartbeat.pongReceived(now: .now)
+    }
+
+    private func dead(generation: Int) {
+        guard generation == self.generation else { return }
+        self.logger.info("no pong within the heartbeat timeout; reconnecting")
+        self.perform(self.machine.ended(.heartbeatTimeout, now: .now, random: .random(in: 0..<1)))
+    }
+
+    // MARK: Inbound
+
+    private func receive(_ text: String, generation: Int) {
+        guard generation == self.generation else { return }
+        let message: CircleServerMessage
+        do {
+            message = try CircleServerMessage.decode(text)
+        } catch {
+            self.logger.warning("unreadable server message", metadata: ["text": "\(text.prefix(200))"])
+            return
+        }
+        switch message {
+        case .ack(let id, let seq, let time, let duplicate):
+            if let circle = self.joinRequests.removeValue(forKey: id) {
+                self.circles[circle]?.joined = true
+                if self.circles[circle]?.cursor == nil, let seq {
+                    // A first join is live-only: start after the newest post at join time.
+                    self.setCursor(seq, for: circle)
+                }
+            }
+            if self.postWaiters[id] != nil || self.outbox.contains(where: { $0.id == id }) {
+                self.postResolved(id, .success(PostReceipt(id: id, circle: self.outbox.first { $0.id == id }?.circle ?? "", seq: seq ?? 0, time: time ?? 0, duplicate: duplicate)))
+            } else {
+                self.resolveRequest(id, .success(message))
+            }
+        case .error(let id?, let code, let text):
+            if let circle = self.joinRequests.removeValue(forKey: id) {
+                self.circles[circle]?.joinRequested = false
+                for continuation in self.circles[circle]?.subscribers.values ?? [:].values { continuation.finish() }
+                self.circles[circle]?.subscribers = [:]
+                self.logger.warning("join refused", metadata: ["circle": "\(circle)", "code": "\(code)", "message": "\(text)"])
+            }
+            if self.outbox.contains(where: { $0.id == id }) {
+                if code == .unavailable {
+                    // The server is going away; the post is re-sent on the next connection.
+                    self.sentOnConnection.remove(id)
+                } else {
+                    self.postResolved(id, .failure(CircleClientError(.server(code), text)))
+                }
+            } else {
+                self.resolveRequest(id, .failure(CircleClientError(.server(code), text)))
+            }
+        case .error(nil, let code, let text):
+            self.logger.warning("server error without id", metadata: ["code": "\(code)", "message": "\(text)"])
+        case .post(let post):
+            self.deliver(post)
+        case .history(let id, _, _, _):
+            self.resolveRequest(id, .success(message))
+        case .joined(let circle, let user):
+            self.broadcast(.joined(user: user), in: circle)
+        case .left(let circle, let user):
+            self.broadcast(.left(user: user), in: circle)
+        case .typing(let circle, let user):
+            self.broadcast(.typing(user: user), in: circle)
+        case .gap(let circle, let from, let to):
+            self.broadcast(.gap(from: from, to: to), in: circle)
+            if (self.circles[circle]?.cursor ?? 0) < to { self.setCursor(to, for: circle) }
+        }
+    }
+
+    private func deliver(_ post: CirclePost) {
+        guard let circle = self.circles[post.circle] else { return }
+        let cursor = circle.cursor ?? (post.seq - 1)
+        guard post.seq > cursor else { return }  // already delivered (replay overlap)
+        if post.seq > cursor + 1 {
+            // The server never skips; if posts are missing anyway, say so instead of hiding it.
+            self.broadcast(.gap(from: cursor + 1, to: post.seq - 1), in: post.circle)
+        }
+        self.setCursor(post.seq, for: post.circle)
+        self.broadcast(.post(post), in: post.circle)
+    }
+
+    private func setCursor(_ seq: Int64, for circle: String) {
+        self.circles[circle, default: Circle()].cursor = seq
+        let store = self.store
+        Task { try? await store.setCursor(seq, for: circle) }
+    }
+
+    private func broadcast(_ event: CircleEvent, in circle: String) {
+        for continuation in self.circles[circle]?.subscribers.values ?? [:].values { continuation.yield(event) }
+    }
+
+    // MARK: Posts
+
+    func post(text: String, attachment: String?, to circle: String) async throws -> PostReceipt {
+        if case .stopped = self.machine.state {
+            throw CircleClientError(.stopped, "the client is stopped; call connect() first")
+        }
+        if self.configuration.failFast && self.socket == nil {
+            throw CircleClientError(.notConnected, "not connected, and failFast is on")
+        }
+        let entry = OutboxEntry(
+            id: UUID().uuidString.lowercased(),
+            circle: circle,
+            text: text,
+            attachment: attachment,
+            createdAt: Int64(Date().timeIntervalSince1970 * 1000)
+        )
+        try await self.store.enqueue(entry)
+        self.outbox.append(entry)
+        self.emit(.queued(entry))
+        return try await withCheckedThrowingContinuation { continuation in
+            self.postWaiters[entry.id] = continuation
+            self.postDeadlines[entry.id] = .now + self.configuration.postTimeout
+            if self.socket != nil {
+                if self.circles[circle]?.joinRequested != true { self.join(circle) }
+                self.flushOutbox()
+            }
+        }
+    }
+
+    private func flushOutbox() {
+        guard let socket = self.socket else { return }
+        for entry in self.outbox where !self.sentOnConnection.contains(entry.id) {
+            if self.circles[entry.circle]?.joinRequested != true { self.join(entry.circle) }
+            self.sentOnConnection.insert(entry.id)
+            let request = CircleRequest(action: .post, id: entry.id, circle: entry.circle, text: entry.text, attachment: entry.attachment)
+            self.send(request, on: socket)
+        }
+    }
+
+    private func postResolved(_ id: String, _ result: Result<PostReceipt, CircleClientError>) {
+        guard let index = self.outbox.firstIndex(where: { $0.id == id }) else { return }
+        let entry = self.outbox.remove(at: index)
+        let store = self.store
+        Task { try? await store.remove(id: id) }
+        self.postDeadlines[id] = nil
+        let waiter = self.postWaiters.removeValue(forKey: id)
+        switch result {
+        case .success(var receipt):
+            receipt.circle = entry.circle
+            self.emit(.sent(entry, receipt))
+            waiter?.resume(returning: receipt)
+        case .failure(let error):
+            self.emit(.failed(entry, error))
+            waiter?.resume(throwing: error)
+        }
+    }
+
+    private func startSweeper() {
+        guard self.sweeper == nil else { return }
+        self.sweeper = Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .milliseconds(250))
+                self.sweep()
+            }
+        }
+    }
+
+    private func sweep() {
+        let now = ContinuousClock.now
+        for (id, deadline) in self.postDeadlines where deadline <= now {
+            self.postResolved(
+                id,
+                .failure(CircleClientError(.timedOut, "no ack within \(self.configuration.postTimeout); the post may or may not be stored"))
+            )
+        }
+    }
+
+    var outboxEntries: [OutboxEntry] { self.outbox }
+
+    // MARK: Circles and requests
+
+    func subscribe(_ circle: String) -> AsyncStream<CircleEvent> {
+        let (stream, continuation) = AsyncStream<CircleEvent>.makeStream(bufferingPolicy: .unbounded)
+        let id = UUID()
+        self.circles[circle, default: Circle()].subscribers[id] = continuation
+        continuation.onTermination = { _ in Task { await self.unsubscribe(circle, id) } }
+        if self.socket != nil, self.circles[circle]?.joinRequested != true { self.join(circle) }
+        return stream
+    }
+
+    private func unsubscribe(_ circle: String, _ id: UUID) {
+        self.circles[circle]?.subscribers[id] = nil
+    }
+
+    private func join(_ circle: String) {
+        guard let socket = self.socket else { return }
+        self.circles[circle, default: Circle()].joinRequested = true
+        let id = self.nextRequestID()
+        self.joinRequests[id] = circle
+        self.send(.join(circle, id: id, since: self.circles[circle]?.cursor), on: socket)
+    }
+
+    func leave(_ circle: String) async throws {
+        for continuation in self.circles[circle]?.subscribers.values ?? [:].values { continuation.finish() }
+        self.circles[circle]?.subscribers = [:]
+        self.circles[circle]?.joinRequested = false
+        self.circles[circle]?.joined = false
+        _ = try await self.request { .leave(circle, id: $0) }
+    }
+
+    func history(_ circle: String, before: Int64?, limit: Int) async throws -> (posts: [CirclePost], more: Bool) {
+        let reply = try await self.request { .history(of: circle, id: $0, before: before, limit: limit) }
+        guard case .history(_, _, let posts, let more) = reply else {
+            throw CircleClientError(.badRequest, "unexpected reply \(reply)")
+        }
+        return (posts, more)
+    }
+
+    func typing(_ circle: String) async throws {
+        _ = try await self.request { .typing(in: circle, id: $0) }
+    }
+
+    private func request(_ make: (String) -> CircleRequest) async throws -> CircleServerMessage {
+        guard let socket = self.socket else {
+            throw CircleClientError(.notConnected, "not connected; try again when the state is connected")
+        }
+        let request = make(self.nextRequestID())
+        let timeout = self.configuration.requestTimeout
+        return try await withCheckedThrowingContinuation { continuation in
+            let timer = Task {
+                try? await Task.sleep(for: timeout)
+                guard !Task.isCancelled else { return }
+                self.resolveRequest(request.id, .failure(CircleClientError(.timedOut, "no reply within \(timeout)")))
+            }
+            self.requests[request.id] = Waiter(continuation: continuation, timeout: timer)
+            self.send(request, on: socket)
+        }
+    }
+
+    private func resolveRequest(_ id: String, _ result: Result<CircleServerMessage, CircleClientError>) {
+        guard let waiter = self.requests.removeValue(forKey: id) else { return }
+        waiter.timeout?.cancel()
+        waiter.continuation.resume(with: result.mapError { $0 as any Error })
+    }
+
+    private func failRequests(_ error: CircleClientError) {
+        let waiting = self.requests
+        self.requests = [:]
+        self.joinRequests = [:]
+        for (_, waiter) in waiting {
+            waiter.timeout?.cancel()
+            waiter.continuation.resume(throwing: error)
+        }
+    }
+
+    private func nextRequestID() -> String {
+        self.requestCounter += 1
+        return "c\(self.requestCounter)"
+    }
+
+    /// Sends in order: one task per connection would reorder nothing, but sends are awaited
+    /// off the actor, so they are chained to keep the order of the frames.
+    private var sendChain: Task<Void, Never>?
+
+    private func send(_ request: CircleRequest, on socket: WebSocket) {
+        let text: String
+        do {
+            text = String(decoding: try JSONEncoder().encode(request), as: UTF8.self)
+        } catch {
+            return
+        }
+        let previous = self.sendChain
+        self.sendChain = Task {
+            await previous?.value
+            // A failed send means the connection is gone; the reader notices and reconnects,
+            // and the outbox re-sends what was not acknowledged.
+            try? await socket.send(text)
+        }
+    }
+
+    // MARK: Observation
+
+    func cursor(of circle: String) -> Int64? { self.circles[circle]?.cursor }
+
+    private func publish(_ state: ConnectionState) {
+        guard state != self.state else { return }
+        self.state = state
+        for continuation in self.stateSubscribers.values { continuation.yield(state) }
+    }
+
+    func stateStream() -> AsyncStream<ConnectionState> {
+        let (stream, continuation) = AsyncStream<ConnectionState>.makeStream(bufferingPolicy: .bufferingNewest(32))
+        let id = UUID()
+        continuation.yield(self.state)
+        self.stateSubscribers[id] = continuation
+        continuation.onTermination = { _ in Task { await self.removeStateSubscriber(id) } }
+        return stream
+    }
+
+    private func removeStateSubscriber(_ id: UUID) { self.stateSubscribers[id] = nil }
+
+    func outboxStream() -> AsyncStream<OutboxEvent> {
+        let (stream, continuation) = AsyncStream<OutboxEvent>.makeStream(bufferingPolicy: .unbounded)
+        let id = UUID()
+        self.outboxSubscribers[id] = continuation
+        continuation.onTermination = { _ in Task { await self.removeOutboxSubscriber(id) } }
+        return stream
+    }
+
+    private func removeOutboxSubscriber(_ id: UUID) { self.outboxSubscribers[id] = nil }
+
+    private func emit(_ event: OutboxEvent) {
+        for continuation in self.outboxSubscribers.values { continuation.yield(event) }
+    }
+
+    func closeStore() async {
+        self.sweeper?.cancel()
+        await self.store.close()
+    }
+}

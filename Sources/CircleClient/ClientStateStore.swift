@@ -1,0 +1,102 @@
+import CircleWire
+import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+import SQLiteNIO
+
+/// Where a client keeps its outbox and its per-circle cursors.
+protocol ClientStateStore: Sendable {
+    func load() async throws -> (outbox: [OutboxEntry], cursors: [String: Int64])
+    func enqueue(_ entry: OutboxEntry) async throws
+    func remove(id: String) async throws
+    func setCursor(_ seq: Int64, for circle: String) async throws
+    func close() async
+}
+
+/// Nothing survives the process; the default.
+actor MemoryClientStateStore: ClientStateStore {
+    func load() async throws -> (outbox: [OutboxEntry], cursors: [String: Int64]) { ([], [:]) }
+    func enqueue(_ entry: OutboxEntry) async throws {}
+    func remove(id: String) async throws {}
+    func setCursor(_ seq: Int64, for circle: String) async throws {}
+    func close() async {}
+}
+
+/// The outbox and cursors in an SQLite file (WAL): unsent posts are sent after a restart, in
+/// their original order, and subscriptions resume from the last delivered sequence number.
+actor SQLiteClientStateStore: ClientStateStore {
+    private let connection: SQLiteConnection
+    private var nextOrder: Int64 = 0
+
+    static func open(path: String, logger: Logger) async throws -> SQLiteClientStateStore {
+        let connection = try await SQLiteConnection.open(
+            storage: .file(path: path),
+            threadPool: .singleton,
+            logger: logger,
+            on: MultiThreadedEventLoopGroup.singleton.any()
+        )
+        _ = try await connection.query("PRAGMA journal_mode = WAL")
+        // An enqueued post must survive a crash: the app was told it is queued.
+        _ = try await connection.query("PRAGMA synchronous = FULL")
+        _ = try await connection.query(
+            "CREATE TABLE IF NOT EXISTS outbox (id TEXT PRIMARY KEY, ord INTEGER NOT NULL, circle TEXT NOT NULL, text TEXT, attachment TEXT, created_at INTEGER NOT NULL)"
+        )
+        _ = try await connection.query("CREATE TABLE IF NOT EXISTS cursors (circle TEXT PRIMARY KEY, seq INTEGER NOT NULL)")
+        return SQLiteClientStateStore(connection: connection)
+    }
+
+    private init(connection: SQLiteConnection) {
+        self.connection = connection
+    }
+
+    func load() async throws -> (outbox: [OutboxEntry], cursors: [String: Int64]) {
+        let rows = try await self.connection.query("SELECT id, ord, circle, text, attachment, created_at FROM outbox ORDER BY ord")
+        var outbox: [OutboxEntry] = []
+        for row in rows {
+            guard let id = row.column("id")?.string, let circle = row.column("circle")?.string else { continue }
+            outbox.append(
+                OutboxEntry(
+                    id: id,
+                    circle: circle,
+                    text: row.column("text")?.string,
+                    attachment: row.column("attachment")?.string,
+                    createdAt: Int64(row.column("created_at")?.integer ?? 0)
+                )
+            )
+            self.nextOrder = max(self.nextOrder, Int64(row.column("ord")?.integer ?? 0) + 1)
+        }
+        var cursors: [String: Int64] = [:]
+        for row in try await self.connection.query("SELECT circle, seq FROM cursors") {
+            if let circle = row.column("circle")?.string, let seq = row.column("seq")?.integer { cursors[circle] = Int64(seq) }
+        }
+        return (outbox, cursors)
+    }
+
+    func enqueue(_ entry: OutboxEntry) async throws {
+        let order = self.nextOrder
+        self.nextOrder += 1
+        _ = try await self.connection.query(
+            "INSERT OR IGNORE INTO outbox (id, ord, circle, text, attachment, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                .text(entry.id), .integer(Int(order)), .text(entry.circle), entry.text.map { .text($0) } ?? .null,
+                entry.attachment.map { .text($0) } ?? .null, .integer(Int(entry.createdAt)),
+            ]
+        )
+    }
+
+    func remove(id: String) async throws {
+        _ = try await self.connection.query("DELETE FROM outbox WHERE id = ?", [.text(id)])
+    }
+
+    func setCursor(_ seq: Int64, for circle: String) async throws {
+        _ = try await self.connection.query(
+            "INSERT INTO cursors (circle, seq) VALUES (?, ?) ON CONFLICT(circle) DO UPDATE SET seq = excluded.seq WHERE excluded.seq > cursors.seq",
+            [.text(circle), .integer(Int(seq))]
+        )
+    }
+
+    func close() async {
+        try? await self.connection.close()
+    }
+}

@@ -1,0 +1,257 @@
+import CircleClient
+import CircleServer
+import CircleTestSupport
+import Foundation
+import Testing
+
+private func makeClient(
+    _ server: TestServer,
+    user: String,
+    stateFile: String? = nil,
+    servers: [String]? = nil,
+    tokenTTL: Duration = .seconds(3600),
+    heartbeat: HeartbeatPolicy = .init(),
+    failFast: Bool = false
+) async throws -> CircleClient {
+    try await CircleClient(
+        configuration: .init(
+            servers: servers ?? [server.wsURL],
+            tokenProvider: { try await server.token(user, ttl: tokenTTL) },
+            reconnect: .init(base: .milliseconds(100), cap: .seconds(1)),
+            heartbeat: heartbeat,
+            postTimeout: .seconds(60),
+            failFast: failFast,
+            stateFile: stateFile
+        )
+    )
+}
+
+private func waitFor(_ client: CircleClient, timeout: Duration = .seconds(10), _ predicate: (ConnectionState) -> Bool) async -> Bool {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if predicate(await client.state) { return true }
+        try? await Task.sleep(for: .milliseconds(10))
+    }
+    return false
+}
+
+/// Collects a circle's posts in a task until `count` arrived or the time is up.
+private func collect(_ stream: AsyncStream<CircleEvent>, count: Int, timeout: Duration = .seconds(60)) -> Task<[CirclePost], Never> {
+    Task {
+        await withTaskGroup(of: [CirclePost]?.self) { group in
+            group.addTask {
+                var posts: [CirclePost] = []
+                for await event in stream {
+                    if case .post(let post) = event { posts.append(post) }
+                    if posts.count >= count { break }
+                }
+                return posts
+            }
+            group.addTask {
+                try? await Task.sleep(for: timeout)
+                return nil
+            }
+            var result: [CirclePost] = []
+            for await value in group {
+                if let value { result = value }
+                group.cancelAll()
+                break
+            }
+            return result
+        }
+    }
+}
+
+@Suite("CircleClient against a real server", .serialized)
+struct ClientLiveTests {
+    @Test("post resolves with its sequence number; another client receives it; history and typing work")
+    func basics() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        try await server.start()
+        try await server.createCircle("general", owner: "alice")
+        let alice = try await makeClient(server, user: "alice")
+        let bob = try await makeClient(server, user: "bob")
+        await alice.connect()
+        await bob.connect()
+        #expect(await waitFor(bob) { $0 == .connected })
+        let bobEvents = await bob.messages(in: "general")
+        let received = collect(bobEvents, count: 3)
+        // Let bob's join land before posting, so his live subscription starts at 0.
+        try await Task.sleep(for: .milliseconds(200))
+        var seqs: [Int64] = []
+        for text in ["one", "two", "three"] {
+            seqs.append(try await alice.post(text, to: "general").seq)
+        }
+        #expect(seqs == [1, 2, 3])
+        #expect(await received.value.map(\.text) == ["one", "two", "three"])
+        #expect(await bob.cursor(of: "general") == 3)
+        let page = try await bob.history(of: "general", before: nil, limit: 2)
+        #expect(page.posts.map(\.seq) == [2, 3])
+        #expect(page.more)
+        try await alice.typing(in: "general")
+        do {
+            _ = try await alice.post(String(repeating: "x", count: 9000), to: "general")
+            Issue.record("an oversized post must be rejected")
+        } catch let error as CircleClientError {
+            #expect(error.code == .tooLarge)
+        }
+        #expect(await alice.outbox.isEmpty)
+        await alice.shutdown()
+        await bob.shutdown()
+        await server.stop()
+    }
+
+    @Test("posts made while the server restarts all resolve, are stored once, and reach the reader in order")
+    func serverRestart() async throws {
+        let server = TestServer(limits: .init(postsPerSecond: 10_000, postBurst: 10_000))
+        defer { server.remove() }
+        try await server.start()
+        try await server.createCircle("ops", owner: "w")
+        let reader = try await makeClient(server, user: "reader")
+        await reader.connect()
+        let events = await reader.messages(in: "ops")
+        #expect(await waitFor(reader) { $0 == .connected })
+        try await Task.sleep(for: .milliseconds(200))
+        let writers = 3
+        let perWriter = 60
+        let received = collect(events, count: writers * perWriter, timeout: .seconds(90))
+        let results = try await withThrowingTaskGroup(of: [Result<PostReceipt, CircleClientError>].self) { group in
+            for writer in 0..<writers {
+                group.addTask {
+                    let client = try await makeClient(server, user: "w\(writer)")
+                    await client.connect()
+                    var results: [Result<PostReceipt, CircleClientError>] = []
+                    for index in 0..<perWriter {
+                        do {
+                            results.append(.success(try await client.post("\(writer)-\(index)", to: "ops")))
+                        } catch let error as CircleClientError {
+                            results.append(.failure(error))
+                        }
+                        try await Task.sleep(for: .milliseconds(10))
+                    }
+                    await client.shutdown()
+                    return results
+                }
+            }
+            group.addTask {
+                try await Task.sleep(for: .milliseconds(400))
+                await server.stop()
+                try await Task.sleep(for: .milliseconds(300))
+                try await server.start()
+                return []
+            }
+            var all: [Result<PostReceipt, CircleClientError>] = []
+            for try await partial in group { all += partial }
+            return all
+        }
+        #expect(results.count == writers * perWriter)
+        let receipts = results.compactMap { try? $0.get() }
+        #expect(receipts.count == writers * perWriter, "failures: \(results.filter { (try? $0.get()) == nil })")
+        #expect(Set(receipts.map(\.seq)).count == receipts.count)
+        let delivered = await received.value
+        #expect(delivered.map(\.seq) == Array(1...Int64(writers * perWriter)))
+        // The store holds each post once.
+        let stored = try await server.http("GET", "/v1/circles/ops/messages?after=0&limit=200", token: try await server.token("w"))
+        #expect(stored.body.components(separatedBy: "\"seq\":").count - 1 == writers * perWriter, "\(stored.status) \(stored.body.prefix(300))")
+        await reader.shutdown()
+        await server.stop()
+    }
+
+    @Test("a persisted outbox survives a client restart and is delivered in order")
+    func persistedOutbox() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        try await server.start()
+        try await server.createCircle("notes", owner: "nina")
+        let port = server.port
+        await server.stop()  // offline
+        let stateFile = server.dataDirectory + "-client.sqlite"
+        defer { try? FileManager.default.removeItem(atPath: stateFile) }
+
+        let first = try await makeClient(server, user: "nina", stateFile: stateFile, servers: ["ws://127.0.0.1:\(port)/v1/ws"])
+        await first.connect()
+        let pending = Task {
+            await withTaskGroup(of: Void.self) { group in
+                for index in 0..<5 {
+                    group.addTask { _ = try? await first.post("note \(index)", to: "notes") }
+                    try? await Task.sleep(for: .milliseconds(30))
+                }
+            }
+        }
+        // Wait until all five are queued, then "kill" the app.
+        let deadline = ContinuousClock.now + .seconds(10)
+        while await first.outbox.count < 5, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(await first.outbox.map(\.text) == (0..<5).map { "note \($0)" })
+        await first.shutdown()
+        await pending.value
+
+        try await server.start()
+        let second = try await makeClient(server, user: "nina", stateFile: stateFile)
+        #expect(await second.outbox.count == 5)
+        let events = await second.outboxEvents()
+        await second.connect()
+        var sent: [Int64] = []
+        for await event in events {
+            if case .sent(_, let receipt) = event { sent.append(receipt.seq) }
+            if sent.count == 5 { break }
+        }
+        #expect(sent == [1, 2, 3, 4, 5])
+        let page = try await second.history(of: "notes", before: nil, limit: 10)
+        #expect(page.posts.map(\.text) == (0..<5).map { "note \($0)" })
+        #expect(await second.outbox.isEmpty)
+        await second.shutdown()
+        await server.stop()
+    }
+
+    @Test("a token that expires on an open connection is refreshed without losing posts")
+    func tokenExpiry() async throws {
+        let server = TestServer(limits: .init(postsPerSecond: 10_000, postBurst: 10_000))
+        defer { server.remove() }
+        try await server.start()
+        try await server.createCircle("t", owner: "tom")
+        let client = try await makeClient(server, user: "tom", tokenTTL: .seconds(1))
+        let states = await client.states()
+        let sawReconnect = Task {
+            var connectedCount = 0
+            for await state in states {
+                if state == .connected { connectedCount += 1 }
+                if connectedCount >= 2 { return true }
+            }
+            return false
+        }
+        await client.connect()
+        var seqs: [Int64] = []
+        let end = ContinuousClock.now + .seconds(3)
+        while ContinuousClock.now < end {
+            seqs.append(try await client.post("tick", to: "t").seq)
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        #expect(seqs == Array(1...Int64(seqs.count)))
+        #expect(await sawReconnect.value)
+        await client.shutdown()
+        await server.stop()
+    }
+
+    @Test("failFast throws notConnected; otherwise a post waits in the outbox")
+    func failFast() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        try await server.start()
+        let port = server.port
+        await server.stop()
+        let client = try await makeClient(server, user: "fay", servers: ["ws://127.0.0.1:\(port)/v1/ws"], failFast: true)
+        await client.connect()
+        do {
+            _ = try await client.post("now or never", to: "x")
+            Issue.record("failFast must throw while disconnected")
+        } catch let error as CircleClientError {
+            #expect(error.code == .notConnected)
+        }
+        #expect(await client.outbox.isEmpty)
+        #expect(await waitFor(client) { if case .waitingToReconnect = $0 { true } else { false } })
+        await client.disconnect()
+        #expect(await client.state == .closed(.requested))
+        await client.shutdown()
+    }
+}

@@ -1,0 +1,75 @@
+import CircleServer
+import Foundation
+import Testing
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+public let testSecret = "circle-test-secret-0123456789abcdef-0123"
+
+/// A server on port 0 with its own data directory, restartable on the same directory.
+public final class TestServer: @unchecked Sendable {
+    // @unchecked: mutated only by the test that owns it, sequentially.
+    public let dataDirectory: String
+    public var configuration: CircleServerConfiguration
+    public private(set) var server: CircleServer?
+
+    public init(limits: CircleServerConfiguration.Limits = .init(), echo: Bool = false, dev: Bool = false) {
+        self.dataDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("circle-test-\(UUID().uuidString)").path
+        self.configuration = CircleServerConfiguration(
+            host: "127.0.0.1",
+            port: 0,
+            dataDirectory: self.dataDirectory,
+            tokenKeys: .hs256(secret: testSecret),
+            limits: limits,
+            developmentTokens: dev,
+            echoEndpoint: echo
+        )
+    }
+
+    @discardableResult
+    public func start() async throws -> CircleServer {
+        let server = try await CircleServer.start(configuration: self.configuration)
+        self.server = server
+        // Restarts come back on the same port, as a real deployment would.
+        self.configuration.port = server.port
+        return server
+    }
+
+    public var port: Int { self.server?.port ?? 0 }
+    public var wsURL: String { "ws://127.0.0.1:\(self.port)/v1/ws" }
+    public var httpBase: String { "http://127.0.0.1:\(self.port)" }
+
+    public func stop() async {
+        await self.server?.shutdown()
+        self.server = nil
+    }
+
+    public func token(_ user: String, ttl: Duration = .seconds(3600)) async throws -> String {
+        try await TokenAuthority(.hs256(secret: testSecret)).mint(user: user, ttl: ttl)
+    }
+
+    public func remove() {
+        try? FileManager.default.removeItem(atPath: self.dataDirectory)
+    }
+
+    /// An HTTP request to the server's API.
+    public func http(_ method: String, _ path: String, token: String? = nil, json: String? = nil) async throws -> (status: Int, body: String) {
+        var request = URLRequest(url: URL(string: self.httpBase + path)!)
+        request.httpMethod = method
+        if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
+        if let json {
+            request.httpBody = Data(json.utf8)
+            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        }
+        let (data, response) = try await URLSession.shared.data(for: request)
+        return ((response as! HTTPURLResponse).statusCode, String(decoding: data, as: UTF8.self))
+    }
+
+    public func createCircle(_ name: String, owner: String, isPrivate: Bool = false) async throws {
+        let result = try await self.http("POST", "/v1/circles", token: try await self.token(owner), json: #"{"name":"\#(name)","private":\#(isPrivate)}"#)
+        #expect(result.status == 201, "creating \(name): \(result.body)")
+    }
+}
+
