@@ -255,3 +255,50 @@ struct ClientLiveTests {
         await client.shutdown()
     }
 }
+
+@Suite("CircleClient heartbeat", .serialized)
+struct ClientHeartbeatTests {
+    @Test("a connection that silently stops forwarding is declared dead within interval + timeout, then recovered")
+    func silentStall() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        try await server.start()
+        try await server.createCircle("hb", owner: "hank")
+        let proxy = try await StallingProxy(targetPort: server.port)
+        let interval = Duration.milliseconds(400)
+        let timeout = Duration.milliseconds(400)
+        let client = try await makeClient(
+            server,
+            user: "hank",
+            servers: ["ws://127.0.0.1:\(proxy.port)/v1/ws"],
+            heartbeat: .init(interval: interval, timeout: timeout)
+        )
+        await client.connect()
+        #expect(await waitFor(client) { $0 == .connected })
+        _ = try await client.post("before", to: "hb")
+
+        let states = await client.states()
+        proxy.stall()
+        let stalledAt = ContinuousClock.now
+        var declaredDeadAfter: Duration?
+        for await state in states {
+            if case .waitingToReconnect = state {
+                declaredDeadAfter = ContinuousClock.now - stalledAt
+                break
+            }
+            if case .connecting = state {
+                declaredDeadAfter = ContinuousClock.now - stalledAt
+                break
+            }
+        }
+        let detected = try #require(declaredDeadAfter)
+        // Dead no later than interval + timeout after the last pong (plus scheduling slack).
+        #expect(detected <= interval + timeout + .milliseconds(300), "\(detected)")
+        #expect(await waitFor(client) { $0 == .connected })
+        let after = try await client.post("after", to: "hb")
+        #expect(after.seq == 2)
+        await client.shutdown()
+        await proxy.shutdown()
+        await server.stop()
+    }
+}
