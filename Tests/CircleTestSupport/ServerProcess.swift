@@ -1,0 +1,90 @@
+import Foundation
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// `circle serve` as a separate process, so tests can kill it with SIGKILL and start it again
+/// on the same port and data directory.
+public final class ServerProcess: @unchecked Sendable {
+    // @unchecked: driven by one test task at a time.
+    public let port: Int
+    public let dataDirectory: String
+    private var process: Process?
+
+    /// The `circle` binary built by `swift build`, found from this file's path.
+    public static var binary: URL {
+        URL(fileURLWithPath: #filePath)
+            .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent(".build/debug/circle")
+    }
+
+    public init(port: Int, dataDirectory: String) {
+        self.port = port
+        self.dataDirectory = dataDirectory
+    }
+
+    /// Starts the server and waits until `/healthz` answers.
+    public func start() async throws {
+        guard FileManager.default.isExecutableFile(atPath: Self.binary.path) else {
+            throw ServerProcessError("\(Self.binary.path) is missing: run `swift build` first")
+        }
+        let process = Process()
+        process.executableURL = Self.binary
+        process.arguments = [
+            "serve", "--port", "\(self.port)", "--data", self.dataDirectory, "--jwt-secret", testSecret,
+            "--log-level", "warning", "--posts-per-second", "10000", "--post-burst", "10000",
+        ]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        self.process = process
+        let deadline = ContinuousClock.now + .seconds(20)
+        while ContinuousClock.now < deadline {
+            var request = URLRequest(url: URL(string: "http://127.0.0.1:\(self.port)/healthz")!)
+            request.timeoutInterval = 1
+            if let (_, response) = try? await URLSession.shared.data(for: request), (response as? HTTPURLResponse)?.statusCode == 200 {
+                return
+            }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        throw ServerProcessError("the server did not come up on port \(self.port)")
+    }
+
+    /// SIGKILL: no graceful shutdown, no close frames, in-flight commits cut off.
+    public func kill() {
+        guard let process = self.process else { return }
+        Foundation.kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        self.process = nil
+    }
+
+    /// SIGTERM and wait.
+    public func stop() {
+        guard let process = self.process else { return }
+        process.terminate()
+        process.waitUntilExit()
+        self.process = nil
+    }
+
+    /// A free port on loopback (bound and released).
+    public static func freePort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+        }
+        guard bound else { throw ServerProcessError("could not find a free port") }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+}
+
+public struct ServerProcessError: Error, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}
