@@ -126,7 +126,10 @@ public struct OutboxEntry: Sendable, Hashable, Codable {
 
 /// The life of an outbox entry, for an app's "sending / sent / failed" UI.
 public enum OutboxEvent: Sendable, Hashable {
+    /// Added to the outbox (persisted first when there is a state file).
     case queued(OutboxEntry)
+    /// Written to a connection (again after each reconnect until acknowledged).
+    case sending(OutboxEntry)
     case sent(OutboxEntry, PostReceipt)
     case failed(OutboxEntry, CircleClientError)
 }

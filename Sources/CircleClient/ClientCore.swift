@@ -407,6 +407,7 @@ actor ClientCore {
         for entry in self.outbox where !self.sentOnConnection.contains(entry.id) {
             if self.circles[entry.circle]?.joinRequested != true { self.join(entry.circle) }
             self.sentOnConnection.insert(entry.id)
+            self.emit(.sending(entry))
             let request = CircleRequest(action: .post, id: entry.id, circle: entry.circle, text: entry.text, attachment: entry.attachment)
             self.send(request, on: socket)
         }
