@@ -99,16 +99,27 @@ struct APIRouter: Sendable {
             && name.utf8.allSatisfy { ($0 >= 0x61 && $0 <= 0x7A) || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x2E || $0 == 0x5F || $0 == 0x2D }
     }
 
-    /// The route label used in metrics (path parameters replaced).
+    /// The route label used in metrics: one of the known routes, or "other", so that clients
+    /// cannot create new time series by asking for random paths.
     static func routeLabel(method: HTTPMethod, path: String) -> String {
-        let parts = path.split(separator: "/")
-        if parts.count >= 3, parts[0] == "v1", parts[1] == "circles" {
-            var label = "/v1/circles/{name}"
-            if parts.count >= 4 { label += "/" + parts[3] }
-            if parts.count >= 5 { label += "/{user}" }
-            return "\(method.rawValue) \(label)"
+        let parts = path.split(separator: "/").map(String.init)
+        let label: String
+        switch parts {
+        case [], ["healthz"], ["metrics"], ["v1", "circles"], ["v1", "dev", "token"], ["v1", "ws"], ["v1", "echo"]:
+            label = "/" + parts.joined(separator: "/")
+        case let p where p.count == 3 && p[0] == "v1" && p[1] == "circles":
+            label = "/v1/circles/{name}"
+        case let p where p.count == 4 && p[0] == "v1" && p[1] == "circles" && (p[3] == "messages" || p[3] == "members"):
+            label = "/v1/circles/{name}/\(p[3])"
+        case let p where p.count == 5 && p[0] == "v1" && p[1] == "circles" && p[3] == "members":
+            label = "/v1/circles/{name}/members/{user}"
+        default:
+            return "other"
         }
-        return "\(method.rawValue) \(path)"
+        switch method {
+        case .GET, .POST, .DELETE, .PUT, .HEAD: return "\(method.rawValue) \(label)"
+        default: return "other"
+        }
     }
 
     func handle(_ request: APIRequest) async -> APIResponse {
@@ -129,6 +140,11 @@ struct APIRouter: Sendable {
             return await self.developmentToken(request)
         default:
             break
+        }
+        if segments == ["v1", "ws"] || segments == ["v1", "echo"] {
+            return request.headers["Upgrade"].contains(where: { $0.lowercased() == "websocket" })
+                ? .error(.badRequest, .badRequest, "invalid WebSocket upgrade: it needs Sec-WebSocket-Key and Sec-WebSocket-Version: 13, as the first request on its connection")
+                : .error(.upgradeRequired, .badRequest, "\(request.path) speaks WebSocket only")
         }
         guard segments.first == "v1", segments.count >= 2, segments[1] == "circles" else {
             return .error(.notFound, .notFound, "no route \(request.method.rawValue) \(request.path)")
@@ -223,7 +239,11 @@ struct APIRouter: Sendable {
             guard info.owner == user || rest[1] == user else {
                 return .error(.forbidden, .forbidden, "only the owner removes other members")
             }
+            guard rest[1] != info.owner else {
+                return .error(.badRequest, .badRequest, "the owner stays a member of their circle")
+            }
             try await store.removeMember(rest[1], from: name)
+            if info.isPrivate { self.services.hub.revoke(user: rest[1], from: name) }
             struct Members: Codable { var members: [String] }
             return .json(.ok, Members(members: try await store.members(of: name)))
         default:

@@ -211,10 +211,16 @@ public final class CircleServer: Service, Sendable {
         guard let user = decision.user else {
             throw ChannelError.inappropriateOperationForState
         }
-        let deflate = try services.configuration.compression
-            ? parameters.map { try PerMessageDeflate(parameters: $0, isClient: false, compressionLevel: 6, minimumCompressedSize: 64) }
-            : nil
-        try sync.addHandler(CircleSessionHandler(services: services, user: user, deflate: deflate, logger: services.logger))
+        do {
+            let deflate = try services.configuration.compression
+                ? parameters.map { try PerMessageDeflate(parameters: $0, isClient: false, compressionLevel: 6, minimumCompressedSize: 64) }
+                : nil
+            try sync.addHandler(CircleSessionHandler(services: services, user: user, deflate: deflate, logger: services.logger))
+        } catch {
+            // The session never started, so it will not release the slot reserved for it.
+            services.releaseConnection(for: user.name)
+            throw error
+        }
     }
 
     /// Runs until graceful shutdown is requested (SIGTERM/SIGINT in a `ServiceGroup`), then shuts down.

@@ -27,6 +27,10 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
         /// so a client may pipeline join and post without a post slipping past the check.
         var confirmed = false
         var heldPosts: [CircleRequest] = []
+        /// Join requests waiting for the access check (a repeated join is answered with the first).
+        var pendingJoins: [String] = []
+        /// When the last typing event was passed on (typing is throttled to one a second).
+        var lastTyping: NIODeadline?
     }
 
     private static let replayPage = 256
@@ -106,7 +110,7 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
         self.expiryTimer?.cancel()
         let circles = Array(self.memberships.keys)
         self.services.hub.unregister(subscriber, circles: circles)
-        for circle in circles {
+        for (circle, membership) in self.memberships where membership.confirmed {
             self.services.hub.broadcast(.left(circle: circle, user: self.user.name), in: circle, except: nil)
         }
         self.memberships = [:]
@@ -167,6 +171,7 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         switch error {
         case NIOWebSocketError.invalidFrameLength:
+            self.services.metrics.error("ws_1009")
             self.close(code: .messageTooBig, reason: "message larger than \(self.services.configuration.limits.maxMessageBytes) bytes")
         case is NIOWebSocketError:
             self.close(code: .protocolError, reason: "\(error)")
@@ -209,8 +214,13 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
     private func join(_ request: CircleRequest) {
         let circle = request.circle
         if let membership = self.memberships[circle] {
-            // Already joined: nothing to replay that was not sent; confirm where it stands.
-            self.send(.ack(id: request.id, seq: membership.lastSent, time: nil, duplicate: false))
+            if membership.confirmed {
+                // Already joined: nothing to replay that was not sent; confirm where it stands.
+                self.send(.ack(id: request.id, seq: membership.lastSent, time: nil, duplicate: false))
+            } else {
+                // The first join is still being checked: answer this one with its outcome.
+                self.memberships[circle]?.pendingJoins.append(request.id)
+            }
             return
         }
         guard self.memberships.count < self.services.configuration.limits.maxJoinedCircles else {
@@ -219,7 +229,7 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
         }
         guard let subscriber else { return }
         // Subscribe first, so nothing committed from now on can slip past the replay.
-        self.memberships[circle] = Membership(lastSent: request.since ?? 0, replaying: true)
+        self.memberships[circle] = Membership(lastSent: request.since ?? 0, replaying: true, pendingJoins: [request.id])
         self.services.hub.subscribe(subscriber, to: circle)
         let user = self.user.name
         let store = self.services.store
@@ -234,7 +244,14 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
 
     private func joinChecked(_ request: CircleRequest, _ result: Result<(CircleInfo?, Bool), any Error>) {
         let circle = request.circle
-        guard self.memberships[circle] != nil, let subscriber else { return }
+        guard let subscriber else { return }
+        guard let membership = self.memberships[circle], membership.pendingJoins.first == request.id else {
+            // Left (or left and joined again) while this join was being checked.
+            self.fail(id: request.id, .badRequest, "left \"\(circle)\" before the join completed")
+            return
+        }
+        let joinIDs = membership.pendingJoins
+        self.memberships[circle]?.pendingJoins = []
         let refusal: (CircleErrorCode, String)?
         switch result {
         case .success((nil, _)): refusal = (.notFound, "no circle \"\(circle)\"")
@@ -246,7 +263,7 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
             let held = self.memberships[circle]?.heldPosts ?? []
             self.memberships[circle] = nil
             self.services.hub.unsubscribe(subscriber, from: circle)
-            self.fail(id: request.id, refusal.0, refusal.1)
+            for id in joinIDs { self.fail(id: id, refusal.0, refusal.1) }
             for post in held {
                 self.fail(id: post.id, .forbidden, "the join of \"\(circle)\" was refused: \(refusal.1)")
             }
@@ -257,11 +274,12 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
         self.memberships[circle]?.heldPosts = []
         self.memberships[circle]?.confirmed = true
         self.services.metrics.joins.increment()
-        if request.since == nil {
-            // Live only: start after the newest stored post.
+        if request.since == nil || request.since! > info.lastSeq {
+            // Live only (or a cursor from the future, which must not swallow coming posts):
+            // start after the newest stored post.
             self.memberships[circle]?.lastSent = info.lastSeq
         }
-        self.send(.ack(id: request.id, seq: info.lastSeq, time: nil, duplicate: false))
+        for id in joinIDs { self.send(.ack(id: id, seq: info.lastSeq, time: nil, duplicate: false)) }
         self.services.hub.broadcast(.joined(circle: circle, user: self.user.name), in: circle, except: subscriber)
         self.replay(circle)
         for post in held { self.post(post) }
@@ -336,13 +354,26 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
     }
 
     private func leave(_ request: CircleRequest) {
-        guard self.memberships.removeValue(forKey: request.circle) != nil, let subscriber else {
+        guard let membership = self.memberships.removeValue(forKey: request.circle), let subscriber else {
             self.fail(id: request.id, .badRequest, "not joined to \"\(request.circle)\"")
             return
         }
         self.services.hub.unsubscribe(subscriber, from: request.circle)
+        // Requests that waited for the join's check are answered, not dropped.
+        for id in membership.pendingJoins { self.fail(id: id, .badRequest, "left \"\(request.circle)\" before the join completed") }
+        for post in membership.heldPosts { self.fail(id: post.id, .forbidden, "left \"\(request.circle)\" before the join was confirmed") }
         self.send(.ack(id: request.id, seq: nil, time: nil, duplicate: false))
-        self.services.hub.broadcast(.left(circle: request.circle, user: self.user.name), in: request.circle, except: subscriber)
+        if membership.confirmed {
+            self.services.hub.broadcast(.left(circle: request.circle, user: self.user.name), in: request.circle, except: subscriber)
+        }
+    }
+
+    /// The user was removed from a private circle while connected: no more events or posts there.
+    private func revoke(_ circle: String) {
+        guard self.memberships.removeValue(forKey: circle) != nil, let subscriber else { return }
+        self.services.hub.unsubscribe(subscriber, from: circle)
+        self.send(.left(circle: circle, user: self.user.name))
+        self.services.hub.broadcast(.left(circle: circle, user: self.user.name), in: circle, except: subscriber)
     }
 
     private func post(_ request: CircleRequest) {
@@ -364,7 +395,7 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
             return
         }
         guard self.bucket.take(now: .now()) else {
-            self.fail(id: request.id, .rateLimited, "more than \(limits.postsPerSecond) posts per second; slow down and retry")
+            self.fail(id: request.id, .rateLimited, "more than \(limits.postsPerSecond.rounded() == limits.postsPerSecond ? String(Int(limits.postsPerSecond)) : String(limits.postsPerSecond)) posts per second; slow down and retry")
             return
         }
         let post = NewPost(
@@ -437,6 +468,13 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
             self.fail(id: request.id, .forbidden, "join \"\(request.circle)\" first")
             return
         }
+        // At most one typing event a second per circle reaches the others; the rest are acked only.
+        let now = NIODeadline.now()
+        if let last = self.memberships[request.circle]?.lastTyping, now - last < .seconds(1) {
+            self.send(.ack(id: request.id, seq: nil, time: nil, duplicate: false))
+            return
+        }
+        self.memberships[request.circle]?.lastTyping = now
         self.services.hub.broadcast(.typing(circle: request.circle, user: self.user.name), in: request.circle, except: self.subscriber)
         self.send(.ack(id: request.id, seq: nil, time: nil, duplicate: false))
     }
@@ -447,6 +485,8 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
     private func receive(_ event: HubEvent) {
         guard let context, !self.closing else { return }
         switch event {
+        case .revoke(let circle):
+            self.revoke(circle)
         case .ephemeral(let circle, let payload):
             guard self.memberships[circle] != nil, context.channel.isWritable else { return }
             self.write(payload, flush: true)

@@ -51,7 +51,7 @@ final class HTTPChannelHandler: ChannelInboundHandler, RemovableChannelHandler {
                 return
             }
             if self.tooLarge {
-                self.respond(context: context, head: head, .error(.payloadTooLarge, .tooLarge, "bodies are limited to 1 MiB"), route: "body")
+                self.respond(context: context, head: head, .error(.payloadTooLarge, .tooLarge, "bodies are limited to 1 MiB"), route: APIRouter.routeLabel(method: head.method, path: splitURI(head.uri).path))
                 return
             }
             let request = APIRequest(head: head, body: self.body)

@@ -8,6 +8,8 @@ enum HubEvent {
     case post(circle: String, seq: Int64, payload: ByteBuffer)
     /// An ephemeral event (typing, joined, left), already encoded.
     case ephemeral(circle: String, payload: ByteBuffer)
+    /// The user lost access to the circle (removed from a private circle).
+    case revoke(circle: String)
 }
 
 /// A session as the hub sees it: where it runs and how to reach it there.
@@ -107,6 +109,14 @@ final class Hub: Sendable {
         let targets = self.subscriptions.withLockedValue { $0[circle].map { Array($0) } ?? [] }
         for subscriber in targets where subscriber !== sender {
             subscriber.eventLoop.execute { subscriber.receive(.ephemeral(circle: circle, payload: payload)) }
+        }
+    }
+
+    /// Takes `user` out of `circle` on every connection of this node.
+    func revoke(user: String, from circle: String) {
+        let targets = self.subscriptions.withLockedValue { $0[circle].map { Array($0) } ?? [] }
+        for subscriber in targets where subscriber.user == user {
+            subscriber.eventLoop.execute { subscriber.receive(.revoke(circle: circle)) }
         }
     }
 

@@ -1,4 +1,5 @@
 import CircleWire
+import Foundation
 import Logging
 import NIOConcurrencyHelpers
 
@@ -64,8 +65,14 @@ final class PostCommitter: Sendable {
                 return
             }
             let started = ContinuousClock.now
+            // Posts carry their commit time: one time per batch, so times follow sequence order.
+            let commitTime = Int64(Date().timeIntervalSince1970 * 1000)
             do {
-                let outcomes = try await self.store.commit(batch.map(\.0))
+                let outcomes = try await self.store.commit(batch.map { entry in
+                    var post = entry.0
+                    post.time = commitTime
+                    return post
+                })
                 self.metrics.commitLatency.recordNanoseconds(started.elapsedNanoseconds)
                 self.metrics.commitBatchSize.record(batch.count)
                 let stored = outcomes.compactMap { outcome -> CirclePost? in

@@ -38,8 +38,10 @@ public struct CircleErrorCode: RawRepresentable, Hashable, Sendable, Codable, Cu
     public var description: String { self.rawValue }
 }
 
-/// WebSocket close codes that `circle.v1` servers send, besides the standard ones
-/// (1001 going away, 1008 policy violation, 1009 message too big, 1013 try again later).
+/// WebSocket close codes of `circle.v1` besides the standard ones the server sends (1001 going
+/// away, 1002 protocol error, 1007 invalid data, 1009 message too big, 1011 internal error,
+/// 1013 try again later). 4003 and 4004 are reserved for servers that refuse an open connection
+/// for those reasons; this server refuses at the upgrade instead (HTTP 429, 401).
 public enum CircleCloseCode {
     /// The token expired on an open connection: get a fresh token, then reconnect.
     public static let tokenExpired: UInt16 = 4001

@@ -27,7 +27,7 @@ public struct CircleRequest: Sendable, Hashable, Codable {
     public var since: Int64?
     /// `post`: the text.
     public var text: String?
-    /// `post`: a media id from `POST /v1/media` to attach.
+    /// `post`: an attachment reference (a media id once media uploads exist; stored as given).
     public var attachment: String?
     /// `history`: posts with a sequence number below this one (newest first page).
     public var before: Int64?
@@ -143,6 +143,7 @@ extension CircleRequest {
         case .history:
             if let limit, !(1...200).contains(limit) { return "\"limit\" must be between 1 and 200" }
             if self.before != nil && self.after != nil { return "give \"before\" or \"after\", not both" }
+            if (self.before ?? 0) < 0 || (self.after ?? 0) < 0 { return "\"before\" and \"after\" must not be negative" }
         case .join:
             if let since, since < 0 { return "\"since\" must not be negative" }
         case .leave, .typing:

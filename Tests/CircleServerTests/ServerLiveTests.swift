@@ -6,6 +6,10 @@ import Foundation
 import NIOCore
 import Testing
 
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
 @Suite("Circle server on loopback", .serialized)
 struct ServerLiveTests {
     @Test("join, post, history, typing and leave, with events to the other member")
@@ -456,5 +460,104 @@ struct ServerLiveTests {
     private struct PageBody: Decodable {
         var posts: [CirclePost]
         var more: Bool
+    }
+}
+
+@Suite("Circle server: join edge cases and revocation", .serialized)
+struct ServerEdgeCaseTests {
+    @Test("a cursor above the newest post does not swallow the next posts")
+    func sinceFromTheFuture() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        try await server.start()
+        try await server.createCircle("fresh", owner: "ann")
+        let ann = try await TestClient.connect(server, user: "ann")
+        #expect(try await ann.request { .join("fresh", id: $0, since: 100) }.ackSeq == 0)
+        try await ann.send(.post("first", to: "fresh", id: "p1"))
+        // The post's event and its ack may come in either order.
+        var sawPost = false
+        var sawAck = false
+        while !(sawPost && sawAck), let message = try await ann.next(timeout: .seconds(5)) {
+            if message.post?.seq == 1 { sawPost = true }
+            if message.ackSeq == 1 { sawAck = true }
+        }
+        #expect(sawPost)
+        #expect(sawAck)
+        await server.stop()
+    }
+
+    @Test("join, post and leave pipelined: every request gets an answer")
+    func pipelinedLeave() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        try await server.start()
+        try await server.createCircle("busy", owner: "ann")
+        let ann = try await TestClient.connect(server, user: "ann")
+        try await ann.send(.join("busy", id: "j1"))
+        try await ann.send(.join("busy", id: "j2"))
+        try await ann.send(.post("held", to: "busy", id: "p1"))
+        try await ann.send(.leave("busy", id: "l1"))
+        var replies: [String: CircleServerMessage] = [:]
+        while replies.count < 4, let message = try await ann.next(timeout: .seconds(5)) {
+            switch message {
+            case .ack(let id, _, _, _), .error(let id?, _, _): replies[id] = message
+            default: break
+            }
+        }
+        // Whether the join's check finished before the leave arrived depends on timing; either
+        // way every request is answered, consistently.
+        #expect(replies.count == 4)
+        #expect(replies["l1"]?.ackSeq == nil && replies["l1"]?.errorCode == nil)
+        if replies["j1"]?.errorCode == nil {
+            #expect(replies["j2"]?.errorCode == nil)
+            #expect(replies["p1"]?.ackSeq == 1)
+        } else {
+            #expect(replies["j1"]?.errorCode == .badRequest)
+            #expect(replies["j2"]?.errorCode == .badRequest)
+            #expect(replies["p1"]?.errorCode == .forbidden)
+        }
+        // Two joins of a missing circle: both get the refusal.
+        try await ann.send(.join("nowhere", id: "n1"))
+        try await ann.send(.join("nowhere", id: "n2"))
+        #expect(try await ann.reply(to: "n1").reply.errorCode == .notFound)
+        #expect(try await ann.reply(to: "n2").reply.errorCode == .notFound)
+        await server.stop()
+    }
+
+    @Test("a member removed from a private circle loses it on the open connection")
+    func revocation() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        try await server.start()
+        try await server.createCircle("inner", owner: "ann", isPrivate: true)
+        let annToken = try await server.token("ann")
+        #expect(try await server.http("POST", "/v1/circles/inner/members", token: annToken, json: #"{"user":"ben"}"#).status == 200)
+        let ben = try await TestClient.connect(server, user: "ben")
+        #expect(try await ben.request { .join("inner", id: $0) }.ackSeq == 0)
+        #expect(try await server.http("DELETE", "/v1/circles/inner/members/ben", token: annToken).status == 200)
+        var sawLeft = false
+        while let message = try await ben.next(timeout: .seconds(5)) {
+            if case .left(let circle, let user) = message, circle == "inner", user == "ben" { sawLeft = true; break }
+        }
+        #expect(sawLeft)
+        #expect(try await ben.request { .post("still here?", to: "inner", id: $0) }.errorCode == .forbidden)
+        // The owner cannot remove themselves (they would lock themselves out).
+        #expect(try await server.http("DELETE", "/v1/circles/inner/members/ann", token: annToken).status == 400)
+        await server.stop()
+    }
+
+    @Test("a malformed upgrade gets 400; unknown paths do not create metric series")
+    func malformedUpgradeAndMetrics() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        try await server.start()
+        let response = try server.rawHTTP("GET /v1/ws HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+        #expect(response.hasPrefix("HTTP/1.1 400"), "\(response)")
+        #expect(response.contains("Sec-WebSocket-Key"))
+        for index in 0..<5 { _ = try await server.http("GET", "/random-\(index)") }
+        let metrics = try await server.http("GET", "/metrics").body
+        #expect(!metrics.contains("random-"))
+        #expect(metrics.contains("route=\"other\""))
+        await server.stop()
     }
 }

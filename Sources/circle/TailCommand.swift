@@ -1,0 +1,86 @@
+import ArgumentParser
+import CircleClient
+import Foundation
+
+struct TailCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "tail",
+        abstract: "Print a circle's posts; with --follow, keep printing new ones.",
+        discussion: """
+            Prints the posts after --since (default: the last 20), then with --follow every new \
+            one as it arrives, resuming across reconnects without gaps or duplicates. Lines look \
+            like "#SEQ HH:MM:SS author: text"; --json prints each post as a JSON object per line.
+
+            Examples:
+              circle tail general --user alice --data ./circle-data --follow
+              circle tail ops --since 1200 --json --token "$TOKEN" | jq .text
+            """
+    )
+
+    @Argument(help: "The circle.")
+    var circle: String
+
+    @Option(help: "Print posts after this sequence number.")
+    var since: Int64?
+
+    @Flag(help: "Keep running and print new posts as they come.")
+    var follow = false
+
+    @Flag(help: "One JSON object per post.")
+    var json = false
+
+    @OptionGroup var client: ClientOptions
+
+    func run() async throws {
+        let client = try await CircleClient(configuration: try self.client.clientConfiguration())
+        await client.connect()
+        await awaitConnection(client, command: "tail", server: self.client.server)
+        // Backlog through history (paged), then live through the subscription from there.
+        var after = self.since
+        if after == nil {
+            let page = try await client.history(of: self.circle, before: nil, limit: 20)
+            after = (page.posts.first?.seq ?? 1) - 1
+        }
+        var cursor = after ?? 0
+        while true {
+            let page = try await self.page(client, after: cursor)
+            for post in page.posts { self.print(post) }
+            cursor = page.posts.last?.seq ?? cursor
+            if !page.more { break }
+        }
+        guard self.follow else {
+            await client.shutdown()
+            return
+        }
+        for await event in await client.messages(in: self.circle) {
+            if case .post(let post) = event, post.seq > cursor {
+                cursor = post.seq
+                self.print(post)
+            } else if case .gap(let from, let to) = event {
+                FileHandle.standardError.write(Data("circle tail: posts \(from)–\(to) are missing\n".utf8))
+            }
+        }
+    }
+
+    private func page(_ client: CircleClient, after: Int64) async throws -> (posts: [CirclePost], more: Bool) {
+        // history(before:) pages backwards; walk forwards by asking for the page that ends 200 later.
+        let page = try await client.history(of: self.circle, before: after + 201, limit: 200)
+        let posts = page.posts.filter { $0.seq > after }
+        return (posts, posts.count == 200)
+    }
+
+    private func print(_ post: CirclePost) {
+        if self.json {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+            FileHandle.standardOutput.write((try? encoder.encode(post)) ?? Data())
+            FileHandle.standardOutput.write(Data("\n".utf8))
+        } else {
+            let date = Date(timeIntervalSince1970: Double(post.time) / 1000)
+            let formatter = DateFormatter()
+            formatter.dateFormat = "HH:mm:ss"
+            let line = "#\(post.seq) \(formatter.string(from: date)) \(post.author): \(post.text ?? "")\(post.attachment.map { " [attachment \($0)]" } ?? "")\n"
+            FileHandle.standardOutput.write(Data(line.utf8))
+        }
+    }
+}
