@@ -81,6 +81,7 @@ let package = Package(
         .executableTarget(
             name: "circle",
             dependencies: [
+                "CircleClient",
                 "CircleSocket",
                 "CircleServer",
                 "CircleWire",
