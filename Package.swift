@@ -142,7 +142,13 @@ let package = Package(
         ),
         .testTarget(
             name: "CircleCLITests",
-            dependencies: ["CircleSocket", .product(name: "NIOCore", package: "swift-nio")]
+            dependencies: [
+                "CircleSocket",
+                "CircleTestSupport",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ]
         ),
     ]
 )
