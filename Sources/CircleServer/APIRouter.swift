@@ -105,7 +105,7 @@ struct APIRouter: Sendable {
         let parts = path.split(separator: "/").map(String.init)
         let label: String
         switch parts {
-        case [], ["healthz"], ["metrics"], ["v1", "circles"], ["v1", "dev", "token"], ["v1", "ws"], ["v1", "echo"]:
+        case [], ["healthz"], ["metrics"], ["favicon.ico"], ["v1", "circles"], ["v1", "config"], ["v1", "dev", "token"], ["v1", "ws"], ["v1", "echo"]:
             label = "/" + parts.joined(separator: "/")
         case let p where p.count == 3 && p[0] == "v1" && p[1] == "circles":
             label = "/v1/circles/{name}"
@@ -131,11 +131,12 @@ struct APIRouter: Sendable {
         case (.GET, ["metrics"]):
             return APIResponse(status: .ok, contentType: "text/plain; version=0.0.4", body: ByteBuffer(bytes: self.services.metrics.render()))
         case (.GET, []):
-            return APIResponse(
-                status: .ok,
-                contentType: "text/plain; charset=utf-8",
-                body: ByteBuffer(string: "Circle server.\nWebSocket: /v1/ws (subprotocol circle.v1, token as Bearer header or ?token=)\nHTTP API: /v1/circles, /healthz, /metrics\n")
-            )
+            return APIResponse(status: .ok, contentType: "text/html; charset=utf-8", body: ByteBuffer(string: ChatPage.html))
+        case (.GET, ["favicon.ico"]):
+            return APIResponse(status: .noContent, contentType: "image/x-icon", body: ByteBuffer())
+        case (.GET, ["v1", "config"]):
+            struct Config: Codable { var developmentTokens: Bool; var subprotocol: String }
+            return .json(.ok, Config(developmentTokens: self.services.configuration.developmentTokens, subprotocol: circleSubprotocol))
         case (.GET, ["v1", "dev", "token"]):
             return await self.developmentToken(request)
         default:

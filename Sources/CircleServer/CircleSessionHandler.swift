@@ -206,6 +206,7 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
         case .post: self.post(request)
         case .history: self.history(request)
         case .typing: self.typing(request)
+        case .ping: self.send(.ack(id: request.id, seq: nil, time: Int64(Date().timeIntervalSince1970 * 1000), duplicate: false))
         }
     }
 

@@ -12,6 +12,9 @@ public enum CircleAction: String, Sendable, CaseIterable, Codable {
     case history
     /// Tell the circle this user is typing (not stored).
     case typing
+    /// Keep the connection alive and measure the round trip, for clients that cannot send
+    /// WebSocket pings (browsers). `circle` is not needed.
+    case ping
 }
 
 /// One request from a client: a JSON object in a text frame.
@@ -117,6 +120,9 @@ extension CircleRequest {
                 .init(id: id, code: .unknownAction, message: "unknown action \"\(actionName)\"; known: \(CircleAction.allCases.map(\.rawValue).joined(separator: ", "))")
             )
         }
+        if actionName == CircleAction.ping.rawValue {
+            return .success(CircleRequest(action: .ping, id: id, circle: object["circle"] as? String ?? ""))
+        }
         do {
             let request = try JSONDecoder().decode(CircleRequest.self, from: data)
             if let problem = request.validationProblem {
@@ -136,6 +142,7 @@ extension CircleRequest {
 
     /// A sentence describing what is wrong with the fields for this action, or `nil`.
     public var validationProblem: String? {
+        if self.action == .ping { return nil }
         if self.circle.isEmpty { return "\"circle\" must not be empty" }
         switch self.action {
         case .post:
@@ -146,7 +153,7 @@ extension CircleRequest {
             if (self.before ?? 0) < 0 || (self.after ?? 0) < 0 { return "\"before\" and \"after\" must not be negative" }
         case .join:
             if let since, since < 0 { return "\"since\" must not be negative" }
-        case .leave, .typing:
+        case .leave, .typing, .ping:
             break
         }
         return nil

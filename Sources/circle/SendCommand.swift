@@ -26,7 +26,7 @@ struct SendCommand: AsyncParsableCommand {
     @Argument(help: "The text; standard input lines when empty.")
     var text: [String] = []
 
-    @Option(help: "Seconds each post may take, across reconnects.")
+    @Option(help: "Seconds a post may take, across reconnects; also how long rate-limited posts are retried.")
     var timeout: Int = 30
 
     @OptionGroup var client: ClientOptions
@@ -36,13 +36,21 @@ struct SendCommand: AsyncParsableCommand {
         await client.connect()
         await awaitConnection(client, command: "send", server: self.client.server)
         var failures = 0
+        let deadline = ContinuousClock.now + .seconds(self.timeout)
         func post(_ line: String) async {
-            do {
-                let receipt = try await client.post(line, to: self.circle)
-                FileHandle.standardOutput.write(Data("#\(receipt.seq)\n".utf8))
-            } catch {
-                failures += 1
-                FileHandle.standardError.write(Data("circle send: not posted: \(line.prefix(60)): \(error)\n".utf8))
+            while true {
+                do {
+                    let receipt = try await client.post(line, to: self.circle)
+                    FileHandle.standardOutput.write(Data("#\(receipt.seq)\n".utf8))
+                    return
+                } catch let error as CircleClientError where error.code == .rateLimited && ContinuousClock.now < deadline {
+                    // A pipe can outrun the server's per-connection rate: wait for the bucket to refill.
+                    try? await Task.sleep(for: .milliseconds(500))
+                } catch {
+                    failures += 1
+                    FileHandle.standardError.write(Data("circle send: not posted: \(line.prefix(60)): \(error)\n".utf8))
+                    return
+                }
             }
         }
         if self.text.isEmpty {
