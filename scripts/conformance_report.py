@@ -13,7 +13,10 @@ UNCLEAN (both shown red in the Autobahn report), or the client process died in i
 Usage:
   conformance_report.py --side client --reports reports/clients [--output docs/CONFORMANCE.md]
       [--command "scripts/conformance"] [--server-command "kosoku ..."] [--duration SECONDS]
-      [--crashes FILE] [--agent circle]
+      [--crashes FILE] [--case-ids FILE] [--agent circle] [--note TEXT]...
+
+With --case-ids (the selected case ids in run order, one a line), a selected case without a
+result is listed as MISSING and fails the gate, and --crashes can name cases that never got one.
 """
 
 from __future__ import annotations
@@ -122,6 +125,21 @@ def load_crashes(path: Path | None) -> dict[int, str]:
     return crashes
 
 
+def events(items: object, limit: int = 3) -> str:
+    """Autobahn event lists ([["message", "Hello", False], ["timeout", "A"]]) in a few words."""
+    if not isinstance(items, list) or not items:
+        return "nothing"
+    words = []
+    for item in items[:limit]:
+        if isinstance(item, list) and item:
+            kind, rest = item[0], [x for x in item[1:] if not isinstance(x, bool)]
+            words.append(f"{kind} {one_line(repr(rest[0]), 40)}" if rest else str(kind))
+        else:
+            words.append(one_line(item, 40))
+    more = f" (+{len(items) - limit} more)" if len(items) > limit else ""
+    return ", ".join(words) + more
+
+
 def is_gate_failure(result: dict, crashed: bool) -> bool:
     return (
         result.get("behavior") not in PASSING
@@ -130,17 +148,35 @@ def is_gate_failure(result: dict, crashed: bool) -> bool:
     )
 
 
+def load_case_ids(path: Path | None) -> list[str]:
+    if path is None or not path.exists():
+        return []
+    return [line.strip() for line in path.read_text().splitlines() if line.strip()]
+
+
 def render(
     side: str,
     agent: str,
     results: dict[str, dict],
     crashes: dict[int, str],
+    case_ids: list[str],
     command: str | None,
     server_command: str | None,
     duration: float | None,
+    notes: list[str],
 ) -> tuple[str, list[str]]:
+    results = dict(results)
+    for case_id in case_ids:
+        if case_id not in results:
+            results[case_id] = {
+                "id": case_id,
+                "behavior": "MISSING",
+                "behaviorClose": "MISSING",
+                "result": "selected, but the server recorded no result",
+            }
     ordered = sorted(results.values(), key=lambda r: case_key(r["id"]))
     by_number = {r.get("case"): r["id"] for r in ordered if isinstance(r.get("case"), int)}
+    by_number.update({number: case_id for number, case_id in enumerate(case_ids, start=1)})
     crashed_ids = {by_number[n]: note for n, note in crashes.items() if n in by_number}
 
     extra_outcomes = sorted(
@@ -173,7 +209,11 @@ def render(
     lines.append(f"- kosoku version: {kosoku_version()}")
     lines.append(f"- Agent: `{agent}`; cases run: {len(ordered)}")
     if duration is not None:
-        lines.append(f"- Run time: {duration:.0f} s ({duration / 60:.1f} min)")
+        lines.append(
+            f"- Run time of the cases: {duration:.1f} s"
+            + (f" ({duration / 60:.1f} min)" if duration >= 120 else "")
+            + " (debug build)"
+        )
     gated = ", ".join(str(s) for s in sorted(GATED_SECTIONS))
     verdict = "PASS" if not gate_failures else f"FAIL ({len(gate_failures)} cases)"
     lines.append(
@@ -181,6 +221,11 @@ def render(
         f"FAILED/UNCLEAN, or the client process died): **{verdict}**"
     )
     lines.append("")
+    if notes:
+        lines.append("Notes:")
+        lines.append("")
+        lines.extend(f"- {note}" for note in notes)
+        lines.append("")
 
     header = ["Section", *columns, "close not OK", "total"]
     lines.append("| " + " | ".join(header) + " |")
@@ -196,7 +241,9 @@ def render(
         name = f"{section} {SECTION_NAMES.get(section, '')}".strip()
         cells = [str(row[c]) if row[c] else "" for c in columns]
         lines.append(
-            f"| {name} | " + " | ".join(cells) + f" | {close_bad[section] or ''} | {total or ''} |"
+            f"| {name} | "
+            + " | ".join(cells)
+            + f" | {close_bad[section] or ''} | {total or 'not run'} |"
         )
     lines.append(
         "| **all** | "
@@ -221,6 +268,11 @@ def render(
         lines.append("|---|---|---|---:|---|---|")
         for r in not_ok:
             remarks = [one_line(r.get("result"))]
+            expected = r.get("expected")
+            if r.get("behavior") != "OK" and isinstance(expected, dict) and "OK" in expected:
+                remarks.append(
+                    f"expected for OK: {events(expected['OK'])}; received: {events(r.get('received'))}"
+                )
             if r.get("behaviorClose") not in ("OK", "INFORMATIONAL"):
                 remarks.append(one_line(r.get("resultClose")))
             if r.get("wasNotCleanReason"):
@@ -270,6 +322,8 @@ def main() -> int:
     parser.add_argument("--server-command", help="the test server's command line, for the record")
     parser.add_argument("--duration", type=float, help="run time in seconds, for the record")
     parser.add_argument("--crashes", type=Path, help="case numbers in which the client process died")
+    parser.add_argument("--case-ids", type=Path, help="the selected case ids in run order")
+    parser.add_argument("--note", action="append", default=[], help="a remark to print with the results")
     args = parser.parse_args()
 
     agent, results = load_results(args.reports, args.agent)
@@ -278,14 +332,16 @@ def main() -> int:
         agent,
         results,
         load_crashes(args.crashes),
+        load_case_ids(args.case_ids),
         args.command,
         args.server_command,
         args.duration,
+        args.note,
     )
     document = args.output.read_text() if args.output.exists() else ""
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(merge(document, args.side, section))
-    print(f"wrote {args.output} ({args.side}: {len(results)} cases)")
+    print(f"wrote {args.output} ({args.side}: results for {len(results)} cases)")
     if failures:
         shown = ", ".join(failures[:40]) + (" …" if len(failures) > 40 else "")
         print(f"conformance gate FAILED: {len(failures)} cases: {shown}", file=sys.stderr)

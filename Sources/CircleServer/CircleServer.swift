@@ -51,6 +51,21 @@ public final class CircleServer: Service, Sendable {
         } else {
             opened = try await Self.openDefaultStore(configuration: configuration, logger: logger)
         }
+        do {
+            return try await Self.serve(configuration: configuration, store: opened, eventLoopGroup: eventLoopGroup, logger: logger)
+        } catch {
+            // A store this call opened is this call's to close (the port may be taken, say).
+            if store == nil { try? await opened.close() }
+            throw error
+        }
+    }
+
+    private static func serve(
+        configuration: CircleServerConfiguration,
+        store opened: any CircleStore,
+        eventLoopGroup: any EventLoopGroup,
+        logger: Logger
+    ) async throws -> CircleServer {
         try await opened.migrate()
         let authority = try await TokenAuthority(configuration.tokenKeys)
         let services = ServerServices(configuration: configuration, store: opened, authority: authority, logger: logger)

@@ -145,6 +145,14 @@ public final class WebSocket: Sendable {
             }
             throw WebSocketError(.connectionFailed, "could not connect to \(target.host):\(target.port)", underlying: error)
         }
+        // A reconnect loop aimed at a loopback port where nothing listens can connect the socket
+        // to itself (TCP simultaneous open), which would also keep the server from binding the
+        // port again. Treat it as the refused connection it is.
+        if let local = channel.localAddress, let remote = channel.remoteAddress, local == remote {
+            channel.close(promise: nil)
+            _ = try? await upgraded.futureResult.get()
+            throw WebSocketError(.connectionFailed, "could not connect to \(target.host):\(target.port) (the socket connected to itself)")
+        }
         let result = try await upgraded.futureResult.get()
         logger.debug("connected", metadata: ["ws.subprotocol": "\(result.subprotocol ?? "")"])
         return WebSocket(

@@ -1,0 +1,353 @@
+import ArgumentParser
+import CircleClient
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+struct ChatCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "chat",
+        abstract: "A full-screen chat in the terminal.",
+        discussion: """
+            Shows the circle's recent posts, live posts and who is typing, with an input line at \
+            the bottom and the connection state at the top. Your posts show "sending…" until the \
+            server acknowledges them, then their number; a refused post says why. Posts typed \
+            while offline wait and go out when the connection is back.
+
+            Keys: Enter posts · Page Up or /older loads older posts · /quit, Ctrl-C or Ctrl-D \
+            (on an empty line) leaves.
+
+            Example: circle chat general --user alice --data ./circle-data
+            """
+    )
+
+    @Argument(help: "The circle.")
+    var circle: String
+
+    @OptionGroup var client: ClientOptions
+
+    func run() async throws {
+        guard isatty(STDIN_FILENO) == 1, isatty(STDOUT_FILENO) == 1 else {
+            throw ValidationError("circle chat needs a terminal; for scripts use `circle send` and `circle tail`")
+        }
+        let client = try await CircleClient(configuration: try self.client.clientConfiguration(postTimeout: .seconds(120)))
+        await client.connect()
+        await awaitConnection(client, command: "chat", server: self.client.server)
+        let user = try await self.userName()
+        let screen = ChatScreen(circle: self.circle, user: user)
+        let terminal = RawTerminal()
+        terminal.enter()
+        defer { terminal.leave() }
+        let resize = DispatchSource.makeSignalSource(signal: SIGWINCH, queue: .global())
+        resize.setEventHandler { Task { await screen.redraw() } }
+        resize.resume()
+        defer { resize.cancel() }
+        await screen.redraw()
+
+        // Newest page first, then everything live.
+        if let page = try? await client.history(of: self.circle, before: nil, limit: 50) {
+            await screen.addHistory(page.posts, more: page.more)
+        }
+        let events = await client.messages(in: self.circle)
+        let states = await client.states()
+        let outbox = await client.outboxEvents()
+        let tasks = [
+            Task { for await event in events { await screen.handle(event) } },
+            Task { for await state in states { await screen.setState(state, waiting: await client.outbox.count) } },
+            Task { for await event in outbox { await screen.handle(event) } },
+            Task {
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: .milliseconds(500))
+                    await screen.tick()
+                }
+            },
+        ]
+        defer { for task in tasks { task.cancel() } }
+
+        for await key in terminal.keys() {
+            switch await screen.input(key) {
+            case .none:
+                break
+            case .quit:
+                await client.shutdown()
+                return
+            case .post(let text):
+                let screen = screen
+                Task {
+                    do {
+                        _ = try await client.post(text, to: self.circle)
+                    } catch let error as CircleClientError {
+                        await screen.failedPost(text, reason: error.message)
+                    }
+                }
+            case .older:
+                if let oldest = await screen.oldestSeq, let page = try? await client.history(of: self.circle, before: oldest, limit: 50) {
+                    await screen.addHistory(page.posts, more: page.more)
+                }
+            case .typing:
+                try? await client.typing(in: self.circle)
+            }
+        }
+        await client.shutdown()
+    }
+
+    private func userName() async throws -> String {
+        if let user = self.client.user { return user }
+        let token = try await self.client.tokenProvider()()
+        let parts = token.split(separator: ".")
+        guard parts.count == 3 else { return "me" }
+        var payload = String(parts[1]).replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while payload.count % 4 != 0 { payload += "=" }
+        guard let data = Data(base64Encoded: payload),
+            let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any], let sub = object["sub"] as? String
+        else { return "me" }
+        return sub
+    }
+}
+
+/// The chat's state and its drawing: a header with the connection state, the posts, who is
+/// typing, and the input line. Everything is redrawn on each change (a screenful is small).
+actor ChatScreen {
+    enum Command { case none, quit, post(String), older, typing }
+
+    private struct Line {
+        var seq: Int64?
+        var author: String
+        var text: String
+        var status: String
+        var time: Int64
+    }
+
+    private let circle: String
+    private let user: String
+    private var posts: [Int64: Line] = [:]
+    private var pending: [(id: String?, line: Line)] = []
+    private var notes: [String] = []
+    private var more = false
+    private var input: [UInt8] = []
+    private var escape: [UInt8] = []
+    private var state = "connecting…"
+    private var typing: [String: ContinuousClock.Instant] = [:]
+    private var lastTypingSent = ContinuousClock.now - .seconds(10)
+
+    init(circle: String, user: String) {
+        self.circle = circle
+        self.user = user
+    }
+
+    var oldestSeq: Int64? { self.more ? self.posts.keys.min() : nil }
+
+    func addHistory(_ page: [CirclePost], more: Bool) {
+        for post in page { self.posts[post.seq] = Self.line(post) }
+        if page.isEmpty || self.posts.keys.min() == page.first?.seq { self.more = more }
+        self.redraw()
+    }
+
+    func handle(_ event: CircleEvent) {
+        switch event {
+        case .post(let post):
+            self.posts[post.seq] = Self.line(post)
+            self.pending.removeAll { $0.id == post.id }
+            self.typing[post.author] = nil
+        case .gap(let from, let to):
+            self.notes.append("posts \(from)–\(to) are missing")
+        case .typing(let user):
+            self.typing[user] = .now
+        case .joined(let user):
+            if user != self.user { self.notes.append("\(user) joined") }
+        case .left(let user):
+            if user != self.user { self.notes.append("\(user) left") }
+        }
+        self.redraw()
+    }
+
+    func handle(_ event: OutboxEvent) {
+        switch event {
+        case .queued(let entry):
+            if let index = self.pending.firstIndex(where: { $0.id == nil && $0.line.text == entry.text }) {
+                self.pending[index].id = entry.id
+            }
+        case .sending:
+            break
+        case .sent(let entry, let receipt):
+            self.pending.removeAll { $0.id == entry.id }
+            if self.posts[receipt.seq] == nil {
+                self.posts[receipt.seq] = Line(seq: receipt.seq, author: self.user, text: entry.text ?? "", status: "", time: receipt.time)
+            }
+        case .failed(let entry, let error):
+            if let index = self.pending.firstIndex(where: { $0.id == entry.id }) {
+                self.pending[index].line.status = "not posted: \(error.message)"
+            }
+        }
+        self.redraw()
+    }
+
+    func failedPost(_ text: String, reason: String) {
+        if let index = self.pending.firstIndex(where: { $0.line.text == text && $0.line.status == "sending…" }) {
+            self.pending[index].line.status = "not posted: \(reason)"
+        }
+        self.redraw()
+    }
+
+    func setState(_ state: ConnectionState, waiting: Int) {
+        switch state {
+        case .connected: self.state = "connected"
+        case .connecting: self.state = "connecting…"
+        case .disconnected: self.state = "offline"
+        case .waitingToReconnect(let until, _):
+            let seconds = max(0, Int(((until - .now).components.seconds)))
+            self.state = "reconnecting in \(seconds) s"
+        case .closed(let reason): self.state = "closed: \(reason)"
+        }
+        let queued = self.pending.filter { $0.line.status == "sending…" }.count
+        if self.state != "connected", max(waiting, queued) > 0 { self.state += " · \(max(waiting, queued)) posts waiting" }
+        self.redraw()
+    }
+
+    func tick() {
+        let stale = self.typing.filter { ContinuousClock.now - $0.value > .seconds(4) }
+        for (user, _) in stale { self.typing[user] = nil }
+        if !stale.isEmpty { self.redraw() }
+    }
+
+    func input(_ byte: UInt8) -> Command {
+        if !self.escape.isEmpty || byte == 0x1B {
+            self.escape.append(byte)
+            if self.escape == [0x1B, 0x5B, 0x35, 0x7E] {  // Page Up
+                self.escape = []
+                return .older
+            }
+            if self.escape.count >= 4 || (self.escape.count >= 3 && (0x40...0x7E).contains(byte) && byte != 0x35) { self.escape = [] }
+            return .none
+        }
+        switch byte {
+        case 3: return .quit  // Ctrl-C
+        case 4: return self.input.isEmpty ? .quit : .none  // Ctrl-D
+        case 13, 10:
+            let text = String(decoding: self.input, as: UTF8.self).trimmingCharacters(in: .whitespaces)
+            self.input = []
+            self.redraw()
+            if text == "/quit" { return .quit }
+            if text == "/older" { return .older }
+            if text.isEmpty { return .none }
+            self.pending.append((nil, Line(seq: nil, author: self.user, text: text, status: "sending…", time: Int64(Date().timeIntervalSince1970 * 1000))))
+            self.redraw()
+            return .post(text)
+        case 127, 8:
+            // Remove one character: its continuation bytes, then its first byte.
+            while let last = self.input.last, (0x80...0xBF).contains(last) { self.input.removeLast() }
+            if !self.input.isEmpty { self.input.removeLast() }
+            self.redraw()
+            return .none
+        default:
+            guard byte >= 0x20 else { return .none }
+            self.input.append(byte)
+            self.redraw()
+            if ContinuousClock.now - self.lastTypingSent > .seconds(2) {
+                self.lastTypingSent = .now
+                return .typing
+            }
+            return .none
+        }
+    }
+
+    private static func line(_ post: CirclePost) -> Line {
+        Line(seq: post.seq, author: post.author, text: post.text ?? (post.attachment.map { "[attachment \($0)]" } ?? ""), status: "", time: post.time)
+    }
+
+    func redraw() {
+        let (rows, columns) = RawTerminal.size()
+        var lines: [String] = []
+        for seq in self.posts.keys.sorted() {
+            let post = self.posts[seq]!
+            lines.append("#\(seq) \(Self.clock(post.time)) \(post.author): \(post.text)")
+        }
+        for (_, line) in self.pending { lines.append("   \(Self.clock(line.time)) \(line.author): \(line.text)  (\(line.status))") }
+        for note in self.notes.suffix(3) { lines.append("   — \(note)") }
+        let body = max(1, rows - 4)
+        var wrapped: [String] = []
+        for line in lines { wrapped += Self.wrap(line, width: columns) }
+        let visible = wrapped.suffix(body)
+        var out = "\u{1B}[H\u{1B}[2J"
+        let header = "# \(self.circle) — \(self.user) — \(self.state)\(self.more ? " — PgUp: older" : "")"
+        out += "\u{1B}[7m" + Self.pad(header, columns) + "\u{1B}[0m\r\n"
+        for _ in 0..<(body - visible.count) { out += "\r\n" }
+        for line in visible { out += line + "\r\n" }
+        let typers = self.typing.keys.filter { $0 != self.user }.sorted()
+        out += "\u{1B}[2m" + (typers.isEmpty ? "" : "\(typers.joined(separator: ", ")) \(typers.count == 1 ? "is" : "are") typing…") + "\u{1B}[0m\r\n"
+        out += "> " + String(String(decoding: self.input, as: UTF8.self).suffix(max(1, columns - 3)))
+        FileHandle.standardOutput.write(Data(out.utf8))
+    }
+
+    private static func clock(_ milliseconds: Int64) -> String {
+        let formatter = DateFormatter()
+        formatter.dateFormat = "HH:mm"
+        return formatter.string(from: Date(timeIntervalSince1970: Double(milliseconds) / 1000))
+    }
+
+    private static func wrap(_ line: String, width: Int) -> [String] {
+        guard width > 4, line.count > width else { return [line] }
+        var result: [String] = []
+        var rest = Substring(line)
+        while rest.count > width {
+            result.append(String(rest.prefix(width)))
+            rest = rest.dropFirst(width)
+        }
+        result.append(String(rest))
+        return result
+    }
+
+    private static func pad(_ text: String, _ width: Int) -> String {
+        text.count >= width ? String(text.prefix(width)) : text + String(repeating: " ", count: width - text.count)
+    }
+}
+
+/// Raw mode on the controlling terminal, the alternate screen, and keys as bytes.
+final class RawTerminal: @unchecked Sendable {
+    // @unchecked: `saved` is written once in enter() before the reader thread starts.
+    private var saved = termios()
+
+    func enter() {
+        tcgetattr(STDIN_FILENO, &self.saved)
+        var raw = self.saved
+        raw.c_lflag &= ~tcflag_t(ECHO | ICANON | ISIG | IEXTEN)
+        raw.c_iflag &= ~tcflag_t(IXON | ICRNL)
+        tcsetattr(STDIN_FILENO, TCSAFLUSH, &raw)
+        FileHandle.standardOutput.write(Data("\u{1B}[?1049h".utf8))
+        // SIGWINCH is handled by a dispatch source (a redraw at the new size).
+        signal(SIGWINCH, SIG_IGN)
+    }
+
+    func leave() {
+        tcsetattr(STDIN_FILENO, TCSAFLUSH, &self.saved)
+        FileHandle.standardOutput.write(Data("\u{1B}[?1049l".utf8))
+    }
+
+    static func size() -> (rows: Int, columns: Int) {
+        var size = winsize()
+        if ioctl(STDOUT_FILENO, UInt(TIOCGWINSZ), &size) == 0, size.ws_row > 0 {
+            return (Int(size.ws_row), Int(size.ws_col))
+        }
+        return (24, 80)
+    }
+
+    /// Bytes typed, read on a thread of their own.
+    func keys() -> AsyncStream<UInt8> {
+        AsyncStream { continuation in
+            let thread = Thread {
+                var buffer = [UInt8](repeating: 0, count: 256)
+                while true {
+                    let count = read(STDIN_FILENO, &buffer, buffer.count)
+                    if count <= 0 { break }
+                    for byte in buffer[0..<count] { continuation.yield(byte) }
+                }
+                continuation.finish()
+            }
+            thread.start()
+        }
+    }
+}
