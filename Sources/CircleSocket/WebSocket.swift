@@ -109,18 +109,9 @@ public final class WebSocket: Sendable {
                         let serverName = target.isIPLiteral ? nil : target.host
                         try sync.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: serverName))
                     }
-                    let encoder = HTTPRequestEncoder()
-                    let decoder = ByteToMessageHandler(HTTPResponseDecoder(leftOverBytesStrategy: .forwardBytes))
-                    try sync.addHandlers([
-                        encoder,
-                        decoder,
-                        WebSocketClientHandshakeHandler(
-                            request: request,
-                            httpHandlers: [encoder, decoder],
-                            promise: upgraded,
-                            logger: handshakeLogger
-                        ),
-                    ])
+                    try sync.addHandler(
+                        WebSocketClientHandshakeHandler(request: request, promise: upgraded, logger: handshakeLogger)
+                    )
                 }
             }
         let channel: any Channel

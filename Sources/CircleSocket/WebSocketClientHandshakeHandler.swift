@@ -17,15 +17,19 @@ struct WebSocketUpgradeResult: Sendable {
     var closed: EventLoopFuture<WebSocketCloseInfo>
 }
 
-/// Sends the HTTP upgrade request (after TLS and the pin check, if any), validates the
-/// response and swaps the HTTP handlers for the WebSocket ones.
+/// Sends the HTTP upgrade request (after TLS and the pin check, if any), reads the response
+/// and puts the WebSocket handlers in its place.
 ///
-/// NIO's `NIOWebSocketClientUpgrader` is not used because it gives no hook to hold the request
-/// until a certificate pin is checked, drops the body of a refused handshake, and leaves
-/// subprotocol and extension negotiation to the caller anyway.
+/// It speaks the few lines of HTTP/1.1 a handshake needs itself, on raw bytes, instead of
+/// NIO's HTTP codec and `NIOWebSocketClientUpgrader`: those give no hook to hold the request
+/// until a certificate pin is checked, drop the body of a refused handshake, and — because
+/// removing the HTTP decoder takes an extra event-loop turn — lose frames that arrive in the
+/// same read as the 101 when the server closes right after them (the Autobahn suite's
+/// `/getCaseCount` does exactly that).
 final class WebSocketClientHandshakeHandler: ChannelInboundHandler, RemovableChannelHandler {
-    typealias InboundIn = HTTPClientResponsePart
-    typealias OutboundOut = HTTPClientRequestPart
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
+    typealias OutboundOut = ByteBuffer
 
     struct Request {
         var host: String
@@ -40,32 +44,29 @@ final class WebSocketClientHandshakeHandler: ChannelInboundHandler, RemovableCha
     private enum State {
         case waiting
         case requestSent
-        /// The 101 arrived; the HTTP handlers are being removed and inbound bytes are buffered.
-        case upgrading
+        /// A refusal's head arrived; its body is being read.
+        case readingRefusalBody(HTTPResponseHead, remaining: Int?)
         case done
     }
 
     private static let maxRefusalBody = 64 * 1024
+    private static let maxHead = 16 * 1024
 
     private let request: Request
     private let key = NIOWebSocketClientUpgrader.randomRequestKey()
     private let promise: EventLoopPromise<WebSocketUpgradeResult>
-    private let httpHandlers: [any RemovableChannelHandler]
     private let logger: Logger
     private var state = State.waiting
-    private var responseHead: HTTPResponseHead?
+    private var received = ByteBuffer()
     private var body: ByteBuffer?
     private var timeout: Scheduled<Void>?
-    private var buffered: [NIOAny] = []
 
     init(
         request: Request,
-        httpHandlers: [any RemovableChannelHandler],
         promise: EventLoopPromise<WebSocketUpgradeResult>,
         logger: Logger
     ) {
         self.request = request
-        self.httpHandlers = httpHandlers
         self.promise = promise
         self.logger = logger
     }
@@ -157,39 +158,106 @@ final class WebSocketClientHandshakeHandler: ChannelInboundHandler, RemovableCha
             headers.add(name: "Sec-WebSocket-Extensions", value: PerMessageDeflateNegotiation.offer(compression))
         }
         headers.add(contentsOf: configuration.headers)
-        let head = HTTPRequestHead(version: .http1_1, method: .GET, uri: self.request.uri, headers: headers)
-        context.write(self.wrapOutboundOut(.head(head)), promise: nil)
-        context.writeAndFlush(self.wrapOutboundOut(.end(nil)), promise: nil)
+        var bytes = context.channel.allocator.buffer(capacity: 512)
+        bytes.writeString("GET \(self.request.uri) HTTP/1.1\r\n")
+        for (name, value) in headers {
+            bytes.writeString("\(name): \(value)\r\n")
+        }
+        bytes.writeString("\r\n")
+        context.writeAndFlush(self.wrapOutboundOut(bytes), promise: nil)
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        if case .upgrading = self.state {
-            // Frames that came right behind the 101, forwarded by the departing HTTP decoder.
-            self.buffered.append(data)
+        var bytes = self.unwrapInboundIn(data)
+        switch self.state {
+        case .waiting, .done:
             return
-        }
-        guard case .requestSent = self.state else { return }
-        switch self.unwrapInboundIn(data) {
-        case .head(let head):
-            self.responseHead = head
-        case .body(var chunk):
-            if head101 { return }
-            let room = Self.maxRefusalBody - (self.body?.readableBytes ?? 0)
-            if room > 0, let slice = chunk.readSlice(length: min(room, chunk.readableBytes)) {
-                self.body.setOrWriteImmutableBuffer(slice)
+        case .readingRefusalBody(let head, let remaining):
+            self.collectBody(&bytes, head: head, remaining: remaining, context: context)
+        case .requestSent:
+            self.received.writeBuffer(&bytes)
+            guard let headEnd = self.received.readableBytesView.firstRange(of: [13, 10, 13, 10]) else {
+                if self.received.readableBytes > Self.maxHead {
+                    self.fail(context: context, WebSocketError(.handshakeInvalid, "the response head is larger than \(Self.maxHead) bytes"))
+                }
+                return
             }
-        case .end:
-            guard let head = self.responseHead else { return }
+            let headLength = headEnd.upperBound - self.received.readerIndex
+            let headText = self.received.readString(length: headLength) ?? ""
+            var rest = self.received
+            self.received = ByteBuffer()
+            guard let head = Self.parseHead(headText) else {
+                self.fail(context: context, WebSocketError(.handshakeInvalid, "the server did not answer with HTTP/1.1"))
+                return
+            }
             if head.status == .switchingProtocols {
-                self.upgrade(context: context, head: head)
+                self.upgrade(context: context, head: head, leftover: rest)
             } else {
-                self.refuse(head: head)
-                context.close(promise: nil)
+                let length = head.headers.first(name: "Content-Length").flatMap { Int($0) }
+                self.state = .readingRefusalBody(head, remaining: length)
+                self.collectBody(&rest, head: head, remaining: length, context: context)
             }
         }
     }
 
-    private var head101: Bool { self.responseHead?.status == .switchingProtocols }
+    /// Reads a refusal's body: `Content-Length` bytes, or (without one) until the server closes.
+    /// Chunked bodies are kept as they come; the first 64 KiB are enough for a person to read.
+    private func collectBody(_ bytes: inout ByteBuffer, head: HTTPResponseHead, remaining: Int?, context: ChannelHandlerContext) {
+        let take = min(bytes.readableBytes, remaining ?? bytes.readableBytes)
+        if let slice = bytes.readSlice(length: take) {
+            let room = Self.maxRefusalBody - (self.body?.readableBytes ?? 0)
+            if room > 0 { self.body.setOrWriteImmutableBuffer(slice.getSlice(at: slice.readerIndex, length: min(room, slice.readableBytes))!) }
+        }
+        if let remaining {
+            let left = remaining - take
+            if left <= 0 {
+                self.refuse(head: head)
+                context.close(promise: nil)
+            } else {
+                self.state = .readingRefusalBody(head, remaining: left)
+            }
+        } else if head.headers["Transfer-Encoding"].contains(where: { $0.lowercased().contains("chunked") }),
+            let body = self.body, body.readableBytesView.firstRange(of: Array("0\r\n\r\n".utf8)) != nil
+        {
+            self.body = Self.dechunk(body)
+            self.refuse(head: head)
+            context.close(promise: nil)
+        }
+    }
+
+    private static func dechunk(_ body: ByteBuffer) -> ByteBuffer {
+        var input = body
+        var output = ByteBuffer()
+        while let line = input.readableBytesView.firstRange(of: [13, 10]) {
+            let sizeText = input.readString(length: line.lowerBound - input.readerIndex) ?? ""
+            input.moveReaderIndex(forwardBy: 2)
+            guard let size = Int(sizeText.split(separator: ";").first ?? "", radix: 16), size > 0,
+                let chunk = input.readSlice(length: min(size, input.readableBytes))
+            else { break }
+            output.writeImmutableBuffer(chunk)
+            input.moveReaderIndex(forwardBy: min(2, input.readableBytes))
+        }
+        return output
+    }
+
+    /// Parses "HTTP/1.1 101 Switching Protocols" and the header lines.
+    private static func parseHead(_ text: String) -> HTTPResponseHead? {
+        var lines = text.split(separator: "\r\n", omittingEmptySubsequences: true)[...]
+        guard let statusLine = lines.popFirst() else { return nil }
+        let parts = statusLine.split(separator: " ", maxSplits: 2)
+        guard parts.count >= 2, parts[0].hasPrefix("HTTP/1."), let code = Int(parts[1]) else { return nil }
+        var headers = HTTPHeaders()
+        for line in lines {
+            guard let colon = line.firstIndex(of: ":") else { continue }
+            headers.add(name: String(line[..<colon]).trimmingASCIISpaces(), value: String(line[line.index(after: colon)...]).trimmingASCIISpaces())
+        }
+        return HTTPResponseHead(version: parts[0] == "HTTP/1.0" ? .http1_0 : .http1_1, status: .init(statusCode: code), headers: headers)
+    }
+
+    private func fail(context: ChannelHandlerContext, _ error: WebSocketError) {
+        self.finish(.failure(error))
+        context.close(promise: nil)
+    }
 
     private func refuse(head: HTTPResponseHead) {
         let bodyText = self.body.map { String(decoding: $0.readableBytesView, as: UTF8.self) } ?? ""
@@ -207,38 +275,20 @@ final class WebSocketClientHandshakeHandler: ChannelInboundHandler, RemovableCha
         )
     }
 
-    private func upgrade(context: ChannelHandlerContext, head: HTTPResponseHead) {
-        let compression: PerMessageDeflateParameters?
+    private func upgrade(context: ChannelHandlerContext, head: HTTPResponseHead, leftover: ByteBuffer) {
         do {
-            compression = try self.validate(head: head)
+            let compression = try self.validate(head: head)
+            try self.installWebSocket(context: context, head: head, compression: compression, leftover: leftover)
         } catch {
-            self.finish(.failure(error))
-            context.close(promise: nil)
-            return
-        }
-        // As NIO's own upgrade handler does: first take the HTTP codec out (the decoder may only
-        // leave once it finished the current read), buffering what arrives meanwhile; then add
-        // the WebSocket handlers, replay the buffer, and only then hand the socket to the caller.
-        self.state = .upgrading
-        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-        let removals = self.httpHandlers.map { context.pipeline.syncOperations.removeHandler($0) }
-        EventLoopFuture.andAllSucceed(removals, on: context.eventLoop).whenComplete { result in
-            let (handler, context) = loopBound.value
-            do {
-                try result.get()
-                try handler.installWebSocket(context: context, head: head, compression: compression)
-            } catch {
-                handler.state = .requestSent
-                handler.finish(.failure(error))
-                context.close(promise: nil)
-            }
+            self.fail(context: context, (error as? WebSocketError) ?? WebSocketError(.handshakeInvalid, "\(error)"))
         }
     }
 
     private func installWebSocket(
         context: ChannelHandlerContext,
         head: HTTPResponseHead,
-        compression: PerMessageDeflateParameters?
+        compression: PerMessageDeflateParameters?,
+        leftover: ByteBuffer
     ) throws {
         let configuration = self.request.configuration
         let deflate = try compression.map {
@@ -267,11 +317,7 @@ final class WebSocketClientHandshakeHandler: ChannelInboundHandler, RemovableCha
             ],
             position: .after(self)
         )
-        let buffered = self.buffered
-        self.buffered = []
-        for data in buffered { context.fireChannelRead(data) }
-        if !buffered.isEmpty { context.fireChannelReadComplete() }
-        self.state = .requestSent
+        // The socket is the caller's from here on, whatever the frames behind the 101 do to it.
         self.finish(
             .success(
                 WebSocketUpgradeResult(
@@ -284,6 +330,10 @@ final class WebSocketClientHandshakeHandler: ChannelInboundHandler, RemovableCha
                 )
             )
         )
+        if leftover.readableBytes > 0 {
+            context.fireChannelRead(self.wrapInboundOut(leftover))
+            context.fireChannelReadComplete()
+        }
         context.pipeline.syncOperations.removeHandler(context: context, promise: nil)
     }
 
@@ -322,8 +372,10 @@ final class WebSocketClientHandshakeHandler: ChannelInboundHandler, RemovableCha
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        if case .upgrading = self.state { self.state = .requestSent }
-        if let head = self.responseHead, head.status != .switchingProtocols {
+        if case .readingRefusalBody(let head, _) = self.state {
+            if head.headers["Transfer-Encoding"].contains(where: { $0.lowercased().contains("chunked") }), let body = self.body {
+                self.body = Self.dechunk(body)
+            }
             self.refuse(head: head)
         } else {
             self.finish(
