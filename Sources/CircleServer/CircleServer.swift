@@ -219,7 +219,7 @@ public final class CircleServer: Service, Sendable {
         let parameters = PerMessageDeflateNegotiation.respond(toOffers: head.headers["Sec-WebSocket-Extensions"])
         let path = splitURI(head.uri).path
         if path == "/v1/echo" {
-            let deflate = try parameters.map { try PerMessageDeflate(parameters: $0, isClient: false, compressionLevel: 6, minimumCompressedSize: 64) }
+            let deflate = try parameters.map { try PerMessageDeflate(parameters: $0, isClient: false, compressionLevel: 6, minimumCompressedSize: services.configuration.compressionMinimumBytes) }
             try sync.addHandler(EchoHandler(maxMessageSize: 16 * 1024 * 1024, deflate: deflate))
             return
         }
@@ -228,7 +228,7 @@ public final class CircleServer: Service, Sendable {
         }
         do {
             let deflate = try services.configuration.compression
-                ? parameters.map { try PerMessageDeflate(parameters: $0, isClient: false, compressionLevel: 6, minimumCompressedSize: 64) }
+                ? parameters.map { try PerMessageDeflate(parameters: $0, isClient: false, compressionLevel: 6, minimumCompressedSize: services.configuration.compressionMinimumBytes) }
                 : nil
             try sync.addHandler(CircleSessionHandler(services: services, user: user, deflate: deflate, logger: services.logger))
         } catch {

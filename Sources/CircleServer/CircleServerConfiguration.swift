@@ -22,6 +22,9 @@ public struct CircleServerConfiguration: Sendable {
     /// Accept permessage-deflate on `circle.v1` connections. Off by default: each compressed
     /// connection holds zlib state of a few hundred KiB, against the idle-memory budget.
     public var compression: Bool
+    /// Messages shorter than this many bytes are sent uncompressed on a compressed connection
+    /// (RFC 7692 allows it; for tiny messages deflate costs more CPU than it saves bytes).
+    public var compressionMinimumBytes: Int
 
     public struct Limits: Sendable {
         /// Largest post text, in UTF-8 bytes (`too_large`).
@@ -71,7 +74,8 @@ public struct CircleServerConfiguration: Sendable {
         limits: Limits = .init(),
         developmentTokens: Bool = false,
         echoEndpoint: Bool = false,
-        compression: Bool = false
+        compression: Bool = false,
+        compressionMinimumBytes: Int = 64
     ) {
         self.host = host
         self.port = port
@@ -82,5 +86,6 @@ public struct CircleServerConfiguration: Sendable {
         self.developmentTokens = developmentTokens
         self.echoEndpoint = echoEndpoint
         self.compression = compression
+        self.compressionMinimumBytes = compressionMinimumBytes
     }
 }

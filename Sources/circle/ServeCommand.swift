@@ -66,9 +66,15 @@ struct ServeCommand: AsyncParsableCommand {
     @Flag(help: "Accept permessage-deflate on chat connections (costs memory per connection).")
     var compression = false
 
+    @Option(help: "With permessage-deflate, send messages shorter than this many bytes uncompressed.")
+    var compressionMinBytes = 64
+
     func run() async throws {
         guard let level = Logger.Level(rawValue: self.logLevel.lowercased()) else {
             throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical")
+        }
+        guard self.compressionMinBytes >= 0 else {
+            throw ValidationError("--compression-min-bytes must be 0 or more")
         }
         guard let idle = parseDuration(self.idleTimeout), idle > .zero else {
             throw ValidationError("--idle-timeout takes a duration such as 75s or 5m")
@@ -105,7 +111,8 @@ struct ServeCommand: AsyncParsableCommand {
             ),
             developmentTokens: self.dev,
             echoEndpoint: self.echo,
-            compression: self.compression
+            compression: self.compression,
+            compressionMinimumBytes: self.compressionMinBytes
         )
         let server: CircleServer
         do {
