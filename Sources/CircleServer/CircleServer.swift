@@ -71,6 +71,7 @@ public final class CircleServer: Service, Sendable {
         let services = ServerServices(configuration: configuration, store: opened, authority: authority, logger: logger)
         let sslContext = try configuration.tls.map { try NIOSSLContext(configuration: $0) }
         let router = APIRouter(services: services)
+        try router.media.files.prepare()
         let limits = configuration.limits
         let channel = try await ServerBootstrap(group: eventLoopGroup)
             .serverChannelOption(.backlog, value: 4096)

@@ -43,6 +43,8 @@ public struct CircleServerConfiguration: Sendable {
         public var idleTimeout: TimeAmount
         /// Circles one connection may join at once.
         public var maxJoinedCircles: Int
+        /// Largest media upload in bytes (HTTP 413 `too_large`).
+        public var maxMediaBytes: Int64
 
         public init(
             maxPostBytes: Int = 8 * 1024,
@@ -52,7 +54,8 @@ public struct CircleServerConfiguration: Sendable {
             outboundQueueBytes: Int = 1024 * 1024,
             maxConnectionsPerUser: Int = 16,
             idleTimeout: TimeAmount = .seconds(75),
-            maxJoinedCircles: Int = 100
+            maxJoinedCircles: Int = 100,
+            maxMediaBytes: Int64 = 25 * 1024 * 1024
         ) {
             self.maxPostBytes = maxPostBytes
             self.maxMessageBytes = maxMessageBytes
@@ -62,6 +65,7 @@ public struct CircleServerConfiguration: Sendable {
             self.maxConnectionsPerUser = maxConnectionsPerUser
             self.idleTimeout = idleTimeout
             self.maxJoinedCircles = maxJoinedCircles
+            self.maxMediaBytes = maxMediaBytes
         }
     }
 

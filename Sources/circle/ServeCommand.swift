@@ -36,6 +36,9 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Largest post text in bytes (too_large).")
     var maxPostBytes: Int = 8 * 1024
 
+    @Option(help: "Largest media upload in bytes (HTTP 413 too_large).")
+    var maxMediaBytes: Int64 = 25 * 1024 * 1024
+
     @Option(help: "Largest WebSocket message in bytes (close 1009).")
     var maxMessageBytes: Int = 64 * 1024
 
@@ -107,7 +110,8 @@ struct ServeCommand: AsyncParsableCommand {
                 postBurst: self.postBurst,
                 outboundQueueBytes: self.outboundQueueBytes,
                 maxConnectionsPerUser: self.maxConnectionsPerUser,
-                idleTimeout: .nanoseconds(Int64(idle.components.seconds) * 1_000_000_000 + idle.components.attoseconds / 1_000_000_000)
+                idleTimeout: .nanoseconds(Int64(idle.components.seconds) * 1_000_000_000 + idle.components.attoseconds / 1_000_000_000),
+                maxMediaBytes: self.maxMediaBytes
             ),
             developmentTokens: self.dev,
             echoEndpoint: self.echo,
