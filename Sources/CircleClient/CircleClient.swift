@@ -89,6 +89,10 @@ public final class CircleClient: Sendable {
     ///     the extension, then from the first bytes.
     ///   - caption: The post's text, if any.
     ///   - circle: Where to post.
+    ///   - id: The post's id (its idempotency key); `nil` makes a new one. A photo post with an
+    ///     id that is still queued (restored from the state file) is waited for, not queued again,
+    ///     and the server stores a post with a given id once: a command that is simply run again
+    ///     after a crash posts once.
     ///   - progress: Called as the server acknowledges bytes (from the upload's I/O; keep it quick).
     /// - Throws: ``CircleClientError``: the server refused the file (`too_large`,
     ///   `unsupported_media_type`) or the post; `timed_out` or `not_connected` after the transfer
@@ -99,9 +103,10 @@ public final class CircleClient: Sendable {
         contentType: String? = nil,
         caption: String? = nil,
         to circle: String,
+        id: String? = nil,
         progress: (@Sendable (TransferProgress) -> Void)? = nil
     ) async throws -> PostReceipt {
-        try await self.transfers.postPhoto(path: photo, contentType: contentType, caption: caption, circle: circle, progress: progress)
+        try await self.transfers.postPhoto(path: photo, contentType: contentType, caption: caption, circle: circle, id: id, progress: progress)
     }
 
     /// Uploads a file (resumable, with retries) and returns its media id, without posting.

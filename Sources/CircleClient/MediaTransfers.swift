@@ -105,9 +105,15 @@ actor MediaTransfers {
         contentType: String?,
         caption: String?,
         circle: String,
+        id chosen: String?,
         progress: (@Sendable (TransferProgress) -> Void)?
     ) async throws -> PostReceipt {
-        let id = UUID().uuidString.lowercased()
+        let id = chosen ?? UUID().uuidString.lowercased()
+        if self.jobs.contains(where: { $0.id == id }) {
+            // Queued before (by an earlier run): wait for that one instead of posting twice.
+            if let progress { self.setProgressHandler(id, progress) }
+            return try await self.awaitJob(id)
+        }
         let (size, type) = try await Self.inspect(path, declared: contentType)
         var file = path
         var owns = false
@@ -136,7 +142,11 @@ actor MediaTransfers {
         try await self.store.savePhotoJob(job)
         self.jobs.append(job)
         if let progress { self.setProgressHandler(id, progress) }
-        return try await withTaskCancellationHandler {
+        return try await self.awaitJob(id)
+    }
+
+    private func awaitJob(_ id: String) async throws -> PostReceipt {
+        try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
                 self.waiters[id] = continuation
                 self.startWorker()
