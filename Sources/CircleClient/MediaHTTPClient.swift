@@ -118,7 +118,8 @@ struct MediaHTTPClient: Sendable {
         body: RequestBody = .none,
         progress: (@Sendable (Int64) -> Void)? = nil,
         onHead: (@Sendable (HTTPResponseHead) async throws -> Void)? = nil,
-        onBody: (@Sendable (ByteBuffer) async throws -> Void)? = nil
+        onBody: (@Sendable (ByteBuffer) async throws -> Void)? = nil,
+        newConnection: Bool = false
     ) async throws(RequestFailure) -> (head: HTTPResponseHead, body: [UInt8], metrics: RequestMetrics) {
         let started = ContinuousClock.now
         var metrics = RequestMetrics(
@@ -136,12 +137,17 @@ struct MediaHTTPClient: Sendable {
         )
         var connection: HTTPConnection?
         do {
-            if let pooled = await self.pool.take(self.target) {
+            if !newConnection, let pooled = await self.pool.take(self.target) {
                 connection = pooled
                 metrics.reusedConnection = true
             } else {
                 do {
-                    let (opened, setup) = try await HTTPConnection.connect(to: self.target, tls: self.tls, timeout: self.configuration.connectTimeout)
+                    let (opened, setup) = try await HTTPConnection.connect(
+                        to: self.target,
+                        tls: self.tls,
+                        timeout: self.configuration.connectTimeout,
+                        writeTimeout: self.configuration.requestTimeout
+                    )
                     connection = opened
                     metrics.connect = setup.connect
                     metrics.tls = setup.tls
@@ -214,6 +220,10 @@ struct MediaHTTPClient: Sendable {
             throw failure
         } catch {
             connection?.close()
+            if metrics.reusedConnection, metrics.status == nil, !(error is CancellationError), !(error is CircleClientError) {
+                // A kept-alive connection the server had given up on: once more on a new one.
+                return try await self.exchange(method, uri, headers: headers, body: body, progress: progress, onHead: onHead, onBody: onBody, newConnection: true)
+            }
             metrics.total = ContinuousClock.now - started
             metrics.error = "\(error)"
             throw RequestFailure(error: error, metrics: metrics, unreachable: false)

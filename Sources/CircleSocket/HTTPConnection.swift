@@ -59,20 +59,29 @@ package final class HTTPConnection: Sendable {
     private let reader: NIOLoopBound<ResponseReader>
     /// Whether the last response allowed the connection to be used again.
     private let reusable = NIOLockedValueBox(false)
+    /// Set once the server closed its side (or the connection failed).
+    private let ended: NIOLockedValueBox<Bool>
+    /// How long a write may wait for the server to take the bytes.
+    private let writeTimeout: Duration
 
-    private init(target: Target, channel: any Channel, reader: NIOLoopBound<ResponseReader>) {
+    private init(target: Target, channel: any Channel, reader: NIOLoopBound<ResponseReader>, ended: NIOLockedValueBox<Bool>, writeTimeout: Duration) {
         self.target = target
         self.channel = channel
         self.reader = reader
+        self.ended = ended
+        self.writeTimeout = writeTimeout
     }
 
-    /// Opens a connection (TCP, then TLS for `https`), within `timeout`.
+    /// Opens a connection (TCP, then TLS for `https`), within `timeout`. A later write that
+    /// the server does not take within `writeTimeout` closes the connection.
     package static func connect(
         to target: Target,
         tls: WebSocketTLSConfiguration = .init(),
         timeout: Duration,
+        writeTimeout: Duration = .seconds(30),
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
     ) async throws -> (HTTPConnection, Setup) {
+        let ended = NIOLockedValueBox(false)
         let sslContext = target.usesTLS ? try tls.makeContext(host: target.host) : nil
         let pins = target.usesTLS ? try tls.decodedPins() : []
         let eventLoop = eventLoopGroup.next()
@@ -94,7 +103,7 @@ package final class HTTPConnection: Sendable {
                         try sync.addHandler(TLSHandshakeWatcher(promise: handshake, pins: pins, host: target.host))
                     }
                     try sync.addHTTPClientHandlers()
-                    try sync.addHandler(ResponseReader())
+                    try sync.addHandler(ResponseReader(ended: ended))
                 }
             }
         let channel: any Channel
@@ -136,12 +145,12 @@ package final class HTTPConnection: Sendable {
         let reader = try await channel.eventLoop.submit {
             NIOLoopBound(try channel.pipeline.syncOperations.handler(type: ResponseReader.self), eventLoop: channel.eventLoop)
         }.get()
-        return (HTTPConnection(target: target, channel: channel, reader: reader), setup)
+        return (HTTPConnection(target: target, channel: channel, reader: reader, ended: ended, writeTimeout: writeTimeout), setup)
     }
 
     /// Whether the connection is open and its last exchange left it usable for another.
     package var isReusable: Bool {
-        self.channel.isActive && self.reusable.withLockedValue { $0 }
+        self.channel.isActive && self.reusable.withLockedValue { $0 } && !self.ended.withLockedValue { $0 }
     }
 
     /// Writes the request head. `Host` is added when missing.
@@ -164,8 +173,15 @@ package final class HTTPConnection: Sendable {
     }
 
     private func write(_ part: HTTPClientRequestPart) async throws {
+        let channel = self.channel
+        let timeout = self.writeTimeout
+        let timer = channel.eventLoop.scheduleTask(in: .nanoseconds(timeout.components.seconds * 1_000_000_000 + timeout.components.attoseconds / 1_000_000_000)) {
+            // The server stopped taking bytes: give up on the connection (the write fails).
+            channel.close(promise: nil)
+        }
+        defer { timer.cancel() }
         do {
-            try await self.channel.writeAndFlush(part).get()
+            try await channel.writeAndFlush(part).get()
         } catch {
             throw WebSocketError(.connectionFailed, "the connection to \(self.target.host):\(self.target.port) failed while sending", underlying: error)
         }
@@ -220,6 +236,11 @@ private final class ResponseReader: ChannelInboundHandler {
     private var waiter: EventLoopPromise<HTTPClientResponsePart>?
     private var failure: (any Error)?
     private var context: ChannelHandlerContext?
+    private let ended: NIOLockedValueBox<Bool>
+
+    init(ended: NIOLockedValueBox<Bool>) {
+        self.ended = ended
+    }
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
@@ -280,6 +301,7 @@ private final class ResponseReader: ChannelInboundHandler {
     }
 
     private func fail(_ error: any Error) {
+        self.ended.withLockedValue { $0 = true }
         if self.failure == nil { self.failure = error }
         if let waiter = self.waiter {
             self.waiter = nil

@@ -203,6 +203,40 @@ struct ClientMediaTests {
         await server.stop()
     }
 
+    @Test("a download whose connection goes silent hits the request idle timeout, then resumes on a new connection")
+    func idleTimeoutThenResume() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        try await server.start()
+        let proxy = try await StallingProxy(targetPort: server.port)
+        let file = try photoFile(16 << 20, seed: 12)
+        let client = try await mediaClient(
+            server,
+            user: "uma",
+            transfers: .init(baseURL: "http://127.0.0.1:\(proxy.port)", requestTimeout: .milliseconds(500), chunkSize: 1 << 20)
+        )
+        let id = try await client.upload(file: file.path).mediaID
+        // The download's connection (a new one: a fresh client) is cut off silently after 2 MiB.
+        let reader = try await mediaClient(
+            server,
+            user: "uma",
+            transfers: .init(baseURL: "http://127.0.0.1:\(proxy.port)", requestTimeout: .milliseconds(500))
+        )
+        proxy.stallNextConnection(afterBytes: 2 << 20)
+        let target = file.path + ".down"
+        let result = try await reader.download(media: id, to: target)
+        #expect(try sha256(ofFile: target) == file.sha256)
+        #expect(result.metrics.retries >= 1)
+        #expect(result.metrics.requests.first?.error?.contains("no bytes") == true)
+        #expect(result.metrics.requests.last?.status == 206)
+        #expect(result.metrics.resumedFrom >= 1 << 20)
+        #expect(result.metrics.requests.last?.reusedConnection == false)
+        await client.shutdown()
+        await reader.shutdown()
+        await proxy.shutdown()
+        await server.stop()
+    }
+
     @Test("a client restart in the middle of a photo post ends in exactly one post with the photo; the upload resumes")
     func restartMidPhotoPost() async throws {
         let server = TestServer()
