@@ -62,7 +62,9 @@ public struct TransferConfiguration: Sendable {
 
 /// Timings of one HTTP request of a transfer (the role of `URLSessionTaskTransactionMetrics`).
 public struct RequestMetrics: Sendable, Hashable, CustomStringConvertible {
+    /// `GET`, `POST`, `PATCH`, …
     public var method: String
+    /// The request's path, without the query (which may hold a token).
     public var path: String
     /// The HTTP status, or `nil` when the request failed before an answer.
     public var status: Int?
@@ -74,14 +76,16 @@ public struct RequestMetrics: Sendable, Hashable, CustomStringConvertible {
     public var timeToFirstByte: Duration?
     /// From asking for a connection to the end of the answer (or the failure).
     public var total: Duration
-    /// Body bytes sent and received.
+    /// Body bytes sent.
     public var bytesSent: Int64
+    /// Body bytes received.
     public var bytesReceived: Int64
     /// Whether a kept-alive connection was used.
     public var reusedConnection: Bool
     /// Why it failed, when it did.
     public var error: String?
 
+    /// One line: `PATCH /v1/media/uploads/u… → 201 connect=- tls=- ttfb=18.4ms …`.
     public var description: String {
         func ms(_ duration: Duration?) -> String {
             guard let duration else { return "-" }
@@ -106,16 +110,20 @@ public struct TransferMetrics: Sendable, Hashable, CustomStringConvertible {
     /// A download answered from the on-disk cache (fresh, or revalidated with a 304).
     public var fromCache: Bool
 
+    /// Body bytes sent by all requests.
     public var bytesSent: Int64 { self.requests.reduce(0) { $0 + $1.bytesSent } }
+    /// Body bytes received by all requests.
     public var bytesReceived: Int64 { self.requests.reduce(0) { $0 + $1.bytesReceived } }
     /// Connect time of the requests that opened a connection.
     public var connect: Duration { self.requests.compactMap(\.connect).reduce(.zero, +) }
+    /// TLS handshake time of the requests that opened a connection.
     public var tls: Duration { self.requests.compactMap(\.tls).reduce(.zero, +) }
     /// Time to first byte of the last request.
     public var timeToFirstByte: Duration? { self.requests.last?.timeToFirstByte }
     /// Whether any request used a kept-alive connection.
     public var reusedConnection: Bool { self.requests.contains { $0.reusedConnection } }
 
+    /// A summary line, then one line per request.
     public var description: String {
         "transfer: \(self.requests.count) request(s), \(self.retries) retr\(self.retries == 1 ? "y" : "ies"), sent=\(self.bytesSent) received=\(self.bytesReceived) resumedFrom=\(self.resumedFrom) cache=\(self.fromCache) total=\(self.total)\n"
             + self.requests.map { "  " + $0.description }.joined(separator: "\n")
@@ -130,14 +138,23 @@ public struct TransferProgress: Sendable, Hashable {
     public var completed: Int64
     /// The file's size, when known.
     public var total: Int64?
+
+    public init(id: String, completed: Int64, total: Int64?) {
+        self.id = id
+        self.completed = completed
+        self.total = total
+    }
 }
 
 /// What a download produced.
 public struct DownloadResult: Sendable {
     /// Where the bytes are.
     public var path: String
+    /// Its size in bytes.
     public var size: Int64
+    /// The server's `Content-Type`.
     public var contentType: String?
+    /// What the download cost.
     public var metrics: TransferMetrics
 }
 
@@ -145,13 +162,18 @@ public struct DownloadResult: Sendable {
 public struct UploadResult: Sendable {
     /// The media id, to use as a post's attachment.
     public var mediaID: String
+    /// The stored size in bytes.
     public var size: Int64
+    /// What the upload cost.
     public var metrics: TransferMetrics
 }
 
 /// Transfer events for logging and UI: progress, and the metrics of each finished transfer.
 public enum TransferEvent: Sendable {
+    /// Bytes moved (acknowledged by the server, or written to disk).
     case progress(TransferProgress)
+    /// A transfer ended well: a photo post's upload (by post id), an upload or a download (by media id).
     case finished(id: String, TransferMetrics)
+    /// A transfer failed for good.
     case failed(id: String, CircleClientError, TransferMetrics)
 }

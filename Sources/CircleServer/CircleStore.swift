@@ -133,7 +133,9 @@ public protocol CircleStore: Sendable {
 public struct MediaInfo: Sendable, Hashable, Codable {
     /// The lower-case hex SHA-256 of the bytes; also the file name under `media/`.
     public var id: String
+    /// Bytes.
     public var size: Int64
+    /// One of the accepted types (`image/jpeg`, …), checked against the bytes.
     public var contentType: String
     /// Milliseconds since 1970.
     public var createdAt: Int64
@@ -149,11 +151,15 @@ public struct MediaInfo: Sendable, Hashable, Codable {
 /// A resumable upload. How many bytes it has is the size of its
 /// file, not a column, so a crash can never make the two disagree.
 public struct MediaUpload: Sendable, Hashable {
+    /// `u` and 32 hex digits, made by the server.
     public var id: String
+    /// The user who created it; only they may see, continue or delete it.
     public var owner: String
     /// The total length announced when it was created.
     public var length: Int64
+    /// The declared content type, checked against the bytes at completion.
     public var contentType: String
+    /// Milliseconds since 1970.
     public var createdAt: Int64
     /// The media id once the upload completed.
     public var media: String?
