@@ -391,6 +391,9 @@ actor ClientCore {
             attachment: attachment,
             createdAt: Int64(Date().timeIntervalSince1970 * 1000)
         )
+        if self.postWaiters[entry.id] != nil {
+            throw CircleClientError(.badRequest, "a post with id \(entry.id) is already waiting for its answer")
+        }
         if !self.outbox.contains(where: { $0.id == entry.id }) {
             try await self.store.enqueue(entry)
             self.outbox.append(entry)

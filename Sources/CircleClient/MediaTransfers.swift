@@ -23,7 +23,10 @@ actor MediaTransfers {
     private var token: String?
 
     private var jobs: [PhotoJob]
-    private var waiters: [String: CheckedContinuation<PostReceipt, any Error>] = [:]
+    /// Callers waiting for a photo post, by post id (several when the same id is posted again).
+    private var waiters: [String: [UUID: CheckedContinuation<PostReceipt, any Error>]] = [:]
+    /// Photo posts whose upload is done and whose post is in the outbox.
+    private var posting: Set<String> = []
     private var worker: Task<Void, Never>?
 
     /// Who hears about progress: reported from the transfer's I/O without hopping onto the
@@ -109,7 +112,7 @@ actor MediaTransfers {
         progress: (@Sendable (TransferProgress) -> Void)?
     ) async throws -> PostReceipt {
         let id = chosen ?? UUID().uuidString.lowercased()
-        if self.jobs.contains(where: { $0.id == id }) {
+        if self.jobs.contains(where: { $0.id == id }) || self.posting.contains(id) {
             // Queued before (by an earlier run): wait for that one instead of posting twice.
             if let progress { self.setProgressHandler(id, progress) }
             return try await self.awaitJob(id)
@@ -120,6 +123,7 @@ actor MediaTransfers {
         if let spool = self.spool {
             // The job outlives this call (and the app's file may not): keep a copy.
             file = (spool as NSString).appendingPathComponent(id)
+            try? FileManager.default.removeItem(atPath: file)  // left by a run that died before cleaning up
             do {
                 try FileManager.default.copyItem(atPath: path, toPath: file)
             } catch {
@@ -146,19 +150,20 @@ actor MediaTransfers {
     }
 
     private func awaitJob(_ id: String) async throws -> PostReceipt {
-        try await withTaskCancellationHandler {
+        let token = UUID()
+        return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
-                self.waiters[id] = continuation
+                self.waiters[id, default: [:]][token] = continuation
                 self.startWorker()
             }
         } onCancel: {
-            Task { await self.cancelWaiter(id) }
+            Task { await self.cancelWaiter(id, token) }
         }
     }
 
-    private func cancelWaiter(_ id: String) {
-        self.waiters.removeValue(forKey: id)?.resume(throwing: CancellationError())
-        self.setProgressHandler(id, nil)
+    /// The caller stopped waiting; the photo post itself goes on.
+    private func cancelWaiter(_ id: String, _ token: UUID) {
+        self.waiters[id]?.removeValue(forKey: token)?.resume(throwing: CancellationError())
     }
 
     /// Photo posts queued and not yet handed to the outbox (restored ones included).
@@ -176,7 +181,9 @@ actor MediaTransfers {
         worker?.cancel()
         await worker?.value
         self.worker = nil
-        for (_, waiter) in self.waiters { waiter.resume(throwing: CircleClientError(.stopped, "the client stopped; the photo post stays queued in the state file")) }
+        for waiter in self.waiters.values.flatMap(\.values) {
+            waiter.resume(throwing: CircleClientError(.stopped, "the client stopped; the photo post stays queued in the state file"))
+        }
         self.waiters = [:]
         self.listeners.withLockedValue { $0.progress = [:] }
         await self.pool.closeAll()
@@ -212,43 +219,44 @@ actor MediaTransfers {
             if Task.isCancelled { return }
             let failure = error as? CircleClientError ?? CircleClientError(.fileError, "\(error)")
             self.emit(.failed(id: job.id, failure, (error as? TransferError)?.metrics ?? TransferMetrics(requests: [], total: .zero, retries: 0, resumedFrom: 0, fromCache: false)))
-            self.finish(job, .failure(failure))
+            await self.finish(job, .failure(failure))
             return
         }
         guard let mediaID = job.mediaID else { return }
         // The post goes through the outbox with the job's id: a repeat after a restart is stored once.
         self.jobs.removeAll { $0.id == job.id }
+        self.posting.insert(job.id)
         let core = self.core
         let finishedJob = job
         Task {
             do {
                 let receipt = try await core.post(text: finishedJob.caption, attachment: mediaID, to: finishedJob.circle, id: finishedJob.id)
-                self.finish(finishedJob, .success(receipt))
+                await self.finish(finishedJob, .success(receipt))
             } catch let error as CircleClientError where error.code == .stopped {
                 // Stays queued (the job row still has the media id); the next run posts it.
+                self.posting.remove(finishedJob.id)
                 self.resume(finishedJob.id, .failure(error))
             } catch {
-                self.finish(finishedJob, .failure(error))
+                await self.finish(finishedJob, .failure(error))
             }
         }
     }
 
-    private func finish(_ job: PhotoJob, _ result: Result<PostReceipt, any Error>) {
+    private func finish(_ job: PhotoJob, _ result: Result<PostReceipt, any Error>) async {
         self.jobs.removeAll { $0.id == job.id }
-        let store = self.store
-        Task {
-            try? await store.removePhotoJob(id: job.id)
-            if job.ownsFile { try? FileManager.default.removeItem(atPath: job.path) }
-        }
+        self.posting.remove(job.id)
+        if job.ownsFile { try? FileManager.default.removeItem(atPath: job.path) }
+        try? await self.store.removePhotoJob(id: job.id)
         self.resume(job.id, result)
     }
 
     private func resume(_ id: String, _ result: Result<PostReceipt, any Error>) {
         self.setProgressHandler(id, nil)
-        guard let waiter = self.waiters.removeValue(forKey: id) else { return }
-        switch result {
-        case .success(let receipt): waiter.resume(returning: receipt)
-        case .failure(let error): waiter.resume(throwing: error)
+        for waiter in (self.waiters.removeValue(forKey: id) ?? [:]).values {
+            switch result {
+            case .success(let receipt): waiter.resume(returning: receipt)
+            case .failure(let error): waiter.resume(throwing: error)
+            }
         }
     }
 
