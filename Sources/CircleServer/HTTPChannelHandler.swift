@@ -220,6 +220,11 @@ final class HTTPChannelHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 return
             }
             if target.offset == 0 && target.expected == target.upload.length { upload.hasher = SHA256() }
+            if !upload.ended, upload.head.headers["Expect"].contains(where: { $0.lowercased() == "100-continue" }) {
+                // The client waits for this before sending the body (curl does for large files).
+                let proceed = HTTPResponseHead(version: upload.head.version, status: .continue)
+                context.writeAndFlush(self.wrapOutboundOut(.head(proceed)), promise: nil)
+            }
             self.pump(upload, context: context)
         }
     }

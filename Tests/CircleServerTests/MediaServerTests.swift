@@ -439,6 +439,53 @@ struct MediaServerTests {
         }
     }
 
+    @Test("Expect: 100-continue gets 100 Continue when the upload is accepted, the refusal when not")
+    func expectContinue() async throws {
+        try await self.withServer(maxMediaBytes: 1 << 20) { server, http in
+            let token = try await server.token("alice")
+            let bytes = TestImage.bytes(4000, magic: TestImage.jpegMagic, seed: 8)
+            // A plain socket: the HTTP client in use drops interim answers.
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            defer { close(fd) }
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            address.sin_port = UInt16(server.port).bigEndian
+            let connected = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+            }
+            #expect(connected)
+            var seconds = timeval(tv_sec: 10, tv_usec: 0)
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &seconds, socklen_t(MemoryLayout<timeval>.size))
+            func send(_ bytes: [UInt8]) { _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) } }
+            func receive(until done: (String) -> Bool) -> String {
+                var text = ""
+                var buffer = [UInt8](repeating: 0, count: 4096)
+                while !done(text) {
+                    let count = read(fd, &buffer, buffer.count)
+                    if count <= 0 { break }
+                    text += String(decoding: buffer[0..<count], as: UTF8.self)
+                }
+                return text
+            }
+            send(Array("POST /v1/media HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\nContent-Type: image/jpeg\r\nContent-Length: 4000\r\nExpect: 100-continue\r\n\r\n".utf8))
+            #expect(receive { $0.hasSuffix("\r\n\r\n") }.hasPrefix("HTTP/1.1 100 Continue\r\n"))
+            send(bytes)
+            #expect(receive { $0.hasSuffix("\"}") }.hasPrefix("HTTP/1.1 201 Created\r\n"))
+
+            let refused = try await http.connect()
+            defer { refused.close() }
+            try await refused.sendHead(
+                method: .POST,
+                uri: "/v1/media",
+                headers: ["Authorization": "Bearer \(token)", "Content-Type": "image/jpeg", "Content-Length": "\(2 << 20)", "Expect": "100-continue"]
+            )
+            // No body is sent: the answer comes without it.
+            let answer = try await MediaHTTP.readAnswer(refused)
+            #expect(answer.status == 413)
+        }
+    }
+
     @Test("the bytes must be what the Content-Type says: 415 otherwise, and nothing stored")
     func contentTypeChecked() async throws {
         try await self.withServer { server, http in
