@@ -45,6 +45,11 @@ public struct CircleServerConfiguration: Sendable {
         public var maxJoinedCircles: Int
         /// Largest media upload in bytes (HTTP 413 `too_large`).
         public var maxMediaBytes: Int64
+        /// Resumable uploads not completed per user (HTTP 429 `rate_limited` beyond).
+        public var maxPendingUploadsPerUser: Int
+        /// How long an upload may stay unfinished (and a finished one answer for its media id)
+        /// before its bytes and record are deleted.
+        public var uploadExpiry: TimeAmount
 
         public init(
             maxPostBytes: Int = 8 * 1024,
@@ -55,7 +60,9 @@ public struct CircleServerConfiguration: Sendable {
             maxConnectionsPerUser: Int = 16,
             idleTimeout: TimeAmount = .seconds(75),
             maxJoinedCircles: Int = 100,
-            maxMediaBytes: Int64 = 25 * 1024 * 1024
+            maxMediaBytes: Int64 = 25 * 1024 * 1024,
+            maxPendingUploadsPerUser: Int = 16,
+            uploadExpiry: TimeAmount = .hours(24)
         ) {
             self.maxPostBytes = maxPostBytes
             self.maxMessageBytes = maxMessageBytes
@@ -66,6 +73,8 @@ public struct CircleServerConfiguration: Sendable {
             self.idleTimeout = idleTimeout
             self.maxJoinedCircles = maxJoinedCircles
             self.maxMediaBytes = maxMediaBytes
+            self.maxPendingUploadsPerUser = maxPendingUploadsPerUser
+            self.uploadExpiry = uploadExpiry
         }
     }
 

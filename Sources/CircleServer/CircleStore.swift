@@ -113,6 +113,10 @@ public protocol CircleStore: Sendable {
     func upload(id: String) async throws -> MediaUpload?
     /// Forgets a pending upload (idempotent).
     func deleteUpload(id: String) async throws
+    /// Ids of uploads created before `createdBefore` (ms since 1970), completed or not.
+    func uploads(createdBefore: Int64) async throws -> [String]
+    /// Uploads of `owner` that have not completed.
+    func pendingUploadCount(owner: String) async throws -> Int
     /// Turns a pending upload into media in one transaction: records `media` unless media with
     /// the same id (content hash) exists, records `uploader` as one of its uploaders and marks
     /// the upload completed with that media id. Returns the stored media (the first upload's content type wins).

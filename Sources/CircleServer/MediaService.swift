@@ -307,6 +307,10 @@ struct MediaService: Sendable {
                 }
                 guard let contentType = MediaType.normalize(create.contentType) else { return Self.unsupportedType(create.contentType) }
                 guard create.length <= self.maxBytes else { return self.tooLarge(create.length) }
+                let limit = self.services.configuration.limits.maxPendingUploadsPerUser
+                guard try await self.services.store.pendingUploadCount(owner: user) < limit else {
+                    return .error(.tooManyRequests, .rateLimited, "\(user) has \(limit) unfinished uploads; finish or DELETE one first")
+                }
                 let upload = MediaUpload(id: Self.newUploadID(), owner: user, length: create.length, contentType: contentType, createdAt: Self.now())
                 try await self.services.store.createUpload(upload)
                 var response = APIResponse.json(
@@ -349,6 +353,36 @@ struct MediaService: Sendable {
             }
         } catch {
             return Self.storeFailure(error)
+        }
+    }
+
+    /// Deletes uploads older than the expiry: their bytes (when not completed) and records.
+    /// Returns how many went.
+    @discardableResult
+    func expireUploads() async -> Int {
+        let expiry = self.services.configuration.limits.uploadExpiry
+        let cutoff = Self.now() - expiry.nanoseconds / 1_000_000
+        guard let ids = try? await self.services.store.uploads(createdBefore: cutoff) else { return 0 }
+        var removed = 0
+        for id in ids {
+            // One in the middle of a request is left for the next sweep.
+            guard await self.locks.acquire(id, timeout: .zero) else { continue }
+            await self.files.removeUpload(id)
+            try? await self.services.store.deleteUpload(id: id)
+            self.locks.release(id)
+            removed += 1
+        }
+        return removed
+    }
+
+    /// Sweeps expired uploads until cancelled: at start, then every quarter of the expiry (at most hourly).
+    func runExpiry() async {
+        let quarter = self.services.configuration.limits.uploadExpiry.nanoseconds / 4
+        let interval = Duration.nanoseconds(max(10_000_000, min(quarter, 3_600_000_000_000)))
+        while !Task.isCancelled {
+            let removed = await self.expireUploads()
+            if removed > 0 { self.services.logger.info("expired unfinished uploads", metadata: ["circle.media.expired": "\(removed)"]) }
+            try? await Task.sleep(for: interval)
         }
     }
 

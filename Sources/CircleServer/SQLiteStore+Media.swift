@@ -38,6 +38,23 @@ extension SQLiteStore {
         }
     }
 
+    public func uploads(createdBefore: Int64) async throws -> [String] {
+        try await self.exclusive("list old uploads") { connection in
+            let rows = try await connection.query("SELECT id FROM uploads WHERE created_at < ?", [.integer(SQLiteInt64(createdBefore))])
+            return try rows.map { try Self.text($0, "id") }
+        }
+    }
+
+    public func pendingUploadCount(owner: String) async throws -> Int {
+        try await self.exclusive("count uploads") { connection in
+            let rows = try await connection.query(
+                "SELECT COUNT(*) AS pending FROM uploads WHERE owner = ? AND media IS NULL",
+                [.text(owner)]
+            )
+            return Int(try rows.first.map { try Self.integer($0, "pending") } ?? 0)
+        }
+    }
+
     public func completeUpload(id: String, media: MediaInfo, uploader: String) async throws -> MediaInfo {
         try await self.exclusive("complete upload") { connection in
             try await Self.transaction(on: connection, logger: self.logger) {

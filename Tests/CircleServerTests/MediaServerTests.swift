@@ -486,6 +486,43 @@ struct MediaServerTests {
         }
     }
 
+    @Test("unfinished uploads expire with their bytes; a user has a bounded number of them")
+    func uploadExpiryAndCap() async throws {
+        let server = TestServer(limits: .init(maxPendingUploadsPerUser: 2, uploadExpiry: .milliseconds(400)))
+        defer { server.remove() }
+        try await server.start()
+        let http = MediaHTTP(server: server)
+        let token = try await server.token("alice")
+        let create = Array(#"{"length":100,"contentType":"image/jpeg"}"#.utf8)
+        var uploads: [String] = []
+        for _ in 0..<2 {
+            let created = try await http.exchange(.POST, "/v1/media/uploads", token: token, body: [create])
+            #expect(created.status == 201)
+            uploads.append(try JSONDecoder().decode(UploadJSON.self, from: Data(created.body)).upload)
+        }
+        let third = try await http.exchange(.POST, "/v1/media/uploads", token: token, body: [create])
+        #expect(third.status == 429)
+        #expect(third.text.contains(#""code":"rate_limited""#))
+        let part = try await http.exchange(
+            .PATCH,
+            "/v1/media/uploads/\(uploads[0])",
+            token: token,
+            headers: [("Upload-Offset", "0")],
+            body: [TestImage.jpegMagic + [1, 2, 3]]
+        )
+        #expect(part.status == 204)
+        #expect(self.storedFiles(server) == ["uploads/\(uploads[0])"])
+        // The sweep runs every quarter of the expiry; wait for it to take both.
+        let deadline = ContinuousClock.now + .seconds(20)
+        while try await http.exchange(.HEAD, "/v1/media/uploads/\(uploads[0])", token: token).status != 404, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        #expect(try await http.exchange(.HEAD, "/v1/media/uploads/\(uploads[0])", token: token).status == 404)
+        #expect(self.storedFiles(server).isEmpty)
+        #expect(try await http.exchange(.POST, "/v1/media/uploads", token: token, body: [create]).status == 201)
+        await server.stop()
+    }
+
     @Test("the bytes must be what the Content-Type says: 415 otherwise, and nothing stored")
     func contentTypeChecked() async throws {
         try await self.withServer { server, http in
