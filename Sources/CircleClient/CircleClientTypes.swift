@@ -101,6 +101,8 @@ public struct CircleClientError: Error, Sendable, Hashable, CustomStringConverti
         public static let httpError = Code(rawValue: "http_error")
         /// A downloaded file's bytes do not hash to its media id.
         public static let corrupt = Code(rawValue: "corrupt")
+        /// The server's certificate is not trusted, or its key matches none of the pins.
+        public static let tlsFailed = Code(rawValue: "tls_failed")
         public var description: String { self.rawValue }
     }
 

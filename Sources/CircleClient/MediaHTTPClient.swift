@@ -151,6 +151,11 @@ struct MediaHTTPClient: Sendable {
                     connection = opened
                     metrics.connect = setup.connect
                     metrics.tls = setup.tls
+                } catch let error as WebSocketError where error.code == .tlsFailed || error.code == .pinMismatch {
+                    // Not a network hiccup: retrying will not make the certificate trusted.
+                    metrics.total = ContinuousClock.now - started
+                    metrics.error = "\(error)"
+                    throw RequestFailure(error: CircleClientError(.tlsFailed, "\(error)"), metrics: metrics, unreachable: false)
                 } catch {
                     metrics.total = ContinuousClock.now - started
                     metrics.error = "\(error)"

@@ -237,6 +237,42 @@ struct ClientMediaTests {
         await server.stop()
     }
 
+    @Test("over TLS: transfers trust the configured CA, report the handshake, and refuse a key that matches no pin")
+    func tls() async throws {
+        let certificates = try TestCertificates()
+        let server = TestServer()
+        defer { server.remove() }
+        server.configuration.tls = try certificates.serverTLS(names: ["localhost"])
+        try await server.start()
+        var socket = WebSocketConfiguration()
+        socket.tls.trust = .certificateAuthorities([certificates.caCertificate])
+        func client(_ socket: WebSocketConfiguration) async throws -> CircleClient {
+            try await CircleClient(
+                configuration: .init(servers: ["wss://localhost:\(server.port)/v1/ws"], tokenProvider: { try await server.token("tia") }, socket: socket)
+            )
+        }
+        let trusting = try await client(socket)
+        let file = try photoFile(100_000, seed: 21)
+        let upload = try await trusting.upload(file: file.path)
+        #expect(upload.mediaID == file.sha256)
+        #expect(upload.metrics.requests.first?.tls != nil)
+        #expect(upload.metrics.requests.last?.reusedConnection == true)
+        let download = try await trusting.download(media: upload.mediaID, to: file.path + ".down")
+        #expect(try sha256(ofFile: download.path) == file.sha256)
+
+        socket.tls.pinnedPublicKeys = ["sha256/" + Data(repeating: 0, count: 32).base64EncodedString()]
+        let pinned = try await client(socket)
+        let refused = await #expect(throws: CircleClientError.self) { try await pinned.upload(file: file.path) }
+        #expect(refused?.code == .tlsFailed)
+
+        socket = WebSocketConfiguration()  // system roots: the test CA is unknown
+        let untrusting = try await client(socket)
+        let untrusted = await #expect(throws: CircleClientError.self) { try await untrusting.download(media: upload.mediaID) }
+        #expect(untrusted?.code == .tlsFailed)
+        for client in [trusting, pinned, untrusting] { await client.shutdown() }
+        await server.stop()
+    }
+
     @Test("a client restart in the middle of a photo post ends in exactly one post with the photo; the upload resumes")
     func restartMidPhotoPost() async throws {
         let server = TestServer()
