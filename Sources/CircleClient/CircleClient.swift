@@ -28,6 +28,10 @@ import NIOCore
 /// - ``messages(in:)`` delivers every post of a circle once and in order, across reconnects:
 ///   the client re-joins with the last sequence number it delivered.
 /// - A heartbeat notices dead connections; reconnects back off with full jitter.
+/// - ``post(photo:contentType:caption:to:id:progress:)`` uploads a photo through a resumable,
+///   retried (and, with a state file, persisted) transfer queue, then posts it; ``download(media:to:progress:)``
+///   resumes interrupted downloads and keeps an on-disk cache; ``transferEvents()`` reports
+///   progress and ``TransferMetrics`` (docs/CLIENT.md, "Photos and transfers").
 public final class CircleClient: Sendable {
     private let core: ClientCore
     private let transfers: MediaTransfers
