@@ -15,10 +15,14 @@ struct MediaCache: Sendable {
     let directory: String
     let capacity: Int64
 
-    init(directory: String, capacity: Int64) throws {
+    init(directory: String, capacity: Int64) {
         self.directory = directory
         self.capacity = capacity
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    }
+
+    /// Creates the directory (at the first download, so apps that never download get none).
+    func prepare() throws {
+        try FileManager.default.createDirectory(atPath: self.directory, withIntermediateDirectories: true)
     }
 
     func path(_ id: String) -> String { (self.directory as NSString).appendingPathComponent(id) }

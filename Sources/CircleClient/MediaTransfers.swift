@@ -45,17 +45,10 @@ actor MediaTransfers {
         self.logger = configuration.logger
         let base = try Self.baseURL(configuration)
         self.http = MediaHTTPClient(target: try HTTPConnection.Target(url: base), pool: self.pool, tls: configuration.socket.tls, configuration: configuration.transfers)
-        if let stateFile = configuration.stateFile {
-            let spool = stateFile + "-spool"
-            try FileManager.default.createDirectory(atPath: spool, withIntermediateDirectories: true)
-            self.spool = spool
-        } else {
-            self.spool = nil
-        }
-        if let directory = configuration.transfers.cacheDirectory ?? configuration.stateFile.map({ $0 + "-media" }) {
-            self.cache = try MediaCache(directory: directory, capacity: configuration.transfers.cacheCapacity)
-        } else {
-            self.cache = nil
+        // Both directories are made when first needed.
+        self.spool = configuration.stateFile.map { $0 + "-spool" }
+        self.cache = (configuration.transfers.cacheDirectory ?? configuration.stateFile.map { $0 + "-media" }).map {
+            MediaCache(directory: $0, capacity: configuration.transfers.cacheCapacity)
         }
     }
 
@@ -125,6 +118,7 @@ actor MediaTransfers {
             file = (spool as NSString).appendingPathComponent(id)
             try? FileManager.default.removeItem(atPath: file)  // left by a run that died before cleaning up
             do {
+                try FileManager.default.createDirectory(atPath: spool, withIntermediateDirectories: true)
                 try FileManager.default.copyItem(atPath: path, toPath: file)
             } catch {
                 throw CircleClientError(.fileError, "cannot copy \(path) to \(file): \(error)")
@@ -523,6 +517,11 @@ actor MediaTransfers {
             return DownloadResult(path: path, size: size, contentType: contentType, metrics: metrics)
         }
         var revalidate: MediaCache.Entry?
+        if let cache = self.cache {
+            do { try cache.prepare() } catch {
+                throw fail(CircleClientError(.fileError, "cannot create the cache directory \(cache.directory): \(error)"))
+            }
+        }
         if let cache = self.cache, let entry = cache.lookup(id) {
             if entry.expires > Date().timeIntervalSince1970 {
                 cache.touch(id)
