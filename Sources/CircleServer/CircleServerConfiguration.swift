@@ -48,6 +48,13 @@ public struct CircleServerConfiguration: Sendable {
         /// for N members: 50 million at 10,000 (benchmarks/idle.py). Large circles go quiet on
         /// presence, as large rooms do elsewhere; posts and typing are unaffected.
         public var presenceLimit: Int
+        /// Largest media upload in bytes (HTTP 413 `too_large`).
+        public var maxMediaBytes: Int64
+        /// Resumable uploads not completed per user (HTTP 429 `rate_limited` beyond).
+        public var maxPendingUploadsPerUser: Int
+        /// How long an upload may stay unfinished (and a finished one answer for its media id)
+        /// before its bytes and record are deleted.
+        public var uploadExpiry: TimeAmount
 
         public init(
             maxPostBytes: Int = 8 * 1024,
@@ -58,7 +65,10 @@ public struct CircleServerConfiguration: Sendable {
             maxConnectionsPerUser: Int = 16,
             idleTimeout: TimeAmount = .seconds(75),
             maxJoinedCircles: Int = 100,
-            presenceLimit: Int = 1000
+            presenceLimit: Int = 1000,
+            maxMediaBytes: Int64 = 25 * 1024 * 1024,
+            maxPendingUploadsPerUser: Int = 16,
+            uploadExpiry: TimeAmount = .hours(24)
         ) {
             self.maxPostBytes = maxPostBytes
             self.maxMessageBytes = maxMessageBytes
@@ -69,6 +79,9 @@ public struct CircleServerConfiguration: Sendable {
             self.idleTimeout = idleTimeout
             self.maxJoinedCircles = maxJoinedCircles
             self.presenceLimit = presenceLimit
+            self.maxMediaBytes = maxMediaBytes
+            self.maxPendingUploadsPerUser = maxPendingUploadsPerUser
+            self.uploadExpiry = uploadExpiry
         }
     }
 

@@ -433,6 +433,8 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
             self.send(.ack(id: id, seq: post.seq, time: post.time, duplicate: true))
         case .success(.noSuchCircle):
             self.fail(id: id, .notFound, "the circle no longer exists")
+        case .failure(let error as InvalidAttachment):
+            self.fail(id: id, .invalidAttachment, "\"\(error.media)\" is not the id of media you uploaded (POST /v1/media)")
         case .failure(let error as StoreError) where error.code == .unavailable:
             self.fail(id: id, .unavailable, "\(error.message); retry")
         case .failure(let error):
