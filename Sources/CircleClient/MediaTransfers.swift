@@ -291,8 +291,7 @@ actor MediaTransfers {
         let started = ContinuousClock.now
         var uploadID = existing
         var knownOffset: Int64? = existing == nil ? 0 : nil
-        var attempt = 0
-        var unreachableSince: ContinuousClock.Instant?
+        var retries = RetryState(transfer: self.transfer)
         var refreshedToken = false
         func fail(_ error: CircleClientError) -> TransferError {
             metrics.total = ContinuousClock.now - started
@@ -311,7 +310,7 @@ actor MediaTransfers {
                     let body = #"{"length":\#(size),"contentType":"\#(contentType)"}"#
                     let answer = try await self.http.exchange(.POST, "/v1/media/uploads", headers: headers, body: .bytes(Array(body.utf8)))
                     metrics.requests.append(answer.metrics)
-                    unreachableSince = nil
+                    retries.reachedServer()
                     guard answer.head.status == .created, let json = try? JSONDecoder().decode(UploadAnswer.self, from: Data(answer.body)) else {
                         try self.check(answer.head.status, answer.body, refreshedToken: &refreshedToken)
                         continue
@@ -327,7 +326,7 @@ actor MediaTransfers {
                 } else {
                     let answer = try await self.http.exchange(.GET, "/v1/media/uploads/\(upload)", headers: headers)
                     metrics.requests.append(answer.metrics)
-                    unreachableSince = nil
+                    retries.reachedServer()
                     if answer.head.status == .notFound {
                         // The server forgot the upload (deleted, or another server): start over.
                         uploadID = nil
@@ -370,34 +369,14 @@ actor MediaTransfers {
                 }
             } catch let failure as RequestFailure {
                 metrics.requests.append(failure.metrics)
-                if let error = failure.error as? CircleClientError, error.code != .notConnected {
-                    throw fail(error)
-                }
-                if failure.unreachable {
-                    guard self.transfer.waitsForConnectivity else {
-                        throw fail(CircleClientError(.notConnected, "the server is unreachable: \(failure.error)"))
-                    }
-                    let since = unreachableSince ?? .now
-                    unreachableSince = since
-                    guard ContinuousClock.now - since < self.transfer.connectivityTimeout else {
-                        throw fail(CircleClientError(.notConnected, "the server stayed unreachable for \(self.transfer.connectivityTimeout): \(failure.error)"))
-                    }
-                }
+                do { try retries.absorb(failure) } catch { throw fail(error) }
             } catch let error as TransferError {
                 throw error
             } catch {
                 throw fail(error as? CircleClientError ?? CircleClientError(.fileError, "\(error)"))
             }
-            attempt += 1
             metrics.retries += 1
-            if let maxAttempts = self.transfer.retry.maxAttempts, unreachableSince == nil, attempt >= maxAttempts {
-                throw fail(CircleClientError(.timedOut, "the upload failed \(attempt) times; the last: \(metrics.requests.last?.error ?? "?")"))
-            }
-            do {
-                try await Task.sleep(for: self.transfer.retry.delay(attempt: attempt, random: .random(in: 0..<1)))
-            } catch {
-                throw fail(CircleClientError(.stopped, "the upload was stopped"))
-            }
+            do { try await retries.backOff(after: "the upload", lastError: metrics.requests.last?.error) } catch { throw fail(error) }
         }
     }
 
@@ -532,8 +511,7 @@ actor MediaTransfers {
             revalidate = entry
         }
         let partial = self.cache?.partialPath(id) ?? (destination ?? NSTemporaryDirectory() + "/circle-\(id)") + ".part"
-        var attempt = 0
-        var unreachableSince: ContinuousClock.Instant?
+        var retries = RetryState(transfer: self.transfer)
         var refreshedToken = false
         while true {
             if Task.isCancelled { throw fail(CircleClientError(.stopped, "the download was stopped")) }
@@ -562,7 +540,7 @@ actor MediaTransfers {
                     onBody: { buffer in try await sink.write(buffer) }
                 )
                 metrics.requests.append(answer.metrics)
-                unreachableSince = nil
+                retries.reachedServer()
                 let head = answer.head
                 switch head.status {
                 case .notModified:
@@ -611,34 +589,14 @@ actor MediaTransfers {
                 }
             } catch let failure as RequestFailure {
                 metrics.requests.append(failure.metrics)
-                if let error = failure.error as? CircleClientError, error.code != .notConnected {
-                    throw fail(error)
-                }
-                if failure.unreachable {
-                    guard self.transfer.waitsForConnectivity else {
-                        throw fail(CircleClientError(.notConnected, "the server is unreachable: \(failure.error)"))
-                    }
-                    let since = unreachableSince ?? .now
-                    unreachableSince = since
-                    guard ContinuousClock.now - since < self.transfer.connectivityTimeout else {
-                        throw fail(CircleClientError(.notConnected, "the server stayed unreachable for \(self.transfer.connectivityTimeout): \(failure.error)"))
-                    }
-                }
+                do { try retries.absorb(failure) } catch { throw fail(error) }
             } catch let error as TransferError {
                 throw error
             } catch {
                 throw fail(error as? CircleClientError ?? CircleClientError(.fileError, "\(error)"))
             }
-            attempt += 1
             metrics.retries += 1
-            if let maxAttempts = self.transfer.retry.maxAttempts, unreachableSince == nil, attempt >= maxAttempts {
-                throw fail(CircleClientError(.timedOut, "the download failed \(attempt) times; the last: \(metrics.requests.last?.error ?? "?")"))
-            }
-            do {
-                try await Task.sleep(for: self.transfer.retry.delay(attempt: attempt, random: .random(in: 0..<1)))
-            } catch {
-                throw fail(CircleClientError(.stopped, "the download was stopped"))
-            }
+            do { try await retries.backOff(after: "the download", lastError: metrics.requests.last?.error) } catch { throw fail(error) }
         }
     }
 
@@ -722,5 +680,53 @@ private final class DownloadSink: @unchecked Sendable {
         await self.file?.close()
         self.file = nil
         return self.written
+    }
+}
+
+/// The retry decisions that uploads and downloads share: which failures are retried, how long
+/// an unreachable server is waited for, how many attempts there may be, and the backoff between.
+struct RetryState {
+    let transfer: TransferConfiguration
+    private(set) var attempt = 0
+    /// Since when no connection could be made, while the server stays unreachable.
+    private var unreachableSince: ContinuousClock.Instant?
+
+    init(transfer: TransferConfiguration) {
+        self.transfer = transfer
+    }
+
+    /// A request reached the server: waiting for connectivity starts afresh next time.
+    mutating func reachedServer() {
+        self.unreachableSince = nil
+    }
+
+    /// Returns when the failed request may be retried; throws the error that ends the transfer.
+    mutating func absorb(_ failure: RequestFailure) throws(CircleClientError) {
+        if let error = failure.error as? CircleClientError, error.code != .notConnected {
+            throw error
+        }
+        guard failure.unreachable else { return }
+        guard self.transfer.waitsForConnectivity else {
+            throw CircleClientError(.notConnected, "the server is unreachable: \(failure.error)")
+        }
+        let since = self.unreachableSince ?? .now
+        self.unreachableSince = since
+        guard ContinuousClock.now - since < self.transfer.connectivityTimeout else {
+            throw CircleClientError(.notConnected, "the server stayed unreachable for \(self.transfer.connectivityTimeout): \(failure.error)")
+        }
+    }
+
+    /// Counts the attempt and sleeps the backoff delay; throws when the attempts are used up
+    /// (attempts while waiting for connectivity do not count) or the task was cancelled.
+    mutating func backOff(after what: String, lastError: String?) async throws(CircleClientError) {
+        self.attempt += 1
+        if let maxAttempts = self.transfer.retry.maxAttempts, self.unreachableSince == nil, self.attempt >= maxAttempts {
+            throw CircleClientError(.timedOut, "\(what) failed \(self.attempt) times; the last: \(lastError ?? "?")")
+        }
+        do {
+            try await Task.sleep(for: self.transfer.retry.delay(attempt: self.attempt, random: .random(in: 0..<1)))
+        } catch {
+            throw CircleClientError(.stopped, "\(what) was stopped")
+        }
     }
 }
