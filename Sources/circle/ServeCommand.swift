@@ -58,7 +58,7 @@ struct ServeCommand: AsyncParsableCommand {
     var maxConnectionsPerUser: Int = 16
 
     @Option(help: "Send joined/left events only in circles with at most this many connected members.")
-    var presenceLimit: Int = 1000
+    var presenceLimit: Int = 200
 
     @Option(help: "Close connections silent for this long (4002), e.g. 75s.")
     var idleTimeout: String = "75s"
