@@ -276,12 +276,32 @@ PEERS = {
     "picows": ("picows_echo.py", []),
     "websockets+uvloop": ("websockets_echo.py", ["--uvloop"]),
     "picows+uvloop": ("picows_echo.py", ["--uvloop"]),
+    # Swift peers from the separate package peers-swift/ (release build, see SWIFT_PEERS_DIR)
+    "hummingbird": ("hummingbird-echo", []),
+    "vapor": ("vapor-echo", []),
 }
+
+SWIFT_PEERS = {"hummingbird", "vapor"}
+SWIFT_PEERS_DIR = HERE / "peers-swift" / ".build" / "release"
+
+
+def swift_peers_available() -> bool:
+    return all((SWIFT_PEERS_DIR / PEERS[name][0]).exists() for name in SWIFT_PEERS)
+
+
+def build_swift_peers() -> None:
+    """Release build of peers-swift/ (hummingbird-echo, vapor-echo); several minutes the first time."""
+    subprocess.run(["nice", "-n", "10", "swift", "build", "-c", "release"], cwd=HERE / "peers-swift", check=True)
 
 
 def peer_server(name: str) -> Server:
     script, extra = PEERS[name]
     port = free_port()
+    if name in SWIFT_PEERS:
+        binary = SWIFT_PEERS_DIR / script
+        if not binary.exists():
+            raise FileNotFoundError(f"{binary} is missing; build it: (cd {HERE / 'peers-swift'} && swift build -c release)")
+        return Server(name, [str(binary), str(port)], port)
     return Server(name, [sys.executable, str(HERE / "peers" / script), "--port", str(port)] + extra, port)
 
 
