@@ -76,6 +76,9 @@ public final class CircleServer: Service, Sendable {
             .serverChannelOption(.backlog, value: 4096)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            // Small first reads: an idle chat connection then holds a 256-byte receive buffer instead
+            // of NIO's default 2 KiB (benchmarks/idle.py), and it grows for bulk traffic.
+            .childChannelOption(.recvAllocator, value: AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 256, maximum: 64 * 1024))
             .childChannelOption(.writeBufferWaterMark, value: .init(low: limits.outboundQueueBytes / 2, high: limits.outboundQueueBytes))
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {

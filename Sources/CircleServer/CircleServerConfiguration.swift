@@ -43,6 +43,11 @@ public struct CircleServerConfiguration: Sendable {
         public var idleTimeout: TimeAmount
         /// Circles one connection may join at once.
         public var maxJoinedCircles: Int
+        /// `joined` and `left` events are sent only in circles with at most this many subscribed
+        /// connections on the node. Each join tells every member, so presence costs N²/2 events
+        /// for N members: 50 million at 10,000 (benchmarks/idle.py). Large circles go quiet on
+        /// presence, as large rooms do elsewhere; posts and typing are unaffected.
+        public var presenceLimit: Int
 
         public init(
             maxPostBytes: Int = 8 * 1024,
@@ -52,7 +57,8 @@ public struct CircleServerConfiguration: Sendable {
             outboundQueueBytes: Int = 1024 * 1024,
             maxConnectionsPerUser: Int = 16,
             idleTimeout: TimeAmount = .seconds(75),
-            maxJoinedCircles: Int = 100
+            maxJoinedCircles: Int = 100,
+            presenceLimit: Int = 1000
         ) {
             self.maxPostBytes = maxPostBytes
             self.maxMessageBytes = maxMessageBytes
@@ -62,6 +68,7 @@ public struct CircleServerConfiguration: Sendable {
             self.maxConnectionsPerUser = maxConnectionsPerUser
             self.idleTimeout = idleTimeout
             self.maxJoinedCircles = maxJoinedCircles
+            self.presenceLimit = presenceLimit
         }
     }
 

@@ -111,7 +111,7 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
         let circles = Array(self.memberships.keys)
         self.services.hub.unregister(subscriber, circles: circles)
         for (circle, membership) in self.memberships where membership.confirmed {
-            self.services.hub.broadcast(.left(circle: circle, user: self.user.name), in: circle, except: nil)
+            self.announce(.left(circle: circle, user: self.user.name), in: circle, except: nil)
         }
         self.memberships = [:]
         self.services.releaseConnection(for: self.user.name)
@@ -281,7 +281,7 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
             self.memberships[circle]?.lastSent = info.lastSeq
         }
         for id in joinIDs { self.send(.ack(id: id, seq: info.lastSeq, time: nil, duplicate: false)) }
-        self.services.hub.broadcast(.joined(circle: circle, user: self.user.name), in: circle, except: subscriber)
+        self.announce(.joined(circle: circle, user: self.user.name), in: circle, except: subscriber)
         self.replay(circle)
         for post in held { self.post(post) }
     }
@@ -365,7 +365,7 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
         for post in membership.heldPosts { self.fail(id: post.id, .forbidden, "left \"\(request.circle)\" before the join was confirmed") }
         self.send(.ack(id: request.id, seq: nil, time: nil, duplicate: false))
         if membership.confirmed {
-            self.services.hub.broadcast(.left(circle: request.circle, user: self.user.name), in: request.circle, except: subscriber)
+            self.announce(.left(circle: request.circle, user: self.user.name), in: request.circle, except: subscriber)
         }
     }
 
@@ -374,7 +374,17 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
         guard self.memberships.removeValue(forKey: circle) != nil, let subscriber else { return }
         self.services.hub.unsubscribe(subscriber, from: circle)
         self.send(.left(circle: circle, user: self.user.name))
-        self.services.hub.broadcast(.left(circle: circle, user: self.user.name), in: circle, except: subscriber)
+        self.announce(.left(circle: circle, user: self.user.name), in: circle, except: subscriber)
+    }
+
+    /// Tells the circle's other members that this user joined or left (already subscribed or
+    /// unsubscribed), in circles small enough for presence (`Limits.presenceLimit`). A leaver
+    /// counts as still there, so that circles on the limit announce the leaves of the members
+    /// whose joins they announced.
+    private func announce(_ message: CircleServerMessage, in circle: String, except sender: HubSubscriber?) {
+        var limit = self.services.configuration.limits.presenceLimit
+        if case .left = message { limit -= 1 }
+        self.services.hub.broadcast(message, in: circle, except: sender, limit: limit)
     }
 
     private func post(_ request: CircleRequest) {

@@ -103,12 +103,23 @@ final class Hub: Sendable {
         return count
     }
 
-    /// Sends an ephemeral event to the circle's subscribers except `sender`.
-    func broadcast(_ message: CircleServerMessage, in circle: String, except sender: HubSubscriber?) {
-        let payload = self.encode(message)
-        let targets = self.subscriptions.withLockedValue { $0[circle].map { Array($0) } ?? [] }
-        for subscriber in targets where subscriber !== sender {
-            subscriber.eventLoop.execute { subscriber.receive(.ephemeral(circle: circle, payload: payload)) }
+    /// Sends an ephemeral event to the circle's subscribers except `sender`, one hop per event
+    /// loop. With `limit`, nothing is sent when the circle has more subscribers than that.
+    func broadcast(_ message: CircleServerMessage, in circle: String, except sender: HubSubscriber?, limit: Int? = nil) {
+        var perLoop: [ObjectIdentifier: (loop: any EventLoop, subscribers: [HubSubscriber])] = [:]
+        self.subscriptions.withLockedValue { table in
+            guard let subscribers = table[circle], subscribers.count <= (limit ?? .max) else { return }
+            for subscriber in subscribers where subscriber !== sender {
+                perLoop[ObjectIdentifier(subscriber.eventLoop), default: (subscriber.eventLoop, [])].subscribers.append(subscriber)
+            }
+        }
+        guard !perLoop.isEmpty else { return }
+        let event = HubEvent.ephemeral(circle: circle, payload: self.encode(message))
+        for (_, group) in perLoop {
+            let subscribers = group.subscribers
+            group.loop.execute {
+                for subscriber in subscribers { subscriber.receive(event) }
+            }
         }
     }
 

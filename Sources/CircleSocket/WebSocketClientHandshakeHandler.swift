@@ -311,7 +311,7 @@ final class WebSocketClientHandshakeHandler: ChannelInboundHandler, RemovableCha
         let messages = handler.makeInboundSequence(eventLoop: context.eventLoop, bufferLimit: configuration.inboundBufferLimit)
         try context.pipeline.syncOperations.addHandlers(
             [
-                WebSocketFrameEncoder(),
+                MaskingFrameEncoder(),
                 ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: configuration.effectiveMaxFrameSize)),
                 handler,
             ],

@@ -51,6 +51,9 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Open WebSocket connections per user (HTTP 429 beyond).")
     var maxConnectionsPerUser: Int = 16
 
+    @Option(help: "Send joined/left events only in circles with at most this many connected members.")
+    var presenceLimit: Int = 1000
+
     @Option(help: "Close connections silent for this long (4002), e.g. 75s.")
     var idleTimeout: String = "75s"
 
@@ -72,6 +75,9 @@ struct ServeCommand: AsyncParsableCommand {
     func run() async throws {
         guard let level = Logger.Level(rawValue: self.logLevel.lowercased()) else {
             throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical")
+        }
+        guard self.presenceLimit >= 0 else {
+            throw ValidationError("--presence-limit must be 0 or more")
         }
         guard self.compressionMinBytes >= 0 else {
             throw ValidationError("--compression-min-bytes must be 0 or more")
@@ -107,7 +113,8 @@ struct ServeCommand: AsyncParsableCommand {
                 postBurst: self.postBurst,
                 outboundQueueBytes: self.outboundQueueBytes,
                 maxConnectionsPerUser: self.maxConnectionsPerUser,
-                idleTimeout: .nanoseconds(Int64(idle.components.seconds) * 1_000_000_000 + idle.components.attoseconds / 1_000_000_000)
+                idleTimeout: .nanoseconds(Int64(idle.components.seconds) * 1_000_000_000 + idle.components.attoseconds / 1_000_000_000),
+                presenceLimit: self.presenceLimit
             ),
             developmentTokens: self.dev,
             echoEndpoint: self.echo,

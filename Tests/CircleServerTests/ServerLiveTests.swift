@@ -80,6 +80,39 @@ struct ServerLiveTests {
         await server.stop()
     }
 
+    @Test("joined and left are announced only in circles within the presence limit")
+    func presenceLimit() async throws {
+        let server = TestServer(limits: .init(presenceLimit: 2))
+        defer { server.remove() }
+        try await server.start()
+        try await server.createCircle("big", owner: "alice")
+        let alice = try await TestClient.connect(server, user: "alice")
+        let bob = try await TestClient.connect(server, user: "bob")
+        let carol = try await TestClient.connect(server, user: "carol")
+        try await alice.request { .join("big", id: $0) }
+        try await bob.request { .join("big", id: $0) }  // 2 members: announced
+        try await carol.request { .join("big", id: $0) }  // 3 members: quiet
+        try await carol.request { .leave("big", id: $0) }  // was the third: quiet
+        try await bob.request { .leave("big", id: $0) }  // was the second: announced
+        // Everything the server sent alice before the ack of her marker post, in order.
+        try await alice.send(.post("marker", to: "big", id: "marker"))
+        let (marker, others) = try await alice.reply(to: "marker")
+        #expect(marker.ackSeq == 1)
+        var presence: [String] = []
+        for message in others {
+            switch message {
+            case .joined(_, let user): presence.append("+\(user)")
+            case .left(_, let user): presence.append("-\(user)")
+            default: break
+            }
+        }
+        #expect(presence == ["+bob", "-bob"])
+        await alice.close()
+        await bob.close()
+        await carol.close()
+        await server.stop()
+    }
+
     @Test("a post retried with the same id is stored once, also across a server restart")
     func idempotencyAcrossRestart() async throws {
         let server = TestServer()

@@ -1,0 +1,67 @@
+@testable import CircleSocket
+import NIOCore
+import NIOEmbedded
+import NIOWebSocket
+import Testing
+
+/// The word-at-a-time masking against NIO's byte-by-byte reference, and the client's frame encoder
+/// against NIO's frame decoder.
+@Suite("WebSocket masking")
+struct MaskingTests {
+    static let lengths = [0, 1, 3, 7, 8, 9, 15, 16, 17, 125, 126, 127, 1000, 65535, 65536, 70001]
+
+    private func bytes(_ count: Int, seed: UInt8 = 7) -> [UInt8] {
+        (0..<count).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ Int(seed)) }
+    }
+
+    @Test("applyWebSocketMask equals NIO's webSocketMask for every length and key offset", arguments: lengths)
+    func maskMatchesReference(length: Int) {
+        let key: WebSocketMaskingKey = [0x12, 0xA5, 0x00, 0xFF]
+        for offset in 0..<4 {
+            var reference = ByteBuffer(bytes: self.bytes(length))
+            reference.webSocketMask(key, indexOffset: offset)
+            var fast = ByteBuffer(bytes: self.bytes(length))
+            fast.withUnsafeMutableReadableBytes { applyWebSocketMask($0, key: key, offset: offset) }
+            #expect(fast == reference, "length \(length), offset \(offset)")
+        }
+    }
+
+    @Test("fastUnmaskedData equals unmaskedData, also at an unaligned reader index")
+    func unmaskedData() {
+        for length in Self.lengths {
+            var data = ByteBuffer(bytes: [9, 9, 9] + self.bytes(length))
+            data.moveReaderIndex(forwardBy: 3)
+            let frame = WebSocketFrame(fin: true, opcode: .binary, maskKey: .random(), data: data)
+            #expect(frame.fastUnmaskedData == frame.unmaskedData)
+        }
+    }
+
+    @Test("frames from MaskingFrameEncoder decode to the same frames", arguments: lengths)
+    func encoderRoundTrip(length: Int) throws {
+        let channel = EmbeddedChannel()
+        try channel.pipeline.syncOperations.addHandler(MaskingFrameEncoder())
+        let decoder = EmbeddedChannel(handler: ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: 1 << 20)))
+        let payload = self.bytes(length, seed: 3)
+        var headroom = channel.allocator.buffer(capacity: length + 20)
+        headroom.writeBytes([UInt8](repeating: 0, count: 14))
+        headroom.moveReaderIndex(forwardBy: 14)
+        headroom.writeBytes(payload)
+        let inputs = [
+            WebSocketFrame(fin: true, opcode: .binary, maskKey: .random(), data: ByteBuffer(bytes: payload)),
+            WebSocketFrame(fin: false, rsv1: true, opcode: .text, maskKey: .random(), data: headroom),
+            WebSocketFrame(fin: true, opcode: .continuation, maskKey: nil, data: ByteBuffer(bytes: payload)),
+        ]
+        for input in inputs {
+            try channel.writeOutbound(input)
+            while let chunk = try channel.readOutbound(as: ByteBuffer.self) { try decoder.writeInbound(chunk) }
+            let decoded = try #require(try decoder.readInbound(as: WebSocketFrame.self))
+            #expect(decoded.fin == input.fin)
+            #expect(decoded.rsv1 == input.rsv1)
+            #expect(decoded.opcode == input.opcode)
+            #expect(decoded.maskKey == input.maskKey)
+            #expect(decoded.unmaskedData == ByteBuffer(bytes: payload))
+        }
+        _ = try channel.finish()
+        _ = try decoder.finish()
+    }
+}
