@@ -8,8 +8,8 @@ connects a publisher that joins and posts. Every post's text is the publisher's 
 end-to-end latency is now - sent. Latencies go into an HdrHistogram (µs, 3 digits).
 
 Two phases per N:
-- `max`: the publisher keeps --window posts not yet delivered to every subscriber (closed loop
-  on deliveries), so the rate is whatever the server and this generator sustain.
+- `max`: the publisher keeps --window / N posts not yet delivered to every subscriber (closed
+  loop on deliveries), so the rate is whatever the server and this generator sustain.
 - `rate`: open loop at --rate deliveries/s (posts/s = rate / N), for the latency target.
 
 For each: deliveries/s, latency p50/p99/p99.9, server CPU (% of one core and µs per delivery),
@@ -155,7 +155,8 @@ async def run(args, subscribers: int) -> dict:
         await circlev1.wait_quiet(subs, 1.0, 60)
         phases = []
         for mode in ("max", "rate"):
-            r = await run_phase(state, publisher, mode, args.warmup, args.duration, args.rate, args.window, server, circle)
+            window = max(4, args.window // subscribers)
+            r = await run_phase(state, publisher, mode, args.warmup, args.duration, args.rate, window, server, circle)
             phases.append(r)
             lat = r["latency"]
             print(f"{subscribers:>6} {mode:<5} {r['deliveries_per_s']:>12,.0f} {r['posts_per_s']:>9,.0f} "
@@ -177,7 +178,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--subscribers", default="100,1000", help="comma list of subscriber counts")
     parser.add_argument("--rate", type=float, default=50_000, help="deliveries/s of the fixed-rate phase")
-    parser.add_argument("--window", type=int, default=32, help="posts not yet fully delivered in the max phase")
+    parser.add_argument("--window", type=int, default=32_000,
+                        help="deliveries outstanding in the max phase (posts in flight = this / subscribers, at least 4)")
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--phase-timeout", type=float, default=600, help="limit for the presence storm of the joins")

@@ -72,11 +72,13 @@ async def run(args, writers: int) -> dict:
         await asyncio.sleep(args.warmup)
         for w in ws:
             w.latencies = []
+        m0 = benchlib.circle_metrics(server.port)
         cpu0, own0, t0 = benchlib.cpu_seconds(server.pid), os.times(), time.monotonic()
         a0 = sum(w.acked for w in ws)
         await asyncio.sleep(args.duration)
         cpu1, own1, t1 = benchlib.cpu_seconds(server.pid), os.times(), time.monotonic()
         a1 = sum(w.acked for w in ws)
+        commits = benchlib.commit_stats(m0, benchlib.circle_metrics(server.port))
         for w in ws:
             w.running = False
         samples = [ns for w in ws for ns in w.latencies]
@@ -92,10 +94,28 @@ async def run(args, writers: int) -> dict:
                 "server_cpu_pct": 100 * server_cpu / wall,
                 "server_us_per_post": 1e6 * server_cpu / acks if acks else None,
                 "client_cpu_pct": 100 * ((own1.user - own0.user) + (own1.system - own0.system)) / wall,
-                "errors": sum(w.errors for w in ws), "text_bytes": args.text_bytes,
+                "errors": sum(w.errors for w in ws), "commits": commits, "text_bytes": args.text_bytes,
                 "latency": circlev1.percentiles(h), "distribution": circlev1.distribution(h)}
     finally:
         server.stop()
+
+
+def fsync_probe(directory: str, count: int = 200) -> dict:
+    """Latency of write(4 KiB) + fsync on this machine's disk, in ms: what a durable commit waits for."""
+    path = os.path.join(directory, f"fsync-probe-{os.getpid()}")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    times = []
+    try:
+        for _ in range(count):
+            os.write(fd, b"x" * 4096)
+            t = time.perf_counter()
+            os.fsync(fd)
+            times.append((time.perf_counter() - t) * 1000)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    times.sort()
+    return {"count": count, "p50_ms": times[count // 2], "p99_ms": times[int(count * 0.99)], "max_ms": times[-1]}
 
 
 def main() -> int:
@@ -117,6 +137,10 @@ def main() -> int:
           f"{args.server_cpu} (SQLite WAL, synchronous=FULL), writers on CPU {args.client_cpu}; "
           f"{args.warmup:g} s warm-up, {args.duration:g} s measured; data dir under {os.environ.get('TMPDIR', '/tmp')}")
     print(f"{'writers':>7} {'acks/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'p99.9ms':>8} {'srvCPU':>7} {'us/post':>8}", flush=True)
+    import tempfile
+    probe = fsync_probe(tempfile.gettempdir())
+    print(f"# fsync of 4 KiB in {tempfile.gettempdir()}: p50 {probe['p50_ms']:.2f} ms, p99 {probe['p99_ms']:.2f} ms, "
+          f"max {probe['max_ms']:.2f} ms ({probe['count']} samples)", flush=True)
     results = []
     for w in [int(x) for x in args.writers.split(",") if x]:
         try:
@@ -127,11 +151,12 @@ def main() -> int:
         results.append(r)
         lat = r["latency"]
         print(f"{w:>7} {r['acks_per_s']:>9,.0f} {lat['p50_us'] / 1000:>8.2f} {lat['p99_us'] / 1000:>8.2f} "
-              f"{lat['p99_9_us'] / 1000:>8.2f} {r['server_cpu_pct']:>6.0f}% {r['server_us_per_post'] or 0:>8.1f}",
+              f"{lat['p99_9_us'] / 1000:>8.2f} {r['server_cpu_pct']:>6.0f}% {r['server_us_per_post'] or 0:>8.1f}"
+              f"   commit: mean {r['commits']['mean_commit_ms'] or 0:.2f} ms, batch {r['commits']['mean_batch'] or 0:.1f}",
               flush=True)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"benchmark": "postpath", "loop": loop_name, "args": vars(args), "results": results}, f, indent=2)
+            json.dump({"benchmark": "postpath", "loop": loop_name, "args": vars(args), "fsync": probe, "results": results}, f, indent=2)
     return 0 if results else 1
 
 

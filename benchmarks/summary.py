@@ -78,8 +78,8 @@ def fanout(doc: dict) -> None:
     args = doc["args"]
     print(f"\n### Chat fan-out\n\nOne circle, one publisher, N subscribers (real circle.v1 clients on picows, "
           f"100 users); server on CPU {args['server_cpu']}, load generator on CPU {args['client_cpu']}; "
-          f"{args['duration']:g} s measured per phase. `max`: closed loop, {args['window']} posts not yet delivered "
-          f"everywhere; `rate`: open loop at {args['rate']:,.0f} deliveries/s.\n")
+          f"{args['duration']:g} s measured per phase. `max`: closed loop, {args['window']:,} deliveries outstanding "
+          f"({args['window']:,} ÷ N posts in flight); `rate`: open loop at {args['rate']:,.0f} deliveries/s.\n")
     print("| subscribers | phase | deliveries/s | posts/s | p50 ms | p99 ms | p99.9 ms | server CPU | µs CPU/delivery | "
           "generator CPU | peak RSS MB | target |")
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
@@ -137,7 +137,9 @@ def postpath(doc: dict) -> None:
     args = doc["args"]
     print(f"\n### Post path\n\nClosed-loop writers (post, wait for the ack, post again), one circle each, "
           f"{args['text_bytes']} B posts; embedded SQLite (WAL, synchronous=FULL, group commit); server on CPU "
-          f"{args['server_cpu']}.\n")
+          f"{args['server_cpu']}."
+          + (f" fsync of 4 KiB on this disk before the run: p50 {doc['fsync']['p50_ms']:.2f} ms, p99 "
+             f"{doc['fsync']['p99_ms']:.2f} ms." if doc.get("fsync") else "") + "\n")
     print("| writers | posts acked/s | p50 ms | p99 ms | p99.9 ms | server CPU | µs CPU/post |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for r in doc["results"]:

@@ -24,7 +24,11 @@ struct BenchCommand: AsyncParsableCommand {
 /// This process's CPU time (user + system, all threads) in seconds.
 func processCPUSeconds() -> Double {
     var usage = rusage()
+    #if os(Linux)
+    getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
+    #else
     getrusage(RUSAGE_SELF, &usage)
+    #endif
     func seconds(_ t: timeval) -> Double { Double(t.tv_sec) + Double(t.tv_usec) / 1e6 }
     return seconds(usage.ru_utime) + seconds(usage.ru_stime)
 }
@@ -36,7 +40,7 @@ func printJSONLine(_ object: [String: Any]) {
     if let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]),
        let line = String(data: data, encoding: .utf8) {
         print(line)
-        fflush(stdout)
+        fflush(nil)  // a driver reads these lines as they come
     }
 }
 
@@ -92,10 +96,11 @@ struct BenchClientCommand: AsyncParsableCommand {
         let size = self.size
         let inFlight = self.inFlight
         let counters = NIOLockedValueBox(EchoCounters())
-        var sockets: [WebSocket] = []
+        var opened: [WebSocket] = []
         for _ in 0..<self.connections {
-            sockets.append(try await WebSocket.connect(to: self.url, configuration: configuration))
+            opened.append(try await WebSocket.connect(to: self.url, configuration: configuration))
         }
+        let sockets = opened
         let measured: (seconds: Double, trips: Int, cpu: Double) = try await withThrowingTaskGroup(of: Void.self) { group in
             for socket in sockets {
                 group.addTask {
@@ -210,8 +215,9 @@ struct BenchRecoveryCommand: AsyncParsableCommand {
         func makeClient(_ token: String) async throws -> CircleClient {
             try await CircleClient(configuration: .init(servers: [self.url], tokenProvider: { token }))
         }
-        var clients: [CircleClient] = []
-        for _ in 0..<self.subscribers { clients.append(try await makeClient(self.token)) }
+        var made: [CircleClient] = []
+        for _ in 0..<self.subscribers { made.append(try await makeClient(self.token)) }
+        let clients = made
         let publisher = try await makeClient(self.publisherToken)
 
         let started = wallClock()
