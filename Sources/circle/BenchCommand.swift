@@ -33,6 +33,17 @@ func processCPUSeconds() -> Double {
     return seconds(usage.ru_utime) + seconds(usage.ru_stime)
 }
 
+/// Context switches of this process so far (voluntary + involuntary, all threads).
+func processContextSwitches() -> Int {
+    var usage = rusage()
+    #if os(Linux)
+    getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
+    #else
+    getrusage(RUSAGE_SELF, &usage)
+    #endif
+    return Int(usage.ru_nvcsw + usage.ru_nivcsw)
+}
+
 /// Seconds since 1970, for lines a driver in another process compares with its own clock.
 func wallClock() -> Double { Date().timeIntervalSince1970 }
 
@@ -101,7 +112,7 @@ struct BenchClientCommand: AsyncParsableCommand {
             opened.append(try await WebSocket.connect(to: self.url, configuration: configuration))
         }
         let sockets = opened
-        let measured: (seconds: Double, trips: Int, cpu: Double) = try await withThrowingTaskGroup(of: Void.self) { group in
+        let measured: (seconds: Double, trips: Int, cpu: Double, switches: Int) = try await withThrowingTaskGroup(of: Void.self) { group in
             for socket in sockets {
                 group.addTask {
                     for _ in 0..<inFlight { try await socket.send(payload) }
@@ -123,9 +134,9 @@ struct BenchClientCommand: AsyncParsableCommand {
             }
             try await Task.sleep(for: .seconds(self.warmup))
             let clock = ContinuousClock()
-            let (start, cpu0, n0) = (clock.now, processCPUSeconds(), counters.withLockedValue { $0.received })
+            let (start, cpu0, n0, cs0) = (clock.now, processCPUSeconds(), counters.withLockedValue { $0.received }, processContextSwitches())
             try await Task.sleep(for: .seconds(self.duration))
-            let (end, cpu1, n1) = (clock.now, processCPUSeconds(), counters.withLockedValue { $0.received })
+            let (end, cpu1, n1, cs1) = (clock.now, processCPUSeconds(), counters.withLockedValue { $0.received }, processContextSwitches())
             counters.withLockedValue { $0.running = false }
             // Give the last echoes a moment to come back, then close whatever is still open.
             let drained = Task {
@@ -140,7 +151,7 @@ struct BenchClientCommand: AsyncParsableCommand {
             drained.cancel()
             let elapsed = end - start
             let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-            return (seconds, n1 - n0, cpu1 - cpu0)
+            return (seconds, n1 - n0, cpu1 - cpu0, cs1 - cs0)
         }
         for socket in sockets where socket.isActive { _ = await socket.close() }
         guard measured.trips > 0 else { throw ValidationError("no round trips completed against \(self.url)") }
@@ -154,10 +165,12 @@ struct BenchClientCommand: AsyncParsableCommand {
                 "msgs_per_s": rate, "client_cpu_s": measured.cpu,
                 "client_cpu_pct": 100 * measured.cpu / measured.seconds,
                 "client_us_per_msg": usPerMessage, "wrong_size": wrongSize,
+                "context_switches_per_msg": Double(measured.switches) / Double(measured.trips),
             ])
         } else {
-            print(String(format: "circlesocket  %6d B  %10.0f round trips/s  %5.0f%% CPU  %7.2f µs CPU/msg%@",
+            print(String(format: "circlesocket  %6d B  %10.0f round trips/s  %5.0f%% CPU  %7.2f µs CPU/msg  %.2f context switches/msg%@",
                          self.size, rate, 100 * measured.cpu / measured.seconds, usPerMessage,
+                         Double(measured.switches) / Double(measured.trips),
                          wrongSize > 0 ? "  (\(wrongSize) replies of the wrong size)" : ""))
         }
     }
@@ -313,14 +326,20 @@ struct BenchRecoveryCommand: AsyncParsableCommand {
             try await Task.sleep(for: .seconds(self.after))
         }
         tracker.stopPosting = true
+        printJSONLine(["event": "stopping", "t": wallClock()])
         let posts = await posting.value
+        printJSONLine(["event": "posts_resolved", "t": wallClock(), "acked": posts.acked.count, "failed": posts.failed])
         let last = posts.acked.max() ?? 0
         let first = tracker.firstSeqs()
         _ = try await waitFor("final deliveries", { tracker.everyoneReached(last) })
         phases["finished"] = wallClock()
+        printJSONLine(["event": "delivered", "t": wallClock()])
         for client in clients { await client.shutdown() }
         await publisher.shutdown()
         drainPublisher.cancel()
+        printJSONLine(["event": "shut_down", "t": wallClock()])
+        // shutdown() does not finish the streams of messages(in:); cancelling their readers does.
+        deliveries.cancel()
         let seen = await deliveries.value
 
         // Per subscriber: every acknowledged seq from its first delivery on must arrive once.
