@@ -22,7 +22,7 @@ router.ws("/") { inbound, outbound, _ in
 
 let app = Application(
     router: Router(),
-    server: .http1WebSocketUpgrade(webSocketRouter: router, configuration: .init(maxFrameSize: 16 << 20)),
+    server: .http1WebSocketUpgrade(webSocketRouter: router, configuration: .init(ws: .init(maxFrameSize: 16 << 20))),
     configuration: .init(address: .hostname("127.0.0.1", port: port)),
     logger: logger
 )

@@ -12,7 +12,9 @@ app.logger.logLevel = .warning
 app.http.server.configuration.hostname = "127.0.0.1"
 app.http.server.configuration.port = port
 
-let echo: @Sendable (Request, WebSocket) async -> Void = { _, ws in
+// The synchronous upgrade handler runs on the connection's event loop, where websocket-kit wants
+// its callbacks set.
+let echo: @Sendable (Request, WebSocket) -> Void = { _, ws in
     ws.onBinary { ws, buffer in ws.send(buffer) }
     ws.onText { ws, text in ws.send(text) }
 }
