@@ -19,10 +19,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 CIRCLE = "#d62728"
 OTHERS = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#7f7f7f", "#17becf"]
+FIXED = {"picows": "#2ca02c", "websockets": "#1f77b4", "vapor": "#9467bd", "hummingbird": "#8c564b",
+         "picows+uvloop": "#2ca02c", "websockets+uvloop": "#1f77b4"}
 
 
 def bars(ax, names: list[str], values: list[float], highlight: str, fmt: str) -> None:
-    colours = [CIRCLE if n == highlight else OTHERS[i % len(OTHERS)] for i, n in enumerate(names)]
+    colours = [CIRCLE if n == highlight else FIXED.get(n, OTHERS[i % len(OTHERS)]) for i, n in enumerate(names)]
     ax.barh(names, values, color=colours)
     for i, v in enumerate(values):
         ax.text(v, i, " " + fmt.format(v), va="center", fontsize=8)
@@ -54,9 +56,9 @@ def latency(series: list[tuple[str, list]], title: str, path: str) -> None:
                 label=label, color=OTHERS[i % len(OTHERS)])
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ticks = [1, 2, 10, 100, 1000, 10000, 100000]
+    ticks = [2, 10, 100, 1000, 10000, 100000, 1000000]
     ax.set_xticks(ticks)
-    ax.set_xticklabels(["0 %", "50 %", "90 %", "99 %", "99.9 %", "99.99 %", "99.999 %"])
+    ax.set_xticklabels(["50 %", "90 %", "99 %", "99.9 %", "99.99 %", "99.999 %", "max"])
     ax.set_xlabel("percentile")
     ax.set_ylabel("latency, ms")
     ax.grid(True, which="both", alpha=0.3)
