@@ -7,10 +7,10 @@ connects a publisher that joins and posts. Every post's text is the publisher's 
 (time.monotonic_ns(), the same clock the subscribers read: same process), so each delivery's
 end-to-end latency is now - sent. Latencies go into an HdrHistogram (µs, 3 digits).
 
-Two phases per N:
+Two phases per N, in this order:
+- `rate`: open loop at --rate deliveries/s (posts/s = rate / N), for the latency target.
 - `max`: the publisher keeps --window / N posts not yet delivered to every subscriber (closed
   loop on deliveries), so the rate is whatever the server and this generator sustain.
-- `rate`: open loop at --rate deliveries/s (posts/s = rate / N), for the latency target.
 
 For each: deliveries/s, latency p50/p99/p99.9, server CPU (% of one core and µs per delivery),
 this generator's CPU, and the server's peak RSS (VmHWM) at the end.
@@ -94,9 +94,11 @@ async def run_phase(state: FanOut, publisher: circlev1.Conn, mode: str, warmup: 
     await asyncio.sleep(warmup)
     state.latencies = []
     state.record = True
+    m0 = benchlib.circle_metrics(server.port)
     cpu0, d0, own0, t0 = benchlib.cpu_seconds(server.pid), state.delivered, os.times(), time.monotonic()
     await asyncio.sleep(duration)
     cpu1, d1, own1, t1 = benchlib.cpu_seconds(server.pid), state.delivered, os.times(), time.monotonic()
+    m1 = benchlib.circle_metrics(server.port)
     state.record = False
     running[0] = False
     state.pump = None
@@ -123,6 +125,9 @@ async def run_phase(state: FanOut, publisher: circlev1.Conn, mode: str, warmup: 
         "client_cpu_pct": 100 * own / wall,
         "latency": circlev1.percentiles(h), "distribution": circlev1.distribution(h),
         "undelivered_after_drain": max(0, target - state.delivered),
+        "commits": benchlib.commit_stats(m0, m1),
+        "mean_fanout_ms": (1000 * (m1.get("circle_fanout_seconds_sum", 0) - m0.get("circle_fanout_seconds_sum", 0))
+                           / max(1.0, m1.get("circle_fanout_seconds_count", 0) - m0.get("circle_fanout_seconds_count", 0))),
     }
 
 
@@ -154,14 +159,16 @@ async def run(args, subscribers: int) -> dict:
         publisher.on_event = on_publisher_event
         await circlev1.wait_quiet(subs, 1.0, 60)
         phases = []
-        for mode in ("max", "rate"):
+        for mode in ("rate", "max"):  # the fixed rate first, so that no backlog of the max phase skews it
             window = max(4, args.window // subscribers)
             r = await run_phase(state, publisher, mode, args.warmup, args.duration, args.rate, window, server, circle)
             phases.append(r)
             lat = r["latency"]
             print(f"{subscribers:>6} {mode:<5} {r['deliveries_per_s']:>12,.0f} {r['posts_per_s']:>9,.0f} "
                   f"{lat['p50_us'] / 1000:>8.2f} {lat['p99_us'] / 1000:>8.2f} {lat['p99_9_us'] / 1000:>8.2f} "
-                  f"{r['server_cpu_pct']:>6.0f}% {r['server_us_per_delivery'] or 0:>7.2f} {r['client_cpu_pct']:>6.0f}%",
+                  f"{r['server_cpu_pct']:>6.0f}% {r['server_us_per_delivery'] or 0:>7.2f} {r['client_cpu_pct']:>6.0f}%"
+                  f"   commit: mean {r['commits']['mean_commit_ms'] or 0:.2f} ms, batch {r['commits']['mean_batch'] or 0:.1f}; "
+                  f"hub publish {r['mean_fanout_ms']:.2f} ms",
                   flush=True)
         closed = sum(1 for c in subs if c.closed.done())
         peak = benchlib.status_kb(server.pid, "VmHWM")

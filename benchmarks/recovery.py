@@ -40,12 +40,13 @@ def main() -> int:
     parser.add_argument("--circle", default=str(benchlib.DEFAULT_CIRCLE), help="the circle binary (release build)")
     parser.add_argument("--server-cpu", type=int, default=0)
     parser.add_argument("--client-cpu", type=int, default=1)
+    parser.add_argument("--server-args", default="", help="extra arguments for circle serve, e.g. \"--presence-limit 0\"")
     parser.add_argument("--json", help="write the results to this file")
     args = parser.parse_args()
     benchlib.exit_on_sigterm()
 
     extra = ["--posts-per-second", "1000000", "--post-burst", "1000000",
-             "--max-connections-per-user", "100000", "--idle-timeout", "1h"]
+             "--max-connections-per-user", "100000", "--idle-timeout", "1h"] + args.server_args.split()
     server = benchlib.circle_server(args.circle, extra=extra)
     server.start(args.server_cpu)
     port = server.port
