@@ -2,15 +2,16 @@
 # Runs Circle's benchmarks side by side with its peers on this machine, prints the tables and
 # draws the plots. Loopback only; every benchmark stops by itself. See docs/BENCHMARKS.md.
 #
-#   benchmarks/run.sh --all            # everything (about 25-40 min on 2 cores), the default
-#   benchmarks/run.sh --smoke          # every script for a moment with small counts: do they work?
+#   benchmarks/run.sh --all            # everything (about 15 min on 2 cores), the default
+#   benchmarks/run.sh --smoke          # every script for a moment with small counts (about 45 s): do they work?
 #   benchmarks/run.sh echo fanout      # only these: echo client fanout idle recovery postpath
 #   benchmarks/run.sh --build --all    # build circle and the Swift peers (release) first
 #   benchmarks/run.sh --publish --all  # also write docs/bench/ (results/*.json, *.png, tables.md)
 #
 # Extra options per script: ECHO_ARGS, CLIENT_ARGS, FANOUT_ARGS, IDLE_ARGS, RECOVERY_ARGS,
 # POSTPATH_ARGS, e.g. IDLE_ARGS="--counts 1000" benchmarks/run.sh idle
-# The JSON results go to a fresh /tmp/circle-bench.* directory, or to OUT=dir.
+# The JSON results go to a fresh /tmp/circle-bench.* directory, or to OUT=dir. CIRCLE_BIN=path
+# measures another circle binary (a debug build is fine for --smoke, not for figures).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(dirname "$here")"
@@ -36,8 +37,10 @@ if [[ $build == 1 ]]; then
     (cd "$repo" && nice -n 10 swift build -c release --product circle --scratch-path .build-release)
     (cd "$here/peers-swift" && nice -n 10 swift build -c release)
 fi
-if [[ ! -x "$repo/.build-release/release/circle" ]]; then
-    echo "no release build; run: (cd $repo && nice -n 10 swift build -c release --product circle --scratch-path .build-release)" >&2
+# CIRCLE_BIN=path picks another circle binary (e.g. a debug build for --smoke in CI).
+export CIRCLE_BIN="${CIRCLE_BIN:-$repo/.build-release/release/circle}"
+if [[ ! -x "$CIRCLE_BIN" ]]; then
+    echo "no release build at $CIRCLE_BIN; run: (cd $repo && nice -n 10 swift build -c release --product circle --scratch-path .build-release)" >&2
     exit 1
 fi
 if [[ ! -x "$here/.venv/bin/python" ]]; then
@@ -67,7 +70,7 @@ else
 fi
 
 echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(free -g | awk '/Mem:/{print $2}') GiB; $(uname -sr); load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# commit $(cd "$repo" && git rev-parse --short HEAD 2>/dev/null || echo '?'); results in $out"
+echo "# commit $(cd "$repo" && git rev-parse --short HEAD 2>/dev/null || echo '?'); circle: $CIRCLE_BIN; results in $out"
 failed=()
 for name in "${names[@]}"; do
     echo
