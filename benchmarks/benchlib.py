@@ -21,7 +21,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-DEFAULT_CIRCLE = REPO / ".build-release" / "release" / "circle"
+DEFAULT_CIRCLE = Path(os.environ.get("CIRCLE_BIN") or REPO / ".build-release" / "release" / "circle")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
@@ -276,12 +276,32 @@ PEERS = {
     "picows": ("picows_echo.py", []),
     "websockets+uvloop": ("websockets_echo.py", ["--uvloop"]),
     "picows+uvloop": ("picows_echo.py", ["--uvloop"]),
+    # Swift peers from the separate package peers-swift/ (release build, see SWIFT_PEERS_DIR)
+    "hummingbird": ("hummingbird-echo", []),
+    "vapor": ("vapor-echo", []),
 }
+
+SWIFT_PEERS = {"hummingbird", "vapor"}
+SWIFT_PEERS_DIR = HERE / "peers-swift" / ".build" / "release"
+
+
+def swift_peers_available() -> bool:
+    return all((SWIFT_PEERS_DIR / PEERS[name][0]).exists() for name in SWIFT_PEERS)
+
+
+def build_swift_peers() -> None:
+    """Release build of peers-swift/ (hummingbird-echo, vapor-echo); several minutes the first time."""
+    subprocess.run(["nice", "-n", "10", "swift", "build", "-c", "release"], cwd=HERE / "peers-swift", check=True)
 
 
 def peer_server(name: str) -> Server:
     script, extra = PEERS[name]
     port = free_port()
+    if name in SWIFT_PEERS:
+        binary = SWIFT_PEERS_DIR / script
+        if not binary.exists():
+            raise FileNotFoundError(f"{binary} is missing; build it: (cd {HERE / 'peers-swift'} && swift build -c release)")
+        return Server(name, [str(binary), str(port)], port)
     return Server(name, [sys.executable, str(HERE / "peers" / script), "--port", str(port)] + extra, port)
 
 
@@ -365,3 +385,32 @@ def memprobe(pid: int, out_path: str, timeout: float = 10.0) -> dict[str, int]:
             if len(lines) > before:
                 return {k: int(v) for k, v in (item.split("=") for item in lines[-1].split())}
     raise TimeoutError("memprobe did not answer")
+
+
+# ---------------------------------------------------------------- Circle's /metrics
+
+
+def circle_metrics(port: int) -> dict[str, float]:
+    """The server's Prometheus text (/metrics) as {series: value}; series without labels only."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and "{" not in line:
+            name, _, value = line.rpartition(" ")
+            try:
+                out[name.strip()] = float(value)
+            except ValueError:
+                pass
+    return out
+
+
+def commit_stats(before: dict[str, float], after: dict[str, float]) -> dict[str, float | None]:
+    """Mean commit time (ms) and batch size between two /metrics readings."""
+    def delta(key: str) -> float:
+        return after.get(key, 0.0) - before.get(key, 0.0)
+    commits = delta("circle_commit_seconds_count")
+    batches = delta("circle_commit_batch_size_count")
+    return {"commits": commits,
+            "mean_commit_ms": 1000 * delta("circle_commit_seconds_sum") / commits if commits else None,
+            "mean_batch": delta("circle_commit_batch_size_sum") / batches if batches else None}

@@ -7,9 +7,10 @@ the round trips completed in it is the server's CPU cost per message (one frame 
 
 The server runs pinned to one CPU (`taskset -c 0`), the load generator to another (CPU 1), so
 the two do not steal each other's time. Circle's /v1/echo and peer echo servers written with
-Python `websockets` and `picows` (peers/) run under the same load in the same invocation.
+Hummingbird 2 and Vapor 4 (peers-swift/, a separate SwiftPM package), Python `websockets` and
+`picows` (peers/) run under the same load in the same invocation.
 
-    python echo.py                                   # circle, websockets, picows; 64 B and 16 KiB
+    python echo.py                                   # all five servers; 64 B and 16 KiB
     python echo.py --servers circle --sizes 64 --duration 5
     python echo.py --url ws://127.0.0.1:9000/ --pid 1234   # any running server
 
@@ -167,7 +168,7 @@ HEADER = (f"{'server':<18} {'size':>6} {'kind':<4} {'msgs/s':>10} {'srvCPU':>7} 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--servers", default="circle,websockets,picows",
+    parser.add_argument("--servers", default="circle,hummingbird,vapor,websockets,picows",
                         help="comma list of: circle, " + ", ".join(benchlib.PEERS))
     parser.add_argument("--url", help="measure an already running server at this ws:// URL (needs --pid)")
     parser.add_argument("--pid", type=int, help="PID of the server behind --url")
