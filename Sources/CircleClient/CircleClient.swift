@@ -28,8 +28,13 @@ import NIOCore
 /// - ``messages(in:)`` delivers every post of a circle once and in order, across reconnects:
 ///   the client re-joins with the last sequence number it delivered.
 /// - A heartbeat notices dead connections; reconnects back off with full jitter.
+/// - ``post(photo:contentType:caption:to:id:progress:)`` uploads a photo through a resumable,
+///   retried (and, with a state file, persisted) transfer queue, then posts it; ``download(media:to:progress:)``
+///   resumes interrupted downloads and keeps an on-disk cache; ``transferEvents()`` reports
+///   progress and ``TransferMetrics`` (docs/CLIENT.md, "Photos and transfers").
 public final class CircleClient: Sendable {
     private let core: ClientCore
+    private let transfers: MediaTransfers
 
     /// Creates a client and loads its outbox and cursors. It does not connect yet.
     public init(configuration: CircleClientConfiguration) async throws {
@@ -41,15 +46,25 @@ public final class CircleClient: Sendable {
             store = MemoryClientStateStore()
         }
         let (outbox, cursors) = try await store.load()
+        let jobs = try await store.loadPhotoJobs()
         self.core = ClientCore(configuration: configuration, store: store, outbox: outbox, cursors: cursors)
+        self.transfers = try MediaTransfers(configuration: configuration, store: store, core: self.core, jobs: jobs)
     }
 
-    /// Connects (and keeps reconnecting until ``disconnect()`` or a terminal close).
-    public func connect() async { await self.core.start() }
+    /// Connects (and keeps reconnecting until ``disconnect()`` or a terminal close). Photo
+    /// posts restored from the state file continue.
+    public func connect() async {
+        await self.core.start()
+        await self.transfers.startWorker()
+    }
 
     /// Closes the connection and stops reconnecting. Waiting posts throw ``CircleClientError/Code/stopped``;
     /// with a state file their entries stay in the outbox and are sent after the next ``connect()``.
-    public func disconnect() async { await self.core.stop() }
+    /// Photo uploads stop too (resumed from the server's offset after the next ``connect()``).
+    public func disconnect() async {
+        await self.transfers.stop()
+        await self.core.stop()
+    }
 
     /// Skips the backoff wait: for "the app came to the foreground" or "the network is back".
     public func reconnectNow() async { await self.core.reconnectNow() }
@@ -59,6 +74,67 @@ public final class CircleClient: Sendable {
 
     /// The connection state as it changes, starting with the current one.
     public func states() async -> AsyncStream<ConnectionState> { await self.core.stateStream() }
+
+    /// Uploads a photo and posts it, in one call: the upload goes through the transfer queue
+    /// (retried with backoff, resumed from the server's offset after a failure, and — with a
+    /// ``CircleClientConfiguration/stateFile`` — continued after an app restart, from a copy of
+    /// the file the client keeps), and once the media id exists the post goes through the
+    /// outbox like any other and resolves the same way.
+    ///
+    /// ```swift
+    /// let receipt = try await client.post(photo: "/tmp/IMG_0001.jpg", caption: "sunset", to: "general") { progress in
+    ///     bar.show(progress.completed, of: progress.total)
+    /// }
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - photo: The file's path.
+    ///   - contentType: `image/jpeg`, `image/png`, `image/gif`, `image/webp`; `nil` guesses from
+    ///     the extension, then from the first bytes.
+    ///   - caption: The post's text, if any.
+    ///   - circle: Where to post.
+    ///   - id: The post's id (its idempotency key); `nil` makes a new one. A photo post with an
+    ///     id that is still queued (restored from the state file) is waited for, not queued again,
+    ///     and the server stores a post with a given id once: a command that is simply run again
+    ///     after a crash posts once.
+    ///   - progress: Called as the server acknowledges bytes (from the upload's I/O; keep it quick).
+    /// - Throws: ``CircleClientError``: the server refused the file (`too_large`,
+    ///   `unsupported_media_type`) or the post; `timed_out` or `not_connected` after the transfer
+    ///   timeouts; `stopped` when the client stopped first (the post stays queued with a state file).
+    @discardableResult
+    public func post(
+        photo: String,
+        contentType: String? = nil,
+        caption: String? = nil,
+        to circle: String,
+        id: String? = nil,
+        progress: (@Sendable (TransferProgress) -> Void)? = nil
+    ) async throws -> PostReceipt {
+        try await self.transfers.postPhoto(path: photo, contentType: contentType, caption: caption, circle: circle, id: id, progress: progress)
+    }
+
+    /// Uploads a file (resumable, with retries) and returns its media id, without posting.
+    public func upload(file: String, contentType: String? = nil, progress: (@Sendable (TransferProgress) -> Void)? = nil) async throws -> UploadResult {
+        try await self.transfers.uploadFile(path: file, contentType: contentType, progress: progress)
+    }
+
+    /// Downloads media: from the on-disk cache when it is fresh (revalidated with the ETag when
+    /// stale), else from the server, resuming an interrupted download with `Range` and `If-Range`.
+    /// The bytes are checked against the media id (their SHA-256).
+    ///
+    /// - Parameters:
+    ///   - media: The media id (a post's `attachment`).
+    ///   - destination: Where to put the file; `nil` leaves it in the cache (or a temporary file).
+    ///   - progress: Called as bytes arrive.
+    public func download(media: String, to destination: String? = nil, progress: (@Sendable (TransferProgress) -> Void)? = nil) async throws -> DownloadResult {
+        try await self.transfers.download(media, to: destination, progress: progress)
+    }
+
+    /// Progress and per-transfer metrics (``TransferMetrics``) of every upload and download, from now on.
+    public func transferEvents() -> AsyncStream<TransferEvent> { self.transfers.events() }
+
+    /// Ids of photo posts whose upload has not finished (restored ones included).
+    public var pendingPhotoPosts: [String] { get async { await self.transfers.pendingPhotoPosts } }
 
     /// Posts text (and optionally a media id) to a circle; see the type's documentation for the promises.
     @discardableResult
@@ -95,6 +171,7 @@ public final class CircleClient: Sendable {
 
     /// Stops and releases the state file.
     public func shutdown() async {
+        await self.transfers.stop()
         await self.core.stop()
         await self.core.closeStore()
     }

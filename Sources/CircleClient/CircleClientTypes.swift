@@ -23,7 +23,10 @@ public struct CircleClientConfiguration: Sendable {
     /// keeps them in SQLite, so unsent posts survive an app restart and readers resume where they were.
     public var stateFile: String?
     /// The transport settings (TLS, timeouts, …); subprotocol and Authorization are set by the client.
+    /// Media transfers use the same TLS trust and pins.
     public var socket: WebSocketConfiguration
+    /// Photo uploads and downloads: timeouts, retries, waiting for connectivity, the cache.
+    public var transfers: TransferConfiguration
     public var logger: Logger
 
     public init(
@@ -36,6 +39,7 @@ public struct CircleClientConfiguration: Sendable {
         failFast: Bool = false,
         stateFile: String? = nil,
         socket: WebSocketConfiguration = .init(),
+        transfers: TransferConfiguration = .init(),
         logger: Logger = Logger(label: "circle.client")
     ) {
         self.servers = servers
@@ -47,6 +51,7 @@ public struct CircleClientConfiguration: Sendable {
         self.failFast = failFast
         self.stateFile = stateFile
         self.socket = socket
+        self.transfers = transfers
         self.logger = logger
     }
 }
@@ -90,6 +95,14 @@ public struct CircleClientError: Error, Sendable, Hashable, CustomStringConverti
         public static let notConnected = Code(rawValue: "not_connected")
         /// The client was stopped (`disconnect()`, or the server ended the session for good).
         public static let stopped = Code(rawValue: "stopped")
+        /// A local file could not be read or written (a photo to upload, a download's target).
+        public static let fileError = Code(rawValue: "file_error")
+        /// The server answered a transfer with an HTTP status this client cannot act on.
+        public static let httpError = Code(rawValue: "http_error")
+        /// A downloaded file's bytes do not hash to its media id.
+        public static let corrupt = Code(rawValue: "corrupt")
+        /// The server's certificate is not trusted, or its key matches none of the pins.
+        public static let tlsFailed = Code(rawValue: "tls_failed")
         public var description: String { self.rawValue }
     }
 

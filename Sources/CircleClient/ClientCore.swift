@@ -375,7 +375,9 @@ actor ClientCore {
 
     // MARK: Posts
 
-    func post(text: String, attachment: String?, to circle: String) async throws -> PostReceipt {
+    /// Queues a post and waits for it to resolve. With an `id` that is already in the outbox
+    /// (a photo post queued again after a restart), waits for that entry instead.
+    func post(text: String?, attachment: String?, to circle: String, id: String? = nil) async throws -> PostReceipt {
         if case .stopped = self.machine.state {
             throw CircleClientError(.stopped, "the client is stopped; call connect() first")
         }
@@ -383,15 +385,20 @@ actor ClientCore {
             throw CircleClientError(.notConnected, "not connected, and failFast is on")
         }
         let entry = OutboxEntry(
-            id: UUID().uuidString.lowercased(),
+            id: id ?? UUID().uuidString.lowercased(),
             circle: circle,
             text: text,
             attachment: attachment,
             createdAt: Int64(Date().timeIntervalSince1970 * 1000)
         )
-        try await self.store.enqueue(entry)
-        self.outbox.append(entry)
-        self.emit(.queued(entry))
+        if self.postWaiters[entry.id] != nil {
+            throw CircleClientError(.badRequest, "a post with id \(entry.id) is already waiting for its answer")
+        }
+        if !self.outbox.contains(where: { $0.id == entry.id }) {
+            try await self.store.enqueue(entry)
+            self.outbox.append(entry)
+            self.emit(.queued(entry))
+        }
         return try await withCheckedThrowingContinuation { continuation in
             self.postWaiters[entry.id] = continuation
             self.postDeadlines[entry.id] = .now + self.configuration.postTimeout

@@ -11,7 +11,30 @@ protocol ClientStateStore: Sendable {
     func enqueue(_ entry: OutboxEntry) async throws
     func remove(id: String) async throws
     func setCursor(_ seq: Int64, for circle: String) async throws
+    /// Photo posts whose upload has not been handed to the outbox yet.
+    func loadPhotoJobs() async throws -> [PhotoJob]
+    /// Inserts or updates a photo job (its upload id and media id as they become known).
+    func savePhotoJob(_ job: PhotoJob) async throws
+    func removePhotoJob(id: String) async throws
     func close() async
+}
+
+/// A queued photo post: the file to upload, then the post to make with its media id.
+struct PhotoJob: Sendable, Hashable {
+    /// Also the post's id, so a post made again after a restart is stored once.
+    var id: String
+    var circle: String
+    var caption: String?
+    var path: String
+    var contentType: String
+    var size: Int64
+    /// The resumable upload on the server, once created.
+    var uploadID: String?
+    /// The media id, once the upload completed.
+    var mediaID: String?
+    var createdAt: Int64
+    /// The file belongs to the client (a copy in its spool directory) and is deleted after use.
+    var ownsFile: Bool
 }
 
 /// Nothing survives the process; the default.
@@ -20,6 +43,9 @@ actor MemoryClientStateStore: ClientStateStore {
     func enqueue(_ entry: OutboxEntry) async throws {}
     func remove(id: String) async throws {}
     func setCursor(_ seq: Int64, for circle: String) async throws {}
+    func loadPhotoJobs() async throws -> [PhotoJob] { [] }
+    func savePhotoJob(_ job: PhotoJob) async throws {}
+    func removePhotoJob(id: String) async throws {}
     func close() async {}
 }
 
@@ -43,6 +69,12 @@ actor SQLiteClientStateStore: ClientStateStore {
             "CREATE TABLE IF NOT EXISTS outbox (id TEXT PRIMARY KEY, ord INTEGER NOT NULL, circle TEXT NOT NULL, text TEXT, attachment TEXT, created_at INTEGER NOT NULL)"
         )
         _ = try await connection.query("CREATE TABLE IF NOT EXISTS cursors (circle TEXT PRIMARY KEY, seq INTEGER NOT NULL)")
+        _ = try await connection.query(
+            """
+            CREATE TABLE IF NOT EXISTS photo_jobs (id TEXT PRIMARY KEY, circle TEXT NOT NULL, caption TEXT, path TEXT NOT NULL,
+            content_type TEXT NOT NULL, size INTEGER NOT NULL, upload_id TEXT, media_id TEXT, created_at INTEGER NOT NULL, owns_file INTEGER NOT NULL)
+            """
+        )
         return SQLiteClientStateStore(connection: connection)
     }
 
@@ -94,6 +126,48 @@ actor SQLiteClientStateStore: ClientStateStore {
             "INSERT INTO cursors (circle, seq) VALUES (?, ?) ON CONFLICT(circle) DO UPDATE SET seq = excluded.seq WHERE excluded.seq > cursors.seq",
             [.text(circle), .integer(Int(seq))]
         )
+    }
+
+    func loadPhotoJobs() async throws -> [PhotoJob] {
+        let rows = try await self.connection.query(
+            "SELECT id, circle, caption, path, content_type, size, upload_id, media_id, created_at, owns_file FROM photo_jobs ORDER BY created_at, rowid"
+        )
+        return rows.compactMap { row in
+            guard let id = row.column("id")?.string, let circle = row.column("circle")?.string, let path = row.column("path")?.string,
+                let contentType = row.column("content_type")?.string, let size = row.column("size")?.integer
+            else { return nil }
+            return PhotoJob(
+                id: id,
+                circle: circle,
+                caption: row.column("caption")?.string,
+                path: path,
+                contentType: contentType,
+                size: Int64(size),
+                uploadID: row.column("upload_id")?.string,
+                mediaID: row.column("media_id")?.string,
+                createdAt: Int64(row.column("created_at")?.integer ?? 0),
+                ownsFile: (row.column("owns_file")?.integer ?? 0) != 0
+            )
+        }
+    }
+
+    func savePhotoJob(_ job: PhotoJob) async throws {
+        _ = try await self.connection.query(
+            """
+            INSERT INTO photo_jobs (id, circle, caption, path, content_type, size, upload_id, media_id, created_at, owns_file)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT(id) DO UPDATE SET upload_id = excluded.upload_id, media_id = excluded.media_id
+            """,
+            [
+                .text(job.id), .text(job.circle), job.caption.map { .text($0) } ?? .null, .text(job.path), .text(job.contentType),
+                .integer(Int(job.size)), job.uploadID.map { .text($0) } ?? .null, job.mediaID.map { .text($0) } ?? .null,
+                .integer(Int(job.createdAt)), .integer(job.ownsFile ? 1 : 0),
+            ]
+        )
+    }
+
+    func removePhotoJob(id: String) async throws {
+        _ = try await self.connection.query("DELETE FROM photo_jobs WHERE id = ?", [.text(id)])
     }
 
     func close() async {

@@ -35,6 +35,9 @@ struct APIResponse: Sendable {
     var status: HTTPResponseStatus
     var contentType: String
     var body: ByteBuffer
+    /// Headers besides `Content-Type` and `Content-Length`; without a `Cache-Control` of its
+    /// own the response gets `no-store`.
+    var headers = HTTPHeaders()
 
     static func json(_ status: HTTPResponseStatus, _ value: some Encodable) -> APIResponse {
         let encoder = JSONEncoder()
@@ -67,6 +70,12 @@ func splitURI(_ uri: String) -> (path: String, query: [String: String]) {
 /// The HTTP API beside the WebSocket (documented in docs/API.md).
 struct APIRouter: Sendable {
     let services: ServerServices
+    let media: MediaService
+
+    init(services: ServerServices) {
+        self.services = services
+        self.media = MediaService(services: services, files: MediaFiles(dataDirectory: services.configuration.dataDirectory))
+    }
 
     private struct CircleBody: Codable, Sendable {
         var name: String
@@ -113,11 +122,17 @@ struct APIRouter: Sendable {
             label = "/v1/circles/{name}/\(p[3])"
         case let p where p.count == 5 && p[0] == "v1" && p[1] == "circles" && p[3] == "members":
             label = "/v1/circles/{name}/members/{user}"
+        case ["v1", "media"], ["v1", "media", "uploads"]:
+            label = "/" + parts.joined(separator: "/")
+        case let p where p.count == 4 && p[0] == "v1" && p[1] == "media" && p[2] == "uploads":
+            label = "/v1/media/uploads/{upload}"
+        case let p where p.count == 3 && p[0] == "v1" && p[1] == "media":
+            label = "/v1/media/{id}"
         default:
             return "other"
         }
         switch method {
-        case .GET, .POST, .DELETE, .PUT, .HEAD: return "\(method.rawValue) \(label)"
+        case .GET, .POST, .DELETE, .PUT, .HEAD, .PATCH: return "\(method.rawValue) \(label)"
         default: return "other"
         }
     }
@@ -141,6 +156,9 @@ struct APIRouter: Sendable {
             return await self.developmentToken(request)
         default:
             break
+        }
+        if let route = MediaService.Route(method: request.method, path: request.path) {
+            return await self.media.handle(request, route: route)
         }
         if segments == ["v1", "ws"] || segments == ["v1", "echo"] {
             return request.headers["Upgrade"].contains(where: { $0.lowercased() == "websocket" })

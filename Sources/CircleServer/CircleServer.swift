@@ -29,11 +29,15 @@ public final class CircleServer: Service, Sendable {
     /// The bound port.
     public let port: Int
     private let shutdownOnce = ShutdownLatch()
+    /// Deletes expired uploads in the background until shutdown.
+    private let uploadSweeper: Task<Void, Never>
 
-    private init(services: ServerServices, channel: any Channel) {
+    private init(services: ServerServices, channel: any Channel, router: APIRouter) {
         self.services = services
         self.channel = channel
         self.port = channel.localAddress?.port ?? 0
+        let media = router.media
+        self.uploadSweeper = Task { await media.runExpiry() }
     }
 
     /// Opens the store, binds and starts serving.
@@ -71,6 +75,7 @@ public final class CircleServer: Service, Sendable {
         let services = ServerServices(configuration: configuration, store: opened, authority: authority, logger: logger)
         let sslContext = try configuration.tls.map { try NIOSSLContext(configuration: $0) }
         let router = APIRouter(services: services)
+        try router.media.files.prepare()
         let limits = configuration.limits
         let channel = try await ServerBootstrap(group: eventLoopGroup)
             .serverChannelOption(.backlog, value: 4096)
@@ -87,7 +92,7 @@ public final class CircleServer: Service, Sendable {
             }
             .bind(host: configuration.host, port: configuration.port)
             .get()
-        let server = CircleServer(services: services, channel: channel)
+        let server = CircleServer(services: services, channel: channel, router: router)
         logger.info(
             "circle server listening",
             metadata: [
@@ -253,6 +258,8 @@ public final class CircleServer: Service, Sendable {
         guard self.shutdownOnce.claim() else { return }
         self.services.logger.info("shutting down")
         self.services.stopAccepting()
+        self.uploadSweeper.cancel()
+        await self.uploadSweeper.value
         try? await self.channel.close()
         await self.services.committer.finish()
         self.services.hub.shutDownAll()

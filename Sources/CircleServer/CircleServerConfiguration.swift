@@ -45,9 +45,18 @@ public struct CircleServerConfiguration: Sendable {
         public var maxJoinedCircles: Int
         /// `joined` and `left` events are sent only in circles with at most this many subscribed
         /// connections on the node. Each join tells every member, so presence costs N²/2 events
-        /// for N members: 50 million at 10,000 (benchmarks/idle.py). Large circles go quiet on
-        /// presence, as large rooms do elsewhere; posts and typing are unaffected.
+        /// for N members: 50 million at 10,000 (benchmarks/idle.py), and all at once when every
+        /// member rejoins after a restart (benchmarks/recovery.py: 1,000 clients resumed in 0.9 s
+        /// without presence, 7.5 s with it). Large circles go quiet on presence, as large rooms do
+        /// elsewhere; posts and typing are unaffected.
         public var presenceLimit: Int
+        /// Largest media upload in bytes (HTTP 413 `too_large`).
+        public var maxMediaBytes: Int64
+        /// Resumable uploads not completed per user (HTTP 429 `rate_limited` beyond).
+        public var maxPendingUploadsPerUser: Int
+        /// How long an upload may stay unfinished (and a finished one answer for its media id)
+        /// before its bytes and record are deleted.
+        public var uploadExpiry: TimeAmount
 
         public init(
             maxPostBytes: Int = 8 * 1024,
@@ -58,7 +67,10 @@ public struct CircleServerConfiguration: Sendable {
             maxConnectionsPerUser: Int = 16,
             idleTimeout: TimeAmount = .seconds(75),
             maxJoinedCircles: Int = 100,
-            presenceLimit: Int = 1000
+            presenceLimit: Int = 200,
+            maxMediaBytes: Int64 = 25 * 1024 * 1024,
+            maxPendingUploadsPerUser: Int = 16,
+            uploadExpiry: TimeAmount = .hours(24)
         ) {
             self.maxPostBytes = maxPostBytes
             self.maxMessageBytes = maxMessageBytes
@@ -69,6 +81,9 @@ public struct CircleServerConfiguration: Sendable {
             self.idleTimeout = idleTimeout
             self.maxJoinedCircles = maxJoinedCircles
             self.presenceLimit = presenceLimit
+            self.maxMediaBytes = maxMediaBytes
+            self.maxPendingUploadsPerUser = maxPendingUploadsPerUser
+            self.uploadExpiry = uploadExpiry
         }
     }
 

@@ -51,6 +51,8 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
     private var idleTimer: RepeatedTask?
     private var expiryTimer: Scheduled<Void>?
     private var closing = false
+    /// Hub deliveries written but not yet flushed (see `HubSubscriber`).
+    private var unflushed = false
 
     init(services: ServerServices, user: AuthenticatedUser, deflate: PerMessageDeflate?, logger: Logger) {
         self.services = services
@@ -71,6 +73,7 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
             eventLoop: context.eventLoop,
             user: self.user.name,
             deliver: { loopBound.value.receive($0) },
+            endBatch: { loopBound.value.flushDeliveries() },
             goAway: { loopBound.value.close(code: .goingAway, reason: "server shutting down") }
         )
         self.subscriber = subscriber
@@ -433,6 +436,8 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
             self.send(.ack(id: id, seq: post.seq, time: post.time, duplicate: true))
         case .success(.noSuchCircle):
             self.fail(id: id, .notFound, "the circle no longer exists")
+        case .failure(let error as InvalidAttachment):
+            self.fail(id: id, .invalidAttachment, "\"\(error.media)\" is not the id of media you uploaded (POST /v1/media)")
         case .failure(let error as StoreError) where error.code == .unavailable:
             self.fail(id: id, .unavailable, "\(error.message); retry")
         case .failure(let error):
@@ -499,8 +504,11 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
         case .revoke(let circle):
             self.revoke(circle)
         case .ephemeral(let circle, let payload):
-            guard self.memberships[circle] != nil, context.channel.isWritable else { return }
-            self.write(payload, flush: true)
+            guard self.memberships[circle] != nil else { return }
+            if !context.channel.isWritable { self.flushDeliveries() }
+            guard context.channel.isWritable else { return }
+            self.write(payload, flush: false)
+            self.unflushed = true
         case .post(let circle, let seq, let payload):
             guard var membership = self.memberships[circle] else { return }
             if membership.replaying {
@@ -512,6 +520,9 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
                 return
             }
             guard seq > membership.lastSent else { return }
+            // Deliveries of a batch wait for one flush at its end, but a large batch must not
+            // look like a slow consumer: hand what is buffered to the socket first.
+            if !context.channel.isWritable { self.flushDeliveries() }
             guard context.channel.isWritable else {
                 self.slowConsumer()
                 return
@@ -526,8 +537,15 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
             }
             membership.lastSent = seq
             self.memberships[circle] = membership
-            self.write(payload, flush: true)
+            self.write(payload, flush: false)
+            self.unflushed = true
         }
+    }
+
+    private func flushDeliveries() {
+        guard self.unflushed else { return }
+        self.unflushed = false
+        self.context?.flush()
     }
 
     private func slowConsumer() {

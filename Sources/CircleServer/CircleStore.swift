@@ -107,6 +107,73 @@ public protocol CircleStore: Sendable {
     /// Posts with `seq < before` (all when `nil`), the newest `limit` of them, returned oldest first.
     func posts(in circle: String, before: Int64?, limit: Int) async throws -> [CirclePost]
 
+    /// Records a resumable upload that was just created (its bytes live in the data directory).
+    func createUpload(_ upload: MediaUpload) async throws
+    /// An upload, or `nil` when there is none with that id (deleted, never made).
+    func upload(id: String) async throws -> MediaUpload?
+    /// Forgets a pending upload (idempotent).
+    func deleteUpload(id: String) async throws
+    /// Ids of uploads created before `createdBefore` (ms since 1970), completed or not.
+    func uploads(createdBefore: Int64) async throws -> [String]
+    /// Uploads of `owner` that have not completed.
+    func pendingUploadCount(owner: String) async throws -> Int
+    /// Turns a pending upload into media in one transaction: records `media` unless media with
+    /// the same id (content hash) exists, records `uploader` as one of its uploaders and marks
+    /// the upload completed with that media id. Returns the stored media (the first upload's content type wins).
+    func completeUpload(id: String, media: MediaInfo, uploader: String) async throws -> MediaInfo
+    /// Stored media by id.
+    func media(id: String) async throws -> MediaInfo?
+    /// Whether `user` uploaded the media `id` (what a post's attachment must be).
+    func isUploader(_ user: String, of media: String) async throws -> Bool
+    /// Whether `user` may fetch media `id`: they uploaded it, or a post in a circle they can read
+    /// (public, or private with them as a member) has it as its attachment.
+    func canRead(media id: String, user: String) async throws -> Bool
+
     /// Releases the store's resources.
     func close() async throws
+}
+
+/// Stored media: content-addressed bytes in the data directory.
+public struct MediaInfo: Sendable, Hashable, Codable {
+    /// The lower-case hex SHA-256 of the bytes; also the file name under `media/`.
+    public var id: String
+    /// Bytes.
+    public var size: Int64
+    /// One of the accepted types (`image/jpeg`, …), checked against the bytes.
+    public var contentType: String
+    /// Milliseconds since 1970.
+    public var createdAt: Int64
+
+    public init(id: String, size: Int64, contentType: String, createdAt: Int64) {
+        self.id = id
+        self.size = size
+        self.contentType = contentType
+        self.createdAt = createdAt
+    }
+}
+
+/// A resumable upload. How many bytes it has is the size of its
+/// file, not a column, so a crash can never make the two disagree.
+public struct MediaUpload: Sendable, Hashable {
+    /// `u` and 32 hex digits, made by the server.
+    public var id: String
+    /// The user who created it; only they may see, continue or delete it.
+    public var owner: String
+    /// The total length announced when it was created.
+    public var length: Int64
+    /// The declared content type, checked against the bytes at completion.
+    public var contentType: String
+    /// Milliseconds since 1970.
+    public var createdAt: Int64
+    /// The media id once the upload completed.
+    public var media: String?
+
+    public init(id: String, owner: String, length: Int64, contentType: String, createdAt: Int64, media: String? = nil) {
+        self.id = id
+        self.owner = owner
+        self.length = length
+        self.contentType = contentType
+        self.createdAt = createdAt
+        self.media = media
+    }
 }

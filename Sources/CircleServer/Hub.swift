@@ -17,17 +17,30 @@ final class HubSubscriber: Sendable, Hashable {
     let eventLoop: any EventLoop
     let user: String
     private let deliver: NIOLoopBound<(HubEvent) -> Void>
+    private let endBatch: NIOLoopBound<() -> Void>
     private let goAway: NIOLoopBound<() -> Void>
 
-    init(eventLoop: any EventLoop, user: String, deliver: @escaping (HubEvent) -> Void, goAway: @escaping () -> Void) {
+    /// `deliver` may leave what it writes unflushed; `endBatch` runs after every batch of
+    /// deliveries and flushes. One flush per batch instead of one per event saves a syscall per
+    /// event when a group commit publishes several posts at once.
+    init(
+        eventLoop: any EventLoop,
+        user: String,
+        deliver: @escaping (HubEvent) -> Void,
+        endBatch: @escaping () -> Void,
+        goAway: @escaping () -> Void
+    ) {
         self.eventLoop = eventLoop
         self.user = user
         self.deliver = NIOLoopBound(deliver, eventLoop: eventLoop)
+        self.endBatch = NIOLoopBound(endBatch, eventLoop: eventLoop)
         self.goAway = NIOLoopBound(goAway, eventLoop: eventLoop)
     }
 
     /// Call on `eventLoop` only.
     func receive(_ event: HubEvent) { self.deliver.value(event) }
+    /// Call on `eventLoop` only, after a batch of `receive` calls (more than once is harmless).
+    func flush() { self.endBatch.value() }
     /// Call on `eventLoop` only: close with 1001 (server shutting down).
     func shutDown() { self.goAway.value() }
 
@@ -98,6 +111,7 @@ final class Hub: Sendable {
             let deliveries = group.deliveries
             group.loop.execute {
                 for (subscriber, event) in deliveries { subscriber.receive(event) }
+                for (subscriber, _) in deliveries { subscriber.flush() }
             }
         }
         return count
@@ -118,7 +132,10 @@ final class Hub: Sendable {
         for (_, group) in perLoop {
             let subscribers = group.subscribers
             group.loop.execute {
-                for subscriber in subscribers { subscriber.receive(event) }
+                for subscriber in subscribers {
+                    subscriber.receive(event)
+                    subscriber.flush()
+                }
             }
         }
     }

@@ -52,7 +52,7 @@ final class PostCommitter: Sendable {
 
     private func drain() async {
         while true {
-            let (batch, waiters) = self.state.withLockedValue { state -> ([(NewPost, Completion)], [CheckedContinuation<Void, Never>]) in
+            let (taken, waiters) = self.state.withLockedValue { state -> ([(NewPost, Completion)], [CheckedContinuation<Void, Never>]) in
                 let batch = Array(state.pending.prefix(self.maxBatch))
                 state.pending.removeFirst(batch.count)
                 guard batch.isEmpty else { return (batch, []) }
@@ -60,14 +60,35 @@ final class PostCommitter: Sendable {
                 defer { state.waiters = [] }
                 return (batch, state.waiters)
             }
-            if batch.isEmpty {
+            if taken.isEmpty {
                 for waiter in waiters { waiter.resume() }
                 return
             }
+            var batch = taken
             let started = ContinuousClock.now
             // Posts carry their commit time: one time per batch, so times follow sequence order.
             let commitTime = Int64(Date().timeIntervalSince1970 * 1000)
             do {
+                // An attachment must be media its author uploaded (docs/MEDIA.md). Media is never
+                // deleted, so a check before the transaction stays true inside it.
+                var attachmentChecks: [AttachmentKey: Bool] = [:]
+                for (post, _) in batch {
+                    guard let media = post.attachment else { continue }
+                    let key = AttachmentKey(author: post.author, media: media)
+                    if attachmentChecks[key] == nil {
+                        attachmentChecks[key] = try await self.store.isUploader(post.author, of: media)
+                    }
+                }
+                if attachmentChecks.values.contains(false) {
+                    batch = batch.filter { entry in
+                        guard let media = entry.0.attachment, attachmentChecks[AttachmentKey(author: entry.0.author, media: media)] == false else {
+                            return true
+                        }
+                        entry.1(.failure(InvalidAttachment(media: media)))
+                        return false
+                    }
+                    if batch.isEmpty { continue }
+                }
                 let outcomes = try await self.store.commit(batch.map { entry in
                     var post = entry.0
                     post.time = commitTime
@@ -103,6 +124,16 @@ final class PostCommitter: Sendable {
             if !busy { continuation.resume() }
         }
     }
+}
+
+private struct AttachmentKey: Hashable {
+    var author: String
+    var media: String
+}
+
+/// A post's attachment is not a media id its author uploaded.
+struct InvalidAttachment: Error {
+    var media: String
 }
 
 extension ContinuousClock.Instant {

@@ -49,6 +49,38 @@ extension SQLiteStore {
                 "CREATE UNIQUE INDEX posts_by_client_id ON posts (circle, author, client_id)",
             ]
         ),
+        Migration(
+            summary: "media, uploaders, resumable uploads",
+            statements: [
+                """
+                CREATE TABLE media (
+                    id TEXT NOT NULL PRIMARY KEY,
+                    size INTEGER NOT NULL,
+                    content_type TEXT NOT NULL,
+                    created_at INTEGER NOT NULL
+                ) STRICT
+                """,
+                """
+                CREATE TABLE media_uploaders (
+                    media TEXT NOT NULL REFERENCES media (id),
+                    user TEXT NOT NULL,
+                    PRIMARY KEY (media, user)
+                ) WITHOUT ROWID, STRICT
+                """,
+                """
+                CREATE TABLE uploads (
+                    id TEXT NOT NULL PRIMARY KEY,
+                    owner TEXT NOT NULL,
+                    length INTEGER NOT NULL,
+                    content_type TEXT NOT NULL,
+                    created_at INTEGER NOT NULL,
+                    media TEXT
+                ) STRICT
+                """,
+                // Who may fetch a media id: the posts that have it as their attachment.
+                "CREATE INDEX posts_by_attachment ON posts (attachment) WHERE attachment IS NOT NULL",
+            ]
+        ),
     ]
 
     /// The schema version this build writes and understands.

@@ -33,7 +33,7 @@ import SQLiteNIO
 public final class SQLiteStore: CircleStore {
     private let connection: SQLiteConnection
     private let gate = Gate()
-    private let logger: Logger
+    let logger: Logger
 
     /// How long a statement waits for a lock held by another process before failing.
     static let busyTimeoutMilliseconds = 5_000
@@ -379,7 +379,7 @@ public final class SQLiteStore: CircleStore {
     // MARK: - Plumbing
 
     /// Runs `body` holding the gate, turning every error into a ``StoreError``.
-    private func exclusive<T: Sendable>(
+    func exclusive<T: Sendable>(
         _ operation: String,
         _ body: (SQLiteConnection) async throws -> T
     ) async throws -> T {
@@ -466,14 +466,14 @@ public final class SQLiteStore: CircleStore {
         )
     }
 
-    private static func text(_ row: SQLiteRow, _ column: String) throws -> String {
+    static func text(_ row: SQLiteRow, _ column: String) throws -> String {
         guard case .text(let value) = row.column(column) else {
             throw StoreError(.unavailable, "SQLite store: column \(column) is not text in \(row)")
         }
         return value
     }
 
-    private static func integer(_ row: SQLiteRow, _ column: String) throws -> Int64 {
+    static func integer(_ row: SQLiteRow, _ column: String) throws -> Int64 {
         guard case .integer(let value) = row.column(column) else {
             throw StoreError(.unavailable, "SQLite store: column \(column) is not an integer in \(row)")
         }

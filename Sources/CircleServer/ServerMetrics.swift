@@ -17,6 +17,9 @@ final class ServerMetrics: Sendable {
     let commitLatency: CoreMetrics.Timer
     let fanoutLatency: CoreMetrics.Timer
     let commitBatchSize: CoreMetrics.Recorder
+    let mediaBytesReceived: CoreMetrics.Counter
+    let mediaBytesSent: CoreMetrics.Counter
+    let mediaStored: CoreMetrics.Counter
 
     init() {
         let registry = PrometheusCollectorRegistry()
@@ -39,6 +42,9 @@ final class ServerMetrics: Sendable {
         self.commitLatency = CoreMetrics.Timer(label: "circle_commit_seconds", factory: factory)
         self.fanoutLatency = CoreMetrics.Timer(label: "circle_fanout_seconds", factory: factory)
         self.commitBatchSize = CoreMetrics.Recorder(label: "circle_commit_batch_size", factory: factory)
+        self.mediaBytesReceived = CoreMetrics.Counter(label: "circle_media_received_bytes_total", factory: factory)
+        self.mediaBytesSent = CoreMetrics.Counter(label: "circle_media_sent_bytes_total", factory: factory)
+        self.mediaStored = CoreMetrics.Counter(label: "circle_media_uploads_completed_total", factory: factory)
     }
 
     /// Counts an error reply or refusal by its code.

@@ -23,6 +23,12 @@ public struct CircleErrorCode: RawRepresentable, Hashable, Sendable, Codable, Cu
     public static let rateLimited = Self(rawValue: "rate_limited")
     /// The server is shutting down or overloaded; retry on another connection.
     public static let unavailable = Self(rawValue: "unavailable")
+    /// A media upload whose bytes are not the declared (or an accepted) content type (HTTP 415).
+    public static let unsupportedMediaType = Self(rawValue: "unsupported_media_type")
+    /// A `Range` that does not overlap the media (HTTP 416).
+    public static let rangeNotSatisfiable = Self(rawValue: "range_not_satisfiable")
+    /// A post's `attachment` is not a media id its author uploaded.
+    public static let invalidAttachment = Self(rawValue: "invalid_attachment")
     /// Something failed inside the server; the request may be retried.
     public static let internalError = Self(rawValue: "internal")
 

@@ -36,6 +36,12 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Largest post text in bytes (too_large).")
     var maxPostBytes: Int = 8 * 1024
 
+    @Option(help: "Largest media upload in bytes (HTTP 413 too_large).")
+    var maxMediaBytes: Int64 = 25 * 1024 * 1024
+
+    @Option(help: "Delete uploads left unfinished for this long, e.g. 24h.")
+    var uploadExpiry: String = "24h"
+
     @Option(help: "Largest WebSocket message in bytes (close 1009).")
     var maxMessageBytes: Int = 64 * 1024
 
@@ -52,7 +58,7 @@ struct ServeCommand: AsyncParsableCommand {
     var maxConnectionsPerUser: Int = 16
 
     @Option(help: "Send joined/left events only in circles with at most this many connected members.")
-    var presenceLimit: Int = 1000
+    var presenceLimit: Int = 200
 
     @Option(help: "Close connections silent for this long (4002), e.g. 75s.")
     var idleTimeout: String = "75s"
@@ -85,6 +91,9 @@ struct ServeCommand: AsyncParsableCommand {
         guard let idle = parseDuration(self.idleTimeout), idle > .zero else {
             throw ValidationError("--idle-timeout takes a duration such as 75s or 5m")
         }
+        guard let expiry = parseDuration(self.uploadExpiry), expiry > .zero else {
+            throw ValidationError("--upload-expiry takes a duration such as 24h or 7d")
+        }
         var logger = Logger(label: "circle.server")
         logger.logLevel = level
         var tls: TLSConfiguration?
@@ -114,7 +123,9 @@ struct ServeCommand: AsyncParsableCommand {
                 outboundQueueBytes: self.outboundQueueBytes,
                 maxConnectionsPerUser: self.maxConnectionsPerUser,
                 idleTimeout: .nanoseconds(Int64(idle.components.seconds) * 1_000_000_000 + idle.components.attoseconds / 1_000_000_000),
-                presenceLimit: self.presenceLimit
+                presenceLimit: self.presenceLimit,
+                maxMediaBytes: self.maxMediaBytes,
+                uploadExpiry: .nanoseconds(Int64(expiry.components.seconds) * 1_000_000_000 + expiry.components.attoseconds / 1_000_000_000)
             ),
             developmentTokens: self.dev,
             echoEndpoint: self.echo,

@@ -78,6 +78,11 @@ final class CircleProcess {
         try? self.input.fileHandleForWriting.close()
     }
 
+    /// Sends SIGKILL: the process dies at once, as an app killed by the system would.
+    func killNow() {
+        kill(self.process.processIdentifier, SIGKILL)
+    }
+
     /// Sends SIGINT, as Ctrl-C would.
     func interrupt() {
         self.process.interrupt()

@@ -189,3 +189,48 @@ def test_older_posts_load_and_phone_width_renders(setup):
     assert posts(alice) == [f"old {index}" for index in range(60)]
     assert alice.find_element(By.ID, "text").is_displayed()
     assert alice.find_element(By.ID, "side").size["width"] <= 390
+
+
+def png(width, height):
+    """A valid RGB PNG of one colour, so the browser really decodes it."""
+    import struct
+    import zlib
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    rows = b"".join(b"\x00" + b"\x3b\x6c\xf6" * width for _ in range(height))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def test_a_photo_is_attached_posted_and_shown_to_others(setup):
+    server, (alice, bob) = setup
+    sign_in(alice, server.port, "alice")
+    sign_in(bob, server.port, "bob")
+    open_circle(alice, "lounge")
+    open_circle(bob, "lounge")
+    time.sleep(0.3)  # both joins acknowledged
+
+    path = os.path.join(server.data, "blue.png")
+    with open(path, "wb") as f:
+        f.write(png(40, 30))
+    alice.find_element(By.ID, "text").send_keys("a blue square")
+    alice.find_element(By.ID, "photo").send_keys(path)
+
+    def loaded_photos(page):
+        return page.execute_script(
+            "return [...document.querySelectorAll('#list .post img.photo')].filter(i => i.complete && i.naturalWidth > 0).map(i => i.naturalWidth + 'x' + i.naturalHeight)")
+
+    for page in (alice, bob):
+        wait_until(lambda page=page: loaded_photos(page) == ["40x30"], what="the photo shown")
+        wait_until(lambda page=page: posts(page) == ["a blue square"], what="the caption shown")
+    wait_until(lambda: "#1" in alice.find_element(By.ID, "list").text, what="alice's photo post acked with #1")
+    alice.save_screenshot(os.path.join(ROOT, "reports", "chat-page-photo.png")) if os.path.isdir(os.path.join(ROOT, "reports")) else None
+
+    # A file that is not an image is refused, and the page says so.
+    bogus = os.path.join(server.data, "not-really.png")
+    with open(bogus, "wb") as f:
+        f.write(b"hello, not a png at all")
+    bob.find_element(By.ID, "photo").send_keys(bogus)
+    wait_until(lambda: "not posted" in bob.find_element(By.ID, "list").text, what="the bogus photo refused")

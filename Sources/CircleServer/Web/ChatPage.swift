@@ -40,6 +40,8 @@ input, textarea { font: inherit; padding: 7px 9px; border: 1px solid var(--line)
 .post.mine .author { color: var(--accent); }
 .post .status { margin-left: 6px; font-size: 12px; }
 .post.failed .status { color: var(--bad); }
+.post img.photo { display: block; max-width: min(320px, 100%); max-height: 320px; margin: 4px 0; border-radius: 6px; border: 1px solid var(--line); }
+#photo { position: absolute; opacity: 0; width: 1px; height: 1px; }
 .system { color: var(--muted); font-size: 13px; margin: 4px 0; font-style: italic; }
 #older { display: none; margin: 4px auto 10px; }
 #typing { height: 20px; padding: 0 14px; color: var(--muted); font-size: 13px; }
@@ -81,6 +83,8 @@ input, textarea { font: inherit; padding: 7px 9px; border: 1px solid var(--line)
     <div id="typing"></div>
     <form id="compose">
       <input id="text" placeholder="Write a post" autocomplete="off" disabled>
+      <input id="photo" type="file" accept="image/jpeg,image/png,image/gif,image/webp" disabled>
+      <button type="button" id="attach" title="Post a photo (the text becomes its caption)" disabled>Photo</button>
       <button class="primary" type="submit" id="sendbtn" disabled>Post</button>
     </form>
   </section>
@@ -99,7 +103,7 @@ function wsURL() { const p = location.protocol === "https:" ? "wss:" : "ws:"; re
 function claims(token) { try { return JSON.parse(atob(token.split(".")[1].replace(/-/g, "+").replace(/_/g, "/"))); } catch { return null; } }
 function setConn(kind, text) { const c = $("conn"); c.className = kind; c.textContent = text; }
 function api(path, options = {}) {
-  return fetch(path, { ...options, headers: { "Authorization": "Bearer " + S.token, "Content-Type": "application/json" } })
+  return fetch(path, { ...options, headers: { "Authorization": "Bearer " + S.token, "Content-Type": "application/json", ...(options.headers || {}) } })
     .then(async (r) => { const body = await r.json().catch(() => ({})); if (!r.ok) throw new Error(body.error ? body.error.message : r.statusText); return body; });
 }
 
@@ -157,7 +161,7 @@ function connect() {
   ws.onopen = () => {
     S.connected = true; S.attempt = 0; setConn("connected", "connected");
     if (S.current) join(S.current);
-    for (const p of S.outbox) if (p.status !== "failed") sendRaw({ action: "post", id: p.id, circle: p.circle, text: p.text });
+    for (const p of S.outbox) if (p.status === "sending") sendPost(p);
     S.heartbeat = setInterval(() => request({ action: "ping" }).catch(() => {}), 25000);
   };
   ws.onmessage = (e) => onMessage(JSON.parse(e.data));
@@ -219,7 +223,7 @@ function onMessage(m) {
 // ---- circles, history, posting ----
 async function openCircle(name) {
   S.current = name; renderCircles();
-  $("title").textContent = "# " + name; $("text").disabled = false; $("sendbtn").disabled = false;
+  $("title").textContent = "# " + name; for (const id of ["text", "sendbtn", "attach", "photo"]) $(id).disabled = false;
   const d = circleData(name);
   renderCurrent();
   if (d.last === null) await loadOlder(true);
@@ -253,8 +257,16 @@ function postNode(p, mine, status) {
   meta.innerHTML = `<span class="author"></span><span></span><span class="status"></span>`;
   meta.children[0].textContent = p.author || S.user; meta.children[1].textContent = when;
   meta.children[2].textContent = status === "sending" ? "sending…" : status === "failed" ? "not posted: " + (p.reason || "") : p.seq ? "#" + p.seq : "";
+  meta.children[2].textContent = status === "uploading" ? "uploading photo…" : meta.children[2].textContent;
   const text = document.createElement("div"); text.textContent = p.text || "";
-  div.append(meta, text); return div;
+  div.append(meta);
+  if (p.attachment) {
+    // Media is fetched with the token in the query: an <img> cannot send an Authorization header.
+    const img = document.createElement("img"); img.className = "photo"; img.loading = "lazy"; img.alt = "photo";
+    img.src = `/v1/media/${encodeURIComponent(p.attachment)}?token=${encodeURIComponent(S.token)}`;
+    div.append(img);
+  }
+  div.append(text); return div;
 }
 function renderCurrent() {
   const list = $("list"); list.innerHTML = "";
@@ -281,7 +293,23 @@ $("compose").addEventListener("submit", (e) => {
   e.preventDefault(); const text = $("text").value.trim(); if (!text || !S.current) return;
   const post = { id: uid(), circle: S.current, text, author: S.user, status: "sending" };
   S.outbox.push(post); $("text").value = ""; renderCurrent(); $("messages").scrollTop = $("messages").scrollHeight;
-  sendRaw({ action: "post", id: post.id, circle: post.circle, text });   // offline: sent on reconnect
+  sendPost(post);   // offline: sent on reconnect
+});
+function sendPost(p) {
+  const req = { action: "post", id: p.id, circle: p.circle }; if (p.text) req.text = p.text; if (p.attachment) req.attachment = p.attachment;
+  sendRaw(req);
+}
+$("attach").addEventListener("click", () => $("photo").click());
+$("photo").addEventListener("change", async () => {
+  const file = $("photo").files[0]; $("photo").value = ""; if (!file || !S.current) return;
+  const caption = $("text").value.trim(); $("text").value = "";
+  const post = { id: uid(), circle: S.current, text: caption, author: S.user, status: "uploading" };
+  S.outbox.push(post); renderCurrent(); $("messages").scrollTop = $("messages").scrollHeight;
+  try {
+    // Uploaded first (POST /v1/media streams it to the server), then posted with its media id.
+    const media = await api("/v1/media", { method: "POST", headers: { "Content-Type": file.type || "application/octet-stream" }, body: file });
+    post.attachment = media.id; post.status = "sending"; renderCurrent(); sendPost(post);
+  } catch (err) { post.status = "failed"; post.reason = err.message; renderCurrent(); }
 });
 
 if (S.token) start(); else showSignIn();
