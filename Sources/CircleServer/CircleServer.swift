@@ -78,6 +78,15 @@ public final class CircleServer: Service, Sendable {
         try router.media.files.prepare()
         let limits = configuration.limits
         let channel = try await ServerBootstrap(group: eventLoopGroup)
+            // Out of file descriptors (EMFILE), accept() fails at once and would be retried at
+            // once, spinning a core; this waits a little between tries instead.
+            .serverChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(
+                        AcceptBackoffHandler(shouldForwardIOErrorCaught: false) { _ in .milliseconds(100) }
+                    )
+                }
+            }
             .serverChannelOption(.backlog, value: 4096)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
@@ -87,7 +96,15 @@ public final class CircleServer: Service, Sendable {
             .childChannelOption(.writeBufferWaterMark, value: .init(low: limits.outboundQueueBytes / 2, high: limits.outboundQueueBytes))
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try Self.configure(channel: channel, sslContext: sslContext, services: services, router: router)
+                    switch services.admission.admit(address: channel.remoteAddress) {
+                    case .failure(let refused):
+                        services.metrics.limitHit(refused.reason.rawValue)
+                        channel.close(promise: nil)
+                    case .success(let ticket):
+                        let ticket = AdmissionTicketHolder(ticket, admission: services.admission)
+                        channel.closeFuture.whenComplete { _ in ticket.release() }
+                        try Self.configure(channel: channel, sslContext: sslContext, services: services, router: router, ticket: ticket)
+                    }
                 }
             }
             .bind(host: configuration.host, port: configuration.port)
@@ -113,15 +130,27 @@ public final class CircleServer: Service, Sendable {
         channel: any Channel,
         sslContext: NIOSSLContext?,
         services: ServerServices,
-        router: APIRouter
+        router: APIRouter,
+        ticket: AdmissionTicketHolder
     ) throws {
         services.track(channel)
         let sync = channel.pipeline.syncOperations
         if let sslContext { try sync.addHandler(NIOSSLServerHandler(context: sslContext)) }
         let decision = UpgradeDecision()
         let httpHandler = HTTPChannelHandler(router: router, decision: decision)
+        let limits = services.configuration.limits
+        let metrics = services.metrics
+        let timeoutHandler = HTTPTimeoutHandler(
+            timeouts: .init(
+                requestHead: limits.requestHeadTimeout,
+                bodyIdle: limits.requestBodyTimeout,
+                keepAlive: limits.keepAliveTimeout,
+                writeStall: limits.writeStallTimeout
+            ),
+            onTimeout: { metrics.limitHit($0.rawValue) }
+        )
         let loopBoundDecision = NIOLoopBound(decision, eventLoop: channel.eventLoop)
-        let loopBoundHTTP = NIOLoopBound(httpHandler, eventLoop: channel.eventLoop)
+        let loopBoundHandlers = NIOLoopBound((httpHandler, timeoutHandler), eventLoop: channel.eventLoop)
         let configuration = services.configuration
         let upgrader = NIOWebSocketServerUpgrader(
             maxFrameSize: configuration.limits.maxMessageBytes,
@@ -131,7 +160,11 @@ public final class CircleServer: Service, Sendable {
             },
             upgradePipelineHandler: { channel, head in
                 channel.eventLoop.makeCompletedFuture {
-                    try Self.upgrade(channel: channel, head: head, services: services, decision: loopBoundDecision.value, httpHandler: loopBoundHTTP.value)
+                    let (httpHandler, timeoutHandler) = loopBoundHandlers.value
+                    channel.pipeline.syncOperations.removeHandler(timeoutHandler, promise: nil)
+                    // A WebSocket is bounded per user (and by its own timeouts) from here on.
+                    ticket.release()
+                    try Self.upgrade(channel: channel, head: head, services: services, decision: loopBoundDecision.value, httpHandler: httpHandler)
                 }
             }
         )
@@ -139,6 +172,7 @@ public final class CircleServer: Service, Sendable {
             withServerUpgrade: (upgraders: [upgrader], completionHandler: { _ in }),
             withErrorHandling: true
         )
+        try sync.addHandler(timeoutHandler)
         try sync.addHandler(httpHandler)
     }
 

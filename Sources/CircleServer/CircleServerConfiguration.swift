@@ -1,6 +1,24 @@
 import NIOCore
 import NIOSSL
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// The process's soft limit on open files (1,024 when it cannot be read or is unlimited).
+func openFileLimit() -> Int {
+    var limit = rlimit()
+    #if os(Linux)
+    let status = getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit)
+    #else
+    let status = getrlimit(RLIMIT_NOFILE, &limit)
+    #endif
+    guard status == 0, limit.rlim_cur < rlim_t(Int32.max) else { return 1024 }
+    return Int(clamping: limit.rlim_cur)
+}
+
 /// Everything `circle serve` can be told. Every field has a default that works on a laptop.
 public struct CircleServerConfiguration: Sendable {
     /// Address to bind (`0.0.0.0` or `::` to serve the network).
@@ -57,6 +75,26 @@ public struct CircleServerConfiguration: Sendable {
         /// How long an upload may stay unfinished (and a finished one answer for its media id)
         /// before its bytes and record are deleted.
         public var uploadExpiry: TimeAmount
+        /// HTTP: a new connection must send its first request head within this time (an idle or
+        /// half-sent request is closed). The clock does not restart on partial input.
+        public var requestHeadTimeout: TimeAmount
+        /// HTTP: a request body may pause this long between bytes before the connection is closed.
+        public var requestBodyTimeout: TimeAmount
+        /// HTTP: an idle keep-alive connection waits this long for its next request.
+        public var keepAliveTimeout: TimeAmount
+        /// HTTP: a response the client does not read (the socket stays full) is given this long
+        /// before the connection is closed.
+        public var writeStallTimeout: TimeAmount
+        /// Connections not yet upgraded to an authenticated WebSocket (plain HTTP ones included),
+        /// in all; a new connection beyond is closed at once. 0 means half the process's
+        /// open-file limit, so that descriptors are left for WebSockets and the store.
+        public var maxPendingConnections: Int
+        /// The same per peer IP address; 0 for no per-address bound (use 0 behind a reverse
+        /// proxy, where every connection comes from the proxy).
+        public var maxPendingConnectionsPerAddress: Int
+        /// Requests of one WebSocket connection that read the store (`join`, `history`) being
+        /// answered at once; further requests wait, unread, until one is answered.
+        public var maxRequestsInFlight: Int
 
         public init(
             maxPostBytes: Int = 8 * 1024,
@@ -70,7 +108,14 @@ public struct CircleServerConfiguration: Sendable {
             presenceLimit: Int = 200,
             maxMediaBytes: Int64 = 25 * 1024 * 1024,
             maxPendingUploadsPerUser: Int = 16,
-            uploadExpiry: TimeAmount = .hours(24)
+            uploadExpiry: TimeAmount = .hours(24),
+            requestHeadTimeout: TimeAmount = .seconds(10),
+            requestBodyTimeout: TimeAmount = .seconds(30),
+            keepAliveTimeout: TimeAmount = .seconds(60),
+            writeStallTimeout: TimeAmount = .seconds(30),
+            maxPendingConnections: Int = 0,
+            maxPendingConnectionsPerAddress: Int = 64,
+            maxRequestsInFlight: Int = 8
         ) {
             self.maxPostBytes = maxPostBytes
             self.maxMessageBytes = maxMessageBytes
@@ -84,6 +129,19 @@ public struct CircleServerConfiguration: Sendable {
             self.maxMediaBytes = maxMediaBytes
             self.maxPendingUploadsPerUser = maxPendingUploadsPerUser
             self.uploadExpiry = uploadExpiry
+            self.requestHeadTimeout = requestHeadTimeout
+            self.requestBodyTimeout = requestBodyTimeout
+            self.keepAliveTimeout = keepAliveTimeout
+            self.writeStallTimeout = writeStallTimeout
+            self.maxPendingConnections = maxPendingConnections
+            self.maxPendingConnectionsPerAddress = maxPendingConnectionsPerAddress
+            self.maxRequestsInFlight = maxRequestsInFlight
+        }
+
+        /// ``maxPendingConnections`` with 0 resolved against the open-file limit.
+        var effectiveMaxPendingConnections: Int {
+            if self.maxPendingConnections > 0 { return self.maxPendingConnections }
+            return max(64, openFileLimit() / 2)
         }
     }
 

@@ -11,8 +11,15 @@ import NIOWebSocket
 /// Joining subscribes to the hub *before* reading the store, and buffers live posts while the
 /// replay runs; afterwards only posts above the last one sent go out. So a member who joins
 /// with `since` sees every post once and in order, including those committed during the replay.
-final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler {
+///
+/// Backpressure: requests are taken only while the socket is writable and fewer than
+/// `Limits.maxRequestsInFlight` store reads are under way; otherwise reads stop (the client's
+/// TCP window fills) and requests already decoded wait in order. A reply that finds more than
+/// `slowConsumerFactor` × `outboundQueueBytes` still unsent closes the connection as a slow
+/// consumer (1013), as live posts do, so that a client that does not read cannot grow the server.
+final class CircleSessionHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = WebSocketFrame
+    typealias OutboundIn = WebSocketFrame
     typealias OutboundOut = WebSocketFrame
 
     private struct Membership {
@@ -38,6 +45,12 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
     private static let maxHeldPosts = 100
     private static let closeGrace: TimeAmount = .seconds(2)
     private static let closeHardCap: TimeAmount = .seconds(30)
+    /// Requests decoded but waiting for capacity, at most (the rest of one read, with reads held).
+    private static let maxQueuedRequests = 4096
+    /// Replies are written past the writability mark, up to this many times the outbound queue bound.
+    private static let slowConsumerFactor = 4
+    /// Tokens that expire later than this are treated as not expiring during the connection.
+    private static let expiryHorizon: TimeAmount = .hours(24 * 365)
 
     private let services: ServerServices
     private let user: AuthenticatedUser
@@ -53,6 +66,11 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
     private var closing = false
     /// Hub deliveries written but not yet flushed (see `HubSubscriber`).
     private var unflushed = false
+    /// Requests that wait for capacity (writability, in-flight store reads), in arrival order.
+    private var queuedRequests = CircularBuffer<String>()
+    /// Store reads under way for requests (`join` checks, `history`).
+    private var requestsInFlight = 0
+    private var readPending = false
 
     init(services: ServerServices, user: AuthenticatedUser, deflate: PerMessageDeflate?, logger: Logger) {
         self.services = services
@@ -89,9 +107,13 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
                 handler.close(code: WebSocketCloseCode(CircleCloseCode.idleTimeout), reason: "idle timeout")
             }
         }
-        let untilExpiry = self.user.expires.timeIntervalSinceNow
-        self.expiryTimer = context.eventLoop.scheduleTask(in: .milliseconds(Int64(max(untilExpiry, 0) * 1000))) {
-            loopBound.value.close(code: WebSocketCloseCode(CircleCloseCode.tokenExpired), reason: "token expired")
+        // The expiry comes from a signed but foreign claim: "never expires" tokens carry exp
+        // values like 1e16 or 1e300, which no timer (and no Int64) can hold. Beyond the horizon
+        // the connection simply has no expiry timer.
+        if let untilExpiry = TimeAmount(clampedSeconds: self.user.expires.timeIntervalSinceNow, horizon: Self.expiryHorizon) {
+            self.expiryTimer = context.eventLoop.scheduleTask(in: untilExpiry) {
+                loopBound.value.close(code: WebSocketCloseCode(CircleCloseCode.tokenExpired), reason: "token expired")
+            }
         }
         self.logger.debug("connected")
     }
@@ -153,7 +175,7 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
         case .reply(let reply):
             context.writeAndFlush(self.wrapOutboundOut(reply), promise: nil)
         case .deliver(.text(let text)):
-            self.handle(text)
+            self.enqueue(text)
         case .deliver(.binary):
             self.send(.error(id: nil, code: .badRequest, message: "circle.v1 requests are JSON text frames, not binary"))
         case .peerClosed(_, _, let reply):
@@ -190,7 +212,57 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
             self.memberships[circle]?.waitingForWritability = false
             self.replay(circle)
         }
+        self.drainRequests()
         context.fireChannelWritabilityChanged()
+    }
+
+    // MARK: Backpressure
+
+    func read(context: ChannelHandlerContext) {
+        if self.hasCapacity && self.queuedRequests.isEmpty {
+            context.read()
+        } else {
+            self.readPending = true
+        }
+    }
+
+    private var hasCapacity: Bool {
+        guard let context else { return false }
+        return context.channel.isWritable && self.requestsInFlight < self.services.configuration.limits.maxRequestsInFlight
+    }
+
+    private func enqueue(_ text: String) {
+        guard !self.closing else { return }
+        if self.queuedRequests.isEmpty && self.hasCapacity {
+            self.handle(text)
+            return
+        }
+        guard self.queuedRequests.count < Self.maxQueuedRequests else {
+            self.services.metrics.limitHit("ws_request_queue")
+            self.close(code: .tryAgainLater, reason: "too many requests waiting; read the replies")
+            return
+        }
+        self.queuedRequests.append(text)
+    }
+
+    /// Takes waiting requests while there is capacity, then resumes reading.
+    private func drainRequests() {
+        while !self.closing, self.hasCapacity, let text = self.queuedRequests.popFirst() {
+            self.handle(text)
+        }
+        if self.readPending, self.hasCapacity, self.queuedRequests.isEmpty, let context {
+            self.readPending = false
+            context.read()
+        }
+    }
+
+    private func storeReadStarted() {
+        self.requestsInFlight += 1
+    }
+
+    private func storeReadFinished() {
+        self.requestsInFlight -= 1
+        self.drainRequests()
     }
 
     private func handle(_ text: String) {
@@ -237,12 +309,14 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
         self.services.hub.subscribe(subscriber, to: circle)
         let user = self.user.name
         let store = self.services.store
+        self.storeReadStarted()
         self.onLoop({ () async throws -> (CircleInfo?, Bool) in
             guard let info = try await store.circle(named: circle) else { return (nil, false) }
             let allowed = !info.isPrivate ? true : try await store.isMember(user, of: circle)
             return (info, allowed)
         }) { handler, result in
             handler.joinChecked(request, result)
+            handler.storeReadFinished()
         }
     }
 
@@ -456,6 +530,7 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
         let user = self.user.name
         let limit = request.limit ?? 50
         let store = self.services.store
+        self.storeReadStarted()
         self.onLoop({ () async throws -> HistoryAnswer in
             guard let info = try await store.circle(named: circle) else { return .notFound }
             if info.isPrivate, try await !store.isMember(user, of: circle) { return .forbidden }
@@ -476,6 +551,7 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
             case .failure(let error):
                 handler.fail(id: request.id, .internalError, "could not read the history: \(error)")
             }
+            handler.storeReadFinished()
         }
     }
 
@@ -553,7 +629,16 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
         self.close(code: .tryAgainLater, reason: "too slow to keep up; reconnect with since")
     }
 
+    /// Writes a reply. Replies go out past the writability mark (the request was taken while
+    /// there was room), but not without bound: past the slow-consumer mark the connection closes.
     private func send(_ message: CircleServerMessage) {
+        if let context, !context.channel.isWritable {
+            let buffered = (try? context.channel.syncOptions?.getOption(.bufferedWritableBytes)) ?? 0
+            if buffered > Self.slowConsumerFactor * self.services.configuration.limits.outboundQueueBytes {
+                self.slowConsumer()
+                return
+            }
+        }
         self.write(self.services.hub.encode(message), flush: true)
     }
 
@@ -587,6 +672,15 @@ final class CircleSessionHandler: ChannelInboundHandler, RemovableChannelHandler
                 then(handler, result)
             }
         }
+    }
+}
+
+extension TimeAmount {
+    /// `seconds` as a time amount when it is within `0...horizon` (negative counts as zero);
+    /// `nil` beyond the horizon or when not finite. Never traps, whatever the input.
+    init?(clampedSeconds seconds: Double, horizon: TimeAmount) {
+        guard seconds.isFinite, seconds <= Double(horizon.nanoseconds) / 1e9 else { return nil }
+        self = .nanoseconds(Int64(max(seconds, 0) * 1e9))
     }
 }
 

@@ -63,6 +63,8 @@ final class HTTPChannelHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var readsHeld = false
     private var readPending = false
     private var isActive = true
+    /// A complete request waiting for the socket to drain before it is answered.
+    private var deferredRequest: HTTPRequestHead?
 
     init(router: APIRouter, decision: UpgradeDecision) {
         self.router = router
@@ -146,7 +148,48 @@ final class HTTPChannelHandler: ChannelDuplexHandler, RemovableChannelHandler {
         }
     }
 
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable, let head = self.deferredRequest {
+            self.deferredRequest = nil
+            self.requestEnded(context: context, head: head)
+        }
+        context.fireChannelWritabilityChanged()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        guard error is HTTPParserError else {
+            context.fireErrorCaught(error)
+            return
+        }
+        // NIO's HTTPServerProtocolErrorHandler has written a 400 with "Connection: close", and
+        // the decoder reads nothing more: shut the connection once the 400 is out. (A body cut
+        // short by the peer also ends here, from channelInactive: the channel is closing then.)
+        guard self.isActive else { return }
+        Self.close(afterAnswerOn: context.channel)
+    }
+
+    /// Half-closes once everything written has gone out, keeps reading (and dropping) what the
+    /// client still sends for a moment, so its unread upload does not turn the answer into a
+    /// reset before it is read, then closes.
+    private static func close(afterAnswerOn channel: any Channel) {
+        channel.close(mode: .output).whenComplete { result in
+            if case .failure = result {
+                channel.close(promise: nil)
+            } else {
+                channel.eventLoop.scheduleTask(in: .seconds(5)) { channel.close(promise: nil) }
+            }
+        }
+    }
+
     private func requestEnded(context: ChannelHandlerContext, head: HTTPRequestHead) {
+        // A client that does not read its answers gets no more of them: the request waits until
+        // the socket drains (NIO's pipelining handler holds later requests meanwhile), so pipelined
+        // requests cannot pile responses up in memory. HTTPTimeoutHandler closes the connection if
+        // the socket stays full.
+        guard context.channel.isWritable else {
+            self.deferredRequest = head
+            return
+        }
         if let refusal = self.decision.refusal {
             self.decision.refusal = nil
             self.respond(context: context, head: head, refusal, route: "GET /v1/ws")
@@ -412,15 +455,7 @@ final class HTTPChannelHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let channel = context.channel
         context.writeAndFlush(self.wrapOutboundOut(.end(nil))).whenComplete { _ in
             guard !keepAlive else { return }
-            // Half-close, keep reading (and dropping) what the client still sends for a moment,
-            // so its unread upload does not turn our answer into a reset before it is read.
-            channel.close(mode: .output).whenComplete { result in
-                if case .failure = result {
-                    channel.close(promise: nil)
-                } else {
-                    channel.eventLoop.scheduleTask(in: .seconds(5)) { channel.close(promise: nil) }
-                }
-            }
+            Self.close(afterAnswerOn: channel)
         }
     }
 }

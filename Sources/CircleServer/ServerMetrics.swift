@@ -52,6 +52,12 @@ final class ServerMetrics: Sendable {
         CoreMetrics.Counter(label: "circle_errors_total", dimensions: [("code", code)], factory: self.factory).increment()
     }
 
+    /// Counts a limit that was reached (a connection refused or closed, a request refused), by
+    /// the limit's name; docs/API.md lists the names.
+    func limitHit(_ limit: String) {
+        CoreMetrics.Counter(label: "circle_limit_hits_total", dimensions: [("limit", limit)], factory: self.factory).increment()
+    }
+
     /// Counts an HTTP request by route and status.
     func httpRequest(route: String, status: UInt) {
         CoreMetrics.Counter(label: "circle_http_requests_total", dimensions: [("route", route), ("status", "\(status)")], factory: self.factory)

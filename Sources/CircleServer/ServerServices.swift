@@ -11,6 +11,7 @@ final class ServerServices: Sendable {
     let metrics: ServerMetrics
     let authority: TokenAuthority
     let logger: Logger
+    let admission: ConnectionAdmission
     private let connectionsPerUser = NIOLockedValueBox([String: Int]())
     private let acceptingConnections = NIOLockedValueBox(true)
     private let openChannels = NIOLockedValueBox([ObjectIdentifier: any Channel]())
@@ -22,6 +23,10 @@ final class ServerServices: Sendable {
         self.metrics = ServerMetrics()
         self.authority = authority
         self.logger = logger
+        self.admission = ConnectionAdmission(
+            maxTotal: configuration.limits.effectiveMaxPendingConnections,
+            maxPerAddress: configuration.limits.maxPendingConnectionsPerAddress
+        )
         self.committer = PostCommitter(store: store, hub: self.hub, metrics: self.metrics, logger: logger)
     }
 

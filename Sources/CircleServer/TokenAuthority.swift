@@ -93,7 +93,7 @@ public struct TokenAuthority: Sendable {
             throw TokenError(code: .unauthorized, message: "the token's subject is not a valid user name")
         }
         guard claims.exp.value > now else {
-            throw TokenError(code: .tokenExpired, message: "the token expired at \(ISO8601DateFormatter().string(from: claims.exp.value))")
+            throw TokenError(code: .tokenExpired, message: "the token expired \(Self.describe(claims.exp.value))")
         }
         return AuthenticatedUser(name: claims.sub.value, expires: claims.exp.value)
     }
@@ -102,6 +102,17 @@ public struct TokenAuthority: Sendable {
     public func mint(user: String, ttl: Duration, now: Date = Date()) async throws -> String {
         let seconds = Double(ttl.components.seconds) + Double(ttl.components.attoseconds) / 1e18
         return try await self.keys.sign(CircleTokenClaims(user: user, expires: now.addingTimeInterval(seconds), issued: now))
+    }
+
+    /// "at 2026-11-24T20:00:00Z" for a date a calendar can show; the raw `exp` otherwise (a
+    /// negative or absurd `exp` would print as a nonsense year).
+    static func describe(_ expiry: Date) -> String {
+        let seconds = expiry.timeIntervalSince1970
+        // 0001-01-01 … 9999-12-31: what ISO 8601 dates show with four-digit years.
+        guard seconds >= -62_135_596_800, seconds < 253_402_300_800 else {
+            return "long ago (exp = \(seconds))"
+        }
+        return "at \(ISO8601DateFormatter().string(from: expiry))"
     }
 
     public static func isValidUserName(_ name: String) -> Bool {

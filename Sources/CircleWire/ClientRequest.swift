@@ -95,48 +95,101 @@ extension CircleRequest {
     public static let maxIDLength = 128
 
     /// Decodes and validates a request, turning every problem into a ``DecodingFailure`` with a
-    /// documented code: `bad_request` for malformed JSON, missing fields or wrong types, and
-    /// `unknown_action` for an action this server does not know.
+    /// documented code: `bad_request` for malformed JSON (duplicate keys included), missing
+    /// fields or wrong types, and `unknown_action` for an action this server does not know.
+    ///
+    /// The frame is parsed once, by ``JSONParser``; the checks and the request read the same
+    /// values.
     public static func decode(_ bytes: some Collection<UInt8>) -> Result<CircleRequest, DecodingFailure> {
-        let data = Data(bytes)
-        let object: [String: Any]
-        do {
-            guard let parsed = try JSONSerialization.jsonObject(with: data) as? [String: Any] else {
-                return .failure(.init(id: nil, code: .badRequest, message: "a request must be a JSON object"))
+        let object: JSONValue
+        switch JSONParser.parse(bytes) {
+        case .success(let value):
+            object = value
+        case .failure(let error):
+            if let key = error.duplicateKey {
+                return .failure(.init(id: nil, code: .badRequest, message: "the key \"\(key)\" appears twice"))
             }
-            object = parsed
-        } catch {
             return .failure(.init(id: nil, code: .badRequest, message: "the frame is not valid JSON"))
         }
-        let id = object["id"] as? String
-        guard let id, !id.isEmpty, id.utf8.count <= maxIDLength else {
+        guard case .object = object else {
+            return .failure(.init(id: nil, code: .badRequest, message: "a request must be a JSON object"))
+        }
+        guard case .string(let id)? = object["id"], !id.isEmpty, id.utf8.count <= maxIDLength else {
             return .failure(.init(id: nil, code: .badRequest, message: "\"id\" must be a non-empty string of at most \(maxIDLength) bytes"))
         }
-        guard let actionName = object["action"] as? String else {
+        guard case .string(let actionName)? = object["action"] else {
             return .failure(.init(id: id, code: .badRequest, message: "\"action\" must be a string"))
         }
-        guard CircleAction(rawValue: actionName) != nil else {
+        guard let action = CircleAction(rawValue: actionName) else {
             return .failure(
                 .init(id: id, code: .unknownAction, message: "unknown action \"\(actionName)\"; known: \(CircleAction.allCases.map(\.rawValue).joined(separator: ", "))")
             )
         }
-        if actionName == CircleAction.ping.rawValue {
-            return .success(CircleRequest(action: .ping, id: id, circle: object["circle"] as? String ?? ""))
+        var fields = FieldReader(object: object)
+        if action == .ping {
+            return .success(CircleRequest(action: .ping, id: id, circle: fields.optionalString("circle") ?? ""))
         }
-        do {
-            let request = try JSONDecoder().decode(CircleRequest.self, from: data)
-            if let problem = request.validationProblem {
-                return .failure(.init(id: id, code: .badRequest, message: problem))
+        let request = CircleRequest(
+            action: action,
+            id: id,
+            circle: fields.requiredString("circle") ?? "",
+            since: fields.optionalInteger("since"),
+            text: fields.optionalString("text"),
+            attachment: fields.optionalString("attachment"),
+            before: fields.optionalInteger("before"),
+            after: fields.optionalInteger("after"),
+            limit: fields.optionalInteger("limit").flatMap { Int(exactly: $0) }
+        )
+        if let problem = fields.problem ?? request.validationProblem {
+            return .failure(.init(id: id, code: .badRequest, message: problem))
+        }
+        return .success(request)
+    }
+
+    /// Reads typed fields of a request object, remembering the first problem in the order the
+    /// fields are read (`circle`, then the optional fields).
+    private struct FieldReader {
+        let object: JSONValue
+        var problem: String?
+
+        private mutating func note(_ problem: String) {
+            if self.problem == nil { self.problem = problem }
+        }
+
+        mutating func requiredString(_ key: String) -> String? {
+            switch self.object[key] {
+            case nil: self.note("\"\(key)\" is missing")
+            case .null?: self.note("\"\(key)\" must not be null")
+            case .string(let value)?: return value
+            case let other?: self.note("\"\(key)\" must be a string, not \(other.kind)")
             }
-            return .success(request)
-        } catch let DecodingError.keyNotFound(key, _) {
-            return .failure(.init(id: id, code: .badRequest, message: "\"\(key.stringValue)\" is missing"))
-        } catch let DecodingError.typeMismatch(_, context) {
-            return .failure(.init(id: id, code: .badRequest, message: "\"\(context.codingPath.map(\.stringValue).joined(separator: "."))\" has the wrong type"))
-        } catch let DecodingError.valueNotFound(_, context) {
-            return .failure(.init(id: id, code: .badRequest, message: "\"\(context.codingPath.map(\.stringValue).joined(separator: "."))\" must not be null"))
-        } catch {
-            return .failure(.init(id: id, code: .badRequest, message: "the request could not be read"))
+            return nil
+        }
+
+        mutating func optionalString(_ key: String) -> String? {
+            switch self.object[key] {
+            case nil, .null?: return nil
+            case .string(let value)?: return value
+            case let other?:
+                self.note("\"\(key)\" must be a string, not \(other.kind)")
+                return nil
+            }
+        }
+
+        /// An integer field; numbers with a fraction or out of the 64-bit range are refused.
+        mutating func optionalInteger(_ key: String) -> Int64? {
+            switch self.object[key] {
+            case nil, .null?: return nil
+            case .number?:
+                guard let value = self.object[key]?.int64 else {
+                    self.note("\"\(key)\" must be a whole number within 64 bits")
+                    return nil
+                }
+                return value
+            case let other?:
+                self.note("\"\(key)\" must be an integer, not \(other.kind)")
+                return nil
+            }
         }
     }
 

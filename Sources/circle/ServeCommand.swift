@@ -89,10 +89,10 @@ struct ServeCommand: AsyncParsableCommand {
             throw ValidationError("--compression-min-bytes must be 0 or more")
         }
         guard let idle = parseDuration(self.idleTimeout), idle > .zero else {
-            throw ValidationError("--idle-timeout takes a duration such as 75s or 5m")
+            throw ValidationError("--idle-timeout takes a duration of at most 100 years, such as 75s or 5m")
         }
         guard let expiry = parseDuration(self.uploadExpiry), expiry > .zero else {
-            throw ValidationError("--upload-expiry takes a duration such as 24h or 7d")
+            throw ValidationError("--upload-expiry takes a duration of at most 100 years, such as 24h or 7d")
         }
         var logger = Logger(label: "circle.server")
         logger.logLevel = level

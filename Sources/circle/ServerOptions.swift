@@ -49,12 +49,19 @@ struct KeyOptions: ParsableArguments {
 
 /// Parses durations such as `90s`, `15m`, `1h`, `7d` or plain seconds.
 func parseDuration(_ text: String) -> Duration? {
-    let units: [(String, Int64)] = [("ms", 0), ("s", 1), ("m", 60), ("h", 3600), ("d", 86400)]
-    for (suffix, seconds) in units where text.hasSuffix(suffix) {
-        guard let value = Double(text.dropLast(suffix.count)), value >= 0 else { return nil }
-        if suffix == "ms" { return .milliseconds(Int64(value)) }
-        return .milliseconds(Int64(value * Double(seconds) * 1000))
+    let units: [(String, Double)] = [("ms", 0.001), ("s", 1), ("m", 60), ("h", 3600), ("d", 86400)]
+    var number = Substring(text)
+    var scale = 1.0
+    if let (suffix, seconds) = units.first(where: { text.hasSuffix($0.0) }) {
+        number = text.dropLast(suffix.count)
+        scale = seconds
     }
-    guard let value = Double(text), value >= 0 else { return nil }
-    return .milliseconds(Int64(value * 1000))
+    // In Double first: "200000000000d" must be refused, not overflow an Int64 and trap.
+    guard let value = Double(number), value.isFinite, value >= 0 else { return nil }
+    let seconds = value * scale
+    guard seconds <= maxDurationSeconds else { return nil }
+    return .milliseconds(Int64((seconds * 1000).rounded()))
 }
+
+/// The longest duration any option takes: 100 years.
+let maxDurationSeconds: Double = 100 * 365.25 * 86400

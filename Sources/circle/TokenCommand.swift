@@ -27,7 +27,7 @@ struct TokenCommand: AsyncParsableCommand {
             throw ValidationError("\"\(self.user)\" is not a valid user name (letters, digits, . _ - @; at most 64)")
         }
         guard let ttl = parseDuration(self.ttl), ttl > .zero else {
-            throw ValidationError("--ttl takes a duration such as 90s, 15m, 1h or 7d")
+            throw ValidationError("--ttl takes a duration of at most 100 years, such as 90s, 15m, 1h or 7d")
         }
         let authority = try await TokenAuthority(try self.keys.tokenKeys(createSecret: false))
         print(try await authority.mint(user: self.user, ttl: ttl))

@@ -1,0 +1,82 @@
+import NIOConcurrencyHelpers
+import NIOCore
+
+/// Bounds the connections that have not (yet) become authenticated WebSockets: plain HTTP
+/// connections, and upgrades still being checked. They cost a file descriptor each and prove
+/// nothing about who holds them, so a few are allowed per peer address and a bounded number in
+/// all; past either bound a new connection is closed at once, before anything is read from it.
+/// An upgraded WebSocket leaves this count (it is bounded per user instead).
+final class ConnectionAdmission: Sendable {
+    struct Ticket: Sendable {
+        fileprivate let address: String?
+    }
+
+    private struct State {
+        var total = 0
+        var perAddress: [String: Int] = [:]
+    }
+
+    private let maxTotal: Int
+    private let maxPerAddress: Int
+    private let state = NIOLockedValueBox(State())
+
+    /// - Parameters:
+    ///   - maxTotal: connections not yet upgraded, in all.
+    ///   - maxPerAddress: the same per peer IP address; 0 for no per-address bound (behind a
+    ///     reverse proxy every connection comes from the proxy's address).
+    init(maxTotal: Int, maxPerAddress: Int) {
+        self.maxTotal = maxTotal
+        self.maxPerAddress = maxPerAddress
+    }
+
+    enum Refusal: String, Sendable {
+        case total = "pending_connections"
+        case perAddress = "pending_connections_per_address"
+    }
+
+    /// A ticket for a new connection from `address`, or why it is refused.
+    func admit(address: SocketAddress?) -> Result<Ticket, ConnectionAdmissionRefused> {
+        let key = self.maxPerAddress > 0 ? address?.ipAddress : nil
+        return self.state.withLockedValue { state in
+            guard state.total < self.maxTotal else { return .failure(.init(reason: .total)) }
+            if let key {
+                guard state.perAddress[key, default: 0] < self.maxPerAddress else { return .failure(.init(reason: .perAddress)) }
+                state.perAddress[key, default: 0] += 1
+            }
+            state.total += 1
+            return .success(Ticket(address: key))
+        }
+    }
+
+    func release(_ ticket: Ticket) {
+        self.state.withLockedValue { state in
+            state.total -= 1
+            if let key = ticket.address {
+                state.perAddress[key, default: 1] -= 1
+                if state.perAddress[key] == 0 { state.perAddress[key] = nil }
+            }
+        }
+    }
+
+    var pendingCount: Int { self.state.withLockedValue { $0.total } }
+}
+
+struct ConnectionAdmissionRefused: Error {
+    var reason: ConnectionAdmission.Refusal
+}
+
+/// Releases a connection's admission ticket once: at the upgrade, or when the channel closes.
+final class AdmissionTicketHolder: Sendable {
+    private let ticket: NIOLockedValueBox<ConnectionAdmission.Ticket?>
+    private let admission: ConnectionAdmission
+
+    init(_ ticket: ConnectionAdmission.Ticket, admission: ConnectionAdmission) {
+        self.ticket = NIOLockedValueBox(ticket)
+        self.admission = admission
+    }
+
+    func release() {
+        guard let ticket = self.ticket.withLockedValue({ ticket in defer { ticket = nil }; return ticket }) else { return }
+        self.admission.release(ticket)
+    }
+}
