@@ -121,7 +121,11 @@ public final class CircleServer: Service, Sendable {
     }
 
     private static func openDefaultStore(configuration: CircleServerConfiguration, logger: Logger) async throws -> any CircleStore {
-        try FileManager.default.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(
+            atPath: configuration.dataDirectory,
+            withIntermediateDirectories: true,
+            attributes: [.posixPermissions: 0o700]
+        )
         let path = (configuration.dataDirectory as NSString).appendingPathComponent("circle.sqlite")
         return try await SQLiteStore.open(path: path, logger: logger)
     }

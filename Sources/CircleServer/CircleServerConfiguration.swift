@@ -7,16 +7,31 @@ import Glibc
 import Darwin
 #endif
 
+#if os(Linux)
+private let openFilesResource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
+#else
+private let openFilesResource = RLIMIT_NOFILE
+#endif
+
 /// The process's soft limit on open files (1,024 when it cannot be read or is unlimited).
 func openFileLimit() -> Int {
     var limit = rlimit()
-    #if os(Linux)
-    let status = getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit)
-    #else
-    let status = getrlimit(RLIMIT_NOFILE, &limit)
-    #endif
-    guard status == 0, limit.rlim_cur < rlim_t(Int32.max) else { return 1024 }
-    return Int(clamping: limit.rlim_cur)
+    guard getrlimit(openFilesResource, &limit) == 0, limit.rlim_cur < rlim_t(Int32.max) else { return 1024 }
+    return Int(limit.rlim_cur)
+}
+
+/// Raises this process's soft open-file limit to the hard limit, as servers do: every
+/// connection costs a descriptor, and the usual soft limit (1,024) is far below what the
+/// machine allows. `circle serve` calls it at start; an app that mounts the server decides for
+/// itself. Returns the soft limit in force afterwards.
+@discardableResult
+public func raiseOpenFileLimit() -> Int {
+    var limit = rlimit()
+    if getrlimit(openFilesResource, &limit) == 0, limit.rlim_cur < limit.rlim_max {
+        limit.rlim_cur = limit.rlim_max
+        _ = setrlimit(openFilesResource, &limit)
+    }
+    return openFileLimit()
 }
 
 /// Everything `circle serve` can be told. Every field has a default that works on a laptop.

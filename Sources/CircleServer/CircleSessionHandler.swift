@@ -200,6 +200,12 @@ final class CircleSessionHandler: ChannelDuplexHandler, RemovableChannelHandler 
             self.close(code: .messageTooBig, reason: "message larger than \(self.services.configuration.limits.maxMessageBytes) bytes")
         case is NIOWebSocketError:
             self.close(code: .protocolError, reason: "\(error)")
+        case ByteToMessageDecoderError.dataReceivedInErrorState:
+            // The frame decoder failed earlier (an oversized frame, say) and the close is under
+            // way. What the peer still sends (the rest of that frame, its close frame) is read and
+            // dropped: closing the socket with it unread would send a reset, and the peer would
+            // lose the close frame that says why (1009).
+            break
         default:
             self.logger.debug("connection error", metadata: ["error": "\(error)"])
             context.close(promise: nil)

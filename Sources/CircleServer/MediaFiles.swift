@@ -31,7 +31,7 @@ struct MediaFiles: Sendable {
 
     /// Creates `media/` and `media/uploads/`.
     func prepare() throws {
-        try FileManager.default.createDirectory(atPath: self.uploadsDirectory, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: self.uploadsDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
     }
 
     /// Opens an upload's file for appending (creating it), returning the descriptor and the

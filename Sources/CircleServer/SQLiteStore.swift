@@ -59,6 +59,15 @@ public final class SQLiteStore: CircleStore {
     ///   - eventLoopGroup: The group the connection takes its event loop from.
     ///   - logger: The logger for the store's own messages; gets `circle.store.path` metadata.
     /// - Throws: `StoreError(.unavailable)` with SQLite's message when the file cannot be opened.
+    /// The database holds private circles: it, its WAL and its shared-memory file are readable
+    /// by the server's user only (0600), whatever the umask, also when an older version made them
+    /// with looser permissions. SQLite gives the WAL and -shm files the database file's mode.
+    private static func makePrivate(_ path: String) {
+        let fd = Foundation.open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+        if fd >= 0 { _ = Foundation.close(fd) }
+        for file in [path, path + "-wal", path + "-shm"] { _ = chmod(file, 0o600) }
+    }
+
     public static func open(
         path: String,
         threadPool: NIOThreadPool = .singleton,
@@ -68,6 +77,7 @@ public final class SQLiteStore: CircleStore {
         var logger = logger
         logger[metadataKey: "circle.store.path"] = "\(path)"
 
+        if path != ":memory:" { Self.makePrivate(path) }
         let connection: SQLiteConnection
         do {
             connection = try await SQLiteConnection.open(
@@ -85,6 +95,7 @@ public final class SQLiteStore: CircleStore {
             try? await connection.close()
             throw Self.storeError(error, "configure \(path)")
         }
+        if path != ":memory:" { Self.makePrivate(path) }
         logger.debug("opened the SQLite store", metadata: ["circle.store.sqlite_version": "\(SQLiteConnection.libraryVersionString())"])
         return SQLiteStore(connection: connection, logger: logger)
     }

@@ -55,7 +55,7 @@ public struct AuthenticatedUser: Sendable, Hashable {
 /// Verifies and mints JWTs with the server's keys.
 public struct TokenAuthority: Sendable {
     private let keys: JWTKeyCollection
-    /// User names: 1–64 characters of letters, digits, `.`, `_`, `-`, `@`.
+    /// User names: at most 64 UTF-8 bytes (see ``isValidUserName(_:)``).
     public static let maxUserLength = 64
     /// HS256 secrets shorter than the SHA-256 output weaken the signature (RFC 7518 3.2).
     public static let minimumSecretLength = 32
@@ -115,8 +115,12 @@ public struct TokenAuthority: Sendable {
         return "at \(ISO8601DateFormatter().string(from: expiry))"
     }
 
+    /// 1–64 UTF-8 bytes of letters, digits and `. _ - @`, whose letters come from one script
+    /// (or Latin with East Asian scripts; see `UserNameScripts`): "аlice" with a Cyrillic "а"
+    /// is refused rather than shown as a second "alice".
     public static func isValidUserName(_ name: String) -> Bool {
         !name.isEmpty && name.utf8.count <= maxUserLength
             && name.unicodeScalars.allSatisfy { CharacterSet.alphanumerics.contains($0) || "._-@".unicodeScalars.contains($0) }
+            && UserNameScripts.isSingleScript(name)
     }
 }

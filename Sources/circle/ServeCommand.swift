@@ -27,6 +27,8 @@ struct ServeCommand: AsyncParsableCommand {
 
     @OptionGroup var keys: KeyOptions
 
+    @OptionGroup(title: "Connection limits") var connectionLimits: ConnectionLimitOptions
+
     @Option(name: .long, help: ArgumentHelp("TLS certificate chain (PEM); serves wss:// and https://. Env: CIRCLE_TLS_CERT.", valueName: "file"))
     var tlsCert: String?
 
@@ -109,24 +111,27 @@ struct ServeCommand: AsyncParsableCommand {
         default:
             throw ValidationError("--tls-cert and --tls-key go together")
         }
+        var limits = CircleServerConfiguration.Limits(
+            maxPostBytes: self.maxPostBytes,
+            maxMessageBytes: self.maxMessageBytes,
+            postsPerSecond: self.postsPerSecond,
+            postBurst: self.postBurst,
+            outboundQueueBytes: self.outboundQueueBytes,
+            maxConnectionsPerUser: self.maxConnectionsPerUser,
+            idleTimeout: TimeAmount(idle),
+            presenceLimit: self.presenceLimit,
+            maxMediaBytes: self.maxMediaBytes,
+            uploadExpiry: TimeAmount(expiry)
+        )
+        try self.connectionLimits.apply(to: &limits)
+        raiseOpenFileLimit()
         let configuration = CircleServerConfiguration(
             host: self.host,
             port: self.port,
             dataDirectory: self.keys.data,
             tokenKeys: try self.keys.tokenKeys(createSecret: true),
             tls: tls,
-            limits: .init(
-                maxPostBytes: self.maxPostBytes,
-                maxMessageBytes: self.maxMessageBytes,
-                postsPerSecond: self.postsPerSecond,
-                postBurst: self.postBurst,
-                outboundQueueBytes: self.outboundQueueBytes,
-                maxConnectionsPerUser: self.maxConnectionsPerUser,
-                idleTimeout: .nanoseconds(Int64(idle.components.seconds) * 1_000_000_000 + idle.components.attoseconds / 1_000_000_000),
-                presenceLimit: self.presenceLimit,
-                maxMediaBytes: self.maxMediaBytes,
-                uploadExpiry: .nanoseconds(Int64(expiry.components.seconds) * 1_000_000_000 + expiry.components.attoseconds / 1_000_000_000)
-            ),
+            limits: limits,
             developmentTokens: self.dev,
             echoEndpoint: self.echo,
             compression: self.compression,

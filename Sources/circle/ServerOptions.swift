@@ -39,7 +39,7 @@ struct KeyOptions: ParsableArguments {
         guard createSecret else {
             throw ValidationError("no secret: give --jwt-secret, set CIRCLE_JWT_SECRET, or point --data at a server's data directory (\(path) does not exist)")
         }
-        try FileManager.default.createDirectory(atPath: self.data, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: self.data, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         var generator = SystemRandomNumberGenerator()
         let secret = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
         _ = FileManager.default.createFile(atPath: path, contents: Data((secret + "\n").utf8), attributes: [.posixPermissions: 0o600])
