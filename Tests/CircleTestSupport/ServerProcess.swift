@@ -11,6 +11,13 @@ public final class ServerProcess: @unchecked Sendable {
     public let port: Int
     public let dataDirectory: String
     private var process: Process?
+    /// More `circle serve` options.
+    public let arguments: [String]
+    /// Run the server with this open-file limit (`ulimit -n`, soft and hard).
+    public let openFileLimit: Int?
+
+    /// The server's process id while it runs.
+    public var pid: Int32? { self.process?.processIdentifier }
 
     /// The `circle` binary built by `swift build`, found from this file's path.
     public static var binary: URL {
@@ -19,9 +26,11 @@ public final class ServerProcess: @unchecked Sendable {
             .appendingPathComponent(".build/debug/circle")
     }
 
-    public init(port: Int, dataDirectory: String) {
+    public init(port: Int, dataDirectory: String, arguments: [String] = [], openFileLimit: Int? = nil) {
         self.port = port
         self.dataDirectory = dataDirectory
+        self.arguments = arguments
+        self.openFileLimit = openFileLimit
     }
 
     /// Starts the server and waits until `/healthz` answers.
@@ -30,11 +39,18 @@ public final class ServerProcess: @unchecked Sendable {
             throw ServerProcessError("\(Self.binary.path) is missing: run `swift build` first")
         }
         let process = Process()
-        process.executableURL = Self.binary
-        process.arguments = [
+        let arguments = [
             "serve", "--port", "\(self.port)", "--data", self.dataDirectory, "--jwt-secret", testSecret,
             "--log-level", "warning", "--posts-per-second", "10000", "--post-burst", "10000",
-        ]
+        ] + self.arguments
+        if let limit = self.openFileLimit {
+            // The shell sets the limit and becomes the server (exec), so the pid is the server's.
+            process.executableURL = URL(fileURLWithPath: "/bin/sh")
+            process.arguments = ["-c", "ulimit -n \(limit) && exec \"$0\" \"$@\"", Self.binary.path] + arguments
+        } else {
+            process.executableURL = Self.binary
+            process.arguments = arguments
+        }
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
         try process.run()
