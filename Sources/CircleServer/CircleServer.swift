@@ -79,11 +79,11 @@ public final class CircleServer: Service, Sendable {
         let limits = configuration.limits
         let channel = try await ServerBootstrap(group: eventLoopGroup)
             // Out of file descriptors (EMFILE), accept() fails at once and would be retried at
-            // once, spinning a core; this waits a little between tries instead.
+            // once, spinning a core; this pauses accepting for a moment instead.
             .serverChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(
-                        AcceptBackoffHandler(shouldForwardIOErrorCaught: false) { _ in .milliseconds(100) }
+                        AcceptPauseHandler(pause: .milliseconds(250)) { services.metrics.limitHit("accept_paused_out_of_descriptors") }
                     )
                 }
             }
