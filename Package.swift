@@ -94,6 +94,21 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // Fuzz targets for libFuzzer (scripts/fuzz builds them with -sanitize=fuzzer); an ordinary
+        // build makes a tool that replays input files through them.
+        .executableTarget(
+            name: "circle-fuzz",
+            dependencies: [
+                "CircleServer",
+                "CircleSocket",
+                "CircleWire",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+            ],
+            path: "Sources/CircleFuzz"
+        ),
         .executableTarget(
             name: "circle-autobahn",
             dependencies: ["CircleSocket", .product(name: "Logging", package: "swift-log")],

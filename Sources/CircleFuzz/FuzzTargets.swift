@@ -1,0 +1,117 @@
+import CircleServer
+import CircleSocket
+import CircleWire
+import Foundation
+import NIOCore
+import NIOEmbedded
+import NIOHTTP1
+import NIOWebSocket
+
+/// The fuzz targets: each takes arbitrary bytes and must neither trap nor leak, whatever they are.
+/// `CIRCLE_FUZZ_TARGET` picks one (scripts/fuzz runs each in turn).
+enum FuzzTarget: String, CaseIterable {
+    /// A `circle.v1` request frame's text: the strict JSON parser and the envelope checks.
+    case request
+    /// Bytes from a WebSocket peer: NIO's frame decoder, then the connection's protocol state
+    /// (control frames, fragments, UTF-8, close codes), as a server.
+    case frame
+    /// A permessage-deflate message: the inflater with its size bound (a deflate bomb must stop
+    /// at the limit), split into two fragments at a point the input chooses.
+    case deflate
+    /// Bytes from an HTTP client: NIO's request decoder, then everything the server derives
+    /// from each head.
+    case http
+
+    func run(_ bytes: [UInt8]) {
+        switch self {
+        case .request:
+            _ = JSONParser.parse(bytes)
+            _ = CircleRequest.decode(bytes)
+        case .frame:
+            Self.frames(bytes)
+        case .deflate:
+            Self.deflate(bytes)
+        case .http:
+            Self.http(bytes)
+        }
+    }
+
+    private static func frames(_ bytes: [UInt8]) {
+        let channel = EmbeddedChannel(handler: ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: 1 << 16)))
+        defer { _ = try? channel.finish() }
+        var state = WebSocketProtocolState(role: .server, maxMessageSize: 1 << 16, deflate: nil)
+        guard (try? channel.writeInbound(ByteBuffer(bytes: bytes))) != nil else { return }
+        while let frame = try? channel.readInbound(as: WebSocketFrame.self) {
+            if case .fail = state.receive(frame, allocator: channel.allocator) { return }
+        }
+    }
+
+    private static func deflate(_ bytes: [UInt8]) {
+        guard let first = bytes.first,
+            let deflate = try? PerMessageDeflate(parameters: .init(), isClient: false, compressionLevel: 6, minimumCompressedSize: 0)
+        else { return }
+        var state = WebSocketProtocolState(role: .server, maxMessageSize: 1 << 16, deflate: deflate)
+        let payload = bytes.dropFirst()
+        let split = payload.isEmpty ? 0 : Int(first) % (payload.count + 1)
+        let allocator = ByteBufferAllocator()
+        let parts = [payload.prefix(split), payload.dropFirst(split)]
+        for (index, part) in parts.enumerated() {
+            let frame = WebSocketFrame(
+                fin: index == 1,
+                rsv1: index == 0,
+                opcode: index == 0 ? .text : .continuation,
+                maskKey: nil,
+                data: allocator.buffer(bytes: part)
+            )
+            if case .fail = state.receive(frame, allocator: allocator) { return }
+        }
+    }
+
+    private static func http(_ bytes: [UInt8]) {
+        let channel = EmbeddedChannel(handler: ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes)))
+        defer { _ = try? channel.finish() }
+        guard (try? channel.writeInbound(ByteBuffer(bytes: bytes))) != nil else { return }
+        while let part = try? channel.readInbound(as: HTTPServerRequestPart.self) {
+            if case .head(let head) = part { _ = HTTPHeadInspection.inspect(head) }
+        }
+    }
+}
+
+#if FUZZING
+// Built with `-sanitize=fuzzer`: libFuzzer provides `main` and calls this for every input.
+nonisolated(unsafe) private let selected: FuzzTarget = {
+    let name = getenv("CIRCLE_FUZZ_TARGET").map { String(cString: $0) } ?? ""
+    guard let target = FuzzTarget(rawValue: name) else {
+        fatalError("set CIRCLE_FUZZ_TARGET to one of \(FuzzTarget.allCases.map(\.rawValue))")
+    }
+    return target
+}()
+
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzzOneInput(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
+    let bytes = start.map { Array(UnsafeBufferPointer(start: $0, count: count)) } ?? []
+    selected.run(bytes)
+    return 0
+}
+#else
+/// Without the fuzzer: `circle-fuzz TARGET FILE…` runs the files through a target (to replay a
+/// crash a fuzzing run found, or a corpus, under a debugger).
+@main
+struct ReplayInputs {
+    static func main() throws {
+        let arguments = CommandLine.arguments.dropFirst()
+        guard let name = arguments.first, let target = FuzzTarget(rawValue: name) else {
+            print("usage: circle-fuzz \(FuzzTarget.allCases.map(\.rawValue).joined(separator: "|")) FILE…")
+            return
+        }
+        for path in arguments.dropFirst() {
+            guard let data = FileManager.default.contents(atPath: path) else {
+                print("cannot read \(path)")
+                continue
+            }
+            target.run(Array(data))
+            print("\(path): ok")
+        }
+    }
+}
+#endif
