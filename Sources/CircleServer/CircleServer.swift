@@ -245,6 +245,10 @@ public final class CircleServer: Service, Sendable {
                     promise.succeed(responseHeaders)
                 case .failure(let error):
                     services.metrics.error(error.code.rawValue)
+                    services.logger.info(
+                        "refused a token",
+                        metadata: ["circle.code": "\(error.code.rawValue)", "circle.reason": "\(error.message)", "circle.address": "\(channel.remoteAddress.logDescription)"]
+                    )
                     decision.value.refusal = .error(.unauthorized, error.code, error.message)
                     promise.succeed(nil)
                 }

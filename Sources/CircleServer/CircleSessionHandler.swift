@@ -64,6 +64,9 @@ final class CircleSessionHandler: ChannelDuplexHandler, RemovableChannelHandler 
     private var idleTimer: RepeatedTask?
     private var expiryTimer: Scheduled<Void>?
     private var closing = false
+    /// Why the connection ended, for the log: the close this side started, the peer's close, or
+    /// the transport's error.
+    private var endReason = "connection lost"
     /// Hub deliveries written but not yet flushed (see `HubSubscriber`).
     private var unflushed = false
     /// Requests that wait for capacity (writability, in-flight store reads), in arrival order.
@@ -115,7 +118,7 @@ final class CircleSessionHandler: ChannelDuplexHandler, RemovableChannelHandler 
                 loopBound.value.close(code: WebSocketCloseCode(CircleCloseCode.tokenExpired), reason: "token expired")
             }
         }
-        self.logger.debug("connected")
+        self.logger.info("connected", metadata: ["circle.address": "\(context.channel.remoteAddress.logDescription)"])
     }
 
     func channelInactive(context: ChannelHandlerContext) {
@@ -141,13 +144,14 @@ final class CircleSessionHandler: ChannelDuplexHandler, RemovableChannelHandler 
         self.memberships = [:]
         self.services.releaseConnection(for: self.user.name)
         self.services.metrics.connections.decrement()
-        self.logger.debug("disconnected")
+        self.logger.info("disconnected", metadata: ["circle.reason": "\(self.endReason)"])
     }
 
     /// Starts the close handshake; drops the connection if the client does not answer in time.
     func close(code: WebSocketCloseCode, reason: String) {
         guard let context, !self.closing else { return }
         self.closing = true
+        self.endReason = "closed by the server: \(code.rawValue) \(reason)"
         let channel = context.channel
         let eventLoop = context.eventLoop
         // A slow consumer's close frame waits behind its queued posts: the grace for the
@@ -178,8 +182,9 @@ final class CircleSessionHandler: ChannelDuplexHandler, RemovableChannelHandler 
             self.enqueue(text)
         case .deliver(.binary):
             self.send(.error(id: nil, code: .badRequest, message: "circle.v1 requests are JSON text frames, not binary"))
-        case .peerClosed(_, _, let reply):
+        case .peerClosed(let code, let reason, let reply):
             self.closing = true
+            self.endReason = "closed by the client: \(code.rawValue)\(reason.isEmpty ? "" : " \(reason)")"
             if let reply {
                 let channel = context.channel
                 context.writeAndFlush(self.wrapOutboundOut(reply)).whenComplete { _ in channel.close(promise: nil) }
@@ -207,7 +212,7 @@ final class CircleSessionHandler: ChannelDuplexHandler, RemovableChannelHandler 
             // lose the close frame that says why (1009).
             break
         default:
-            self.logger.debug("connection error", metadata: ["error": "\(error)"])
+            self.endReason = "connection error: \(error)"
             context.close(promise: nil)
         }
     }
@@ -632,6 +637,7 @@ final class CircleSessionHandler: ChannelDuplexHandler, RemovableChannelHandler 
 
     private func slowConsumer() {
         self.services.metrics.error("slow_consumer")
+        if !self.closing { self.logger.info("closing a slow consumer") }
         self.close(code: .tryAgainLater, reason: "too slow to keep up; reconnect with since")
     }
 

@@ -80,3 +80,12 @@ final class AdmissionTicketHolder: Sendable {
         self.admission.release(ticket)
     }
 }
+
+extension Optional where Wrapped == SocketAddress {
+    /// `192.0.2.1:51234` or `[2001:db8::1]:51234` for log lines.
+    var logDescription: String {
+        guard let address = self, let ip = address.ipAddress else { return "unknown" }
+        let port = address.port.map { ":\($0)" } ?? ""
+        return ip.contains(":") ? "[\(ip)]\(port)" : "\(ip)\(port)"
+    }
+}

@@ -243,6 +243,10 @@ struct MediaService: Sendable {
                 uploader: target.user
             )
             self.services.metrics.mediaStored.increment()
+            self.services.logger.info(
+                "stored an upload",
+                metadata: ["circle.user": "\(target.user)", "circle.media": "\(inspected.digest.prefix(12))", "circle.bytes": "\(inspected.size)", "circle.type": "\(upload.contentType)"]
+            )
             return Self.created(info, upload: upload)
         } catch {
             return Self.storeFailure(error)

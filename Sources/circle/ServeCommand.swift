@@ -96,7 +96,7 @@ struct ServeCommand: AsyncParsableCommand {
         guard let expiry = parseDuration(self.uploadExpiry), expiry > .zero else {
             throw ValidationError("--upload-expiry takes a duration of at most 100 years, such as 24h or 7d")
         }
-        var logger = Logger(label: "circle.server")
+        var logger = Logger(label: "circle.server", factory: ServerLogHandler.init)
         logger.logLevel = level
         var tls: TLSConfiguration?
         let environment = ProcessInfo.processInfo.environment
