@@ -266,7 +266,9 @@ def circle_server(binary: str | os.PathLike = DEFAULT_CIRCLE, extra: list[str] |
     port = free_port()
     data = tempfile.mkdtemp(prefix="circle-bench-")
     argv = (wrapper or []) + [str(binary), "serve", "--port", str(port), "--data", data,
-                              "--echo", "--dev", "--log-level", "warning"] + (extra or [])
+                              "--echo", "--dev", "--log-level", "warning",
+                              # every load generator connects from 127.0.0.1: no per-address bound
+                              "--max-pending-connections-per-address", "0"] + (extra or [])
     return Server("circle", argv, port, data_dir=data, env=env, exe=str(binary) if wrapper else None)
 
 

@@ -105,7 +105,9 @@ public struct CircleServerConfiguration: Sendable {
         /// open-file limit, so that descriptors are left for WebSockets and the store.
         public var maxPendingConnections: Int
         /// The same per peer IP address; 0 for no per-address bound (use 0 behind a reverse
-        /// proxy, where every connection comes from the proxy).
+        /// proxy, where every connection comes from the proxy). Only connections in their first
+        /// seconds count, so 128 leaves room for a whole office behind one NAT reconnecting at
+        /// once after a restart.
         public var maxPendingConnectionsPerAddress: Int
         /// Requests of one WebSocket connection that read the store (`join`, `history`) being
         /// answered at once; further requests wait, unread, until one is answered.
@@ -129,7 +131,7 @@ public struct CircleServerConfiguration: Sendable {
             keepAliveTimeout: TimeAmount = .seconds(60),
             writeStallTimeout: TimeAmount = .seconds(30),
             maxPendingConnections: Int = 0,
-            maxPendingConnectionsPerAddress: Int = 64,
+            maxPendingConnectionsPerAddress: Int = 128,
             maxRequestsInFlight: Int = 8
         ) {
             self.maxPostBytes = maxPostBytes

@@ -21,7 +21,7 @@ struct ConnectionLimitOptions: ParsableArguments {
     var maxPendingConnections: Int = 0
 
     @Option(help: "The same per client IP address (0: no bound; use 0 behind a reverse proxy).")
-    var maxPendingConnectionsPerAddress: Int = 64
+    var maxPendingConnectionsPerAddress: Int = 128
 
     @Option(help: "Store-reading requests (join, history) one WebSocket may have answered at once.")
     var maxRequestsInFlight: Int = 8
