@@ -79,7 +79,7 @@ enum FuzzTarget: String, CaseIterable {
 
 #if FUZZING
 // Built with `-sanitize=fuzzer`: libFuzzer provides `main` and calls this for every input.
-nonisolated(unsafe) private let selected: FuzzTarget = {
+private let selected: FuzzTarget = {
     let name = getenv("CIRCLE_FUZZ_TARGET").map { String(cString: $0) } ?? ""
     guard let target = FuzzTarget(rawValue: name) else {
         fatalError("set CIRCLE_FUZZ_TARGET to one of \(FuzzTarget.allCases.map(\.rawValue))")
