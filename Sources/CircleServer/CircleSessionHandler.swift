@@ -69,8 +69,11 @@ final class CircleSessionHandler: ChannelDuplexHandler, RemovableChannelHandler 
     private var endReason = "connection lost"
     /// Hub deliveries written but not yet flushed (see `HubSubscriber`).
     private var unflushed = false
-    /// Requests that wait for capacity (writability, in-flight store reads), in arrival order.
-    private var queuedRequests = CircularBuffer<String>()
+    /// Requests that wait for capacity (writability, in-flight store reads), in arrival order:
+    /// `queuedRequests[queuedStart...]`. An array, so that an idle connection holds no buffer.
+    private var queuedRequests: [String] = []
+    private var queuedStart = 0
+    private var hasQueuedRequests: Bool { self.queuedStart < self.queuedRequests.count }
     /// Store reads under way for requests (`join` checks, `history`).
     private var requestsInFlight = 0
     private var readPending = false
@@ -230,7 +233,7 @@ final class CircleSessionHandler: ChannelDuplexHandler, RemovableChannelHandler 
     // MARK: Backpressure
 
     func read(context: ChannelHandlerContext) {
-        if self.hasCapacity && self.queuedRequests.isEmpty {
+        if self.hasCapacity && !self.hasQueuedRequests {
             context.read()
         } else {
             self.readPending = true
@@ -244,11 +247,11 @@ final class CircleSessionHandler: ChannelDuplexHandler, RemovableChannelHandler 
 
     private func enqueue(_ text: String) {
         guard !self.closing else { return }
-        if self.queuedRequests.isEmpty && self.hasCapacity {
+        if !self.hasQueuedRequests && self.hasCapacity {
             self.handle(text)
             return
         }
-        guard self.queuedRequests.count < Self.maxQueuedRequests else {
+        guard self.queuedRequests.count - self.queuedStart < Self.maxQueuedRequests else {
             self.services.metrics.limitHit("ws_request_queue")
             self.close(code: .tryAgainLater, reason: "too many requests waiting; read the replies")
             return
@@ -258,10 +261,16 @@ final class CircleSessionHandler: ChannelDuplexHandler, RemovableChannelHandler 
 
     /// Takes waiting requests while there is capacity, then resumes reading.
     private func drainRequests() {
-        while !self.closing, self.hasCapacity, let text = self.queuedRequests.popFirst() {
+        while !self.closing, self.hasCapacity, self.hasQueuedRequests {
+            let text = self.queuedRequests[self.queuedStart]
+            self.queuedStart += 1
+            if !self.hasQueuedRequests {
+                self.queuedRequests = []
+                self.queuedStart = 0
+            }
             self.handle(text)
         }
-        if self.readPending, self.hasCapacity, self.queuedRequests.isEmpty, let context {
+        if self.readPending, self.hasCapacity, !self.hasQueuedRequests, let context {
             self.readPending = false
             context.read()
         }
