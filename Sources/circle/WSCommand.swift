@@ -33,23 +33,24 @@ struct WSCommand: AsyncParsableCommand {
             Commands, typed on a line of their own:
             \(TerminalCommand.summary.split(separator: "\n").map { "  " + $0 }.joined(separator: "\n"))
 
-            Exit status:
+            Exit status (the same table as every circle command):
               0    closed normally: by this side, or by the server with 1000 (normal
                    closure), 1001 (going away) or a close frame without a code (1005)
-              1    invalid URL, or a --ca file that cannot be read
               2    could not connect: refused, timed out, TLS or pin failure, or the
                    server refused the upgrade (its HTTP status and body are printed)
               3    the connection was lost, broke the protocol or a limit, a ping got
                    no pong, or the server closed with another code ("closed by
                    server: CODE REASON" is printed)
-              64   usage error: unknown or invalid option, missing URL
+              4    the server refused the upgrade with 401 (the token)
+              5    a --ca file that cannot be read
+              64   usage error: invalid URL, unknown or invalid option, missing URL
               130  interrupted twice with Ctrl-C
 
-            Examples:
-              circle ws ws://localhost:8080/ws --subprotocol circle.v1
-              circle ws wss://example.com/ws --header "Authorization: Bearer $TOKEN"
-              circle ws ws://localhost:8080/echo -x '{"action":"hello"}' --wait 2
-              echo hello | circle ws ws://localhost:8080/echo --wait 1
+            Examples (a local `circle serve`; /v1/echo needs `circle serve --echo`):
+              circle ws ws://127.0.0.1:8080/v1/ws --subprotocol circle.v1 --header "Authorization: Bearer $(circle token --user alice)"
+              circle ws wss://chat.example.com/v1/ws --subprotocol circle.v1 --header "Authorization: Bearer $TOKEN"
+              circle ws ws://127.0.0.1:8080/v1/echo -x '{"hello":1}' --wait 2
+              echo hello | circle ws ws://127.0.0.1:8080/v1/echo --wait 1
             """
     )
 
@@ -155,9 +156,12 @@ struct WSCommand: AsyncParsableCommand {
         let configuration: WebSocketConfiguration
         do {
             configuration = try self.makeConfiguration()
+        } catch let error as SetupError {
+            output.error("\(error)")
+            throw ExitCode(ExitStatus.local)
         } catch {
             output.error("\(error)")
-            throw ExitCode(TerminalSession.ExitStatus.usage)
+            throw ExitCode(ExitStatus.usage)
         }
         var logger = Logger(label: "circle.ws", factory: { StreamLogHandler.standardError(label: $0) })
         logger.logLevel = self.verbose ? .debug : .warning
@@ -190,7 +194,7 @@ struct WSCommand: AsyncParsableCommand {
             )
         )
         let status = await session.run()
-        if status != TerminalSession.ExitStatus.success {
+        if status != ExitStatus.success {
             throw ExitCode(status)
         }
     }
@@ -238,7 +242,7 @@ struct WSCommand: AsyncParsableCommand {
 
     // MARK: Configuration
 
-    /// A failure to set up the connection from the options (exit status 1).
+    /// A failure to set up the connection from the options (exit status 5: a local file).
     struct SetupError: Error, CustomStringConvertible {
         var description: String
     }
@@ -315,16 +319,16 @@ struct WSCommand: AsyncParsableCommand {
         if error is ConnectDeadlineExceeded {
             return (
                 "\(prefix): no connection within \(Self.formatSeconds(self.connectTimeout)) (is the host name right?)",
-                TerminalSession.ExitStatus.connectFailed
+                ExitStatus.unreachable
             )
         }
         guard let error = error as? WebSocketError else {
-            return ("\(prefix): \(error)", TerminalSession.ExitStatus.connectFailed)
+            return ("\(prefix): \(error)", ExitStatus.unreachable)
         }
         let message: String
         switch error.code {
         case .invalidURL:
-            return ("invalid URL: \(error.message)", TerminalSession.ExitStatus.usage)
+            return ("invalid URL: \(error.message)", ExitStatus.usage)
         case .connectTimeout:
             message = "\(prefix): timed out after \(Self.formatSeconds(self.connectTimeout))"
         case .connectionFailed:
@@ -345,10 +349,11 @@ struct WSCommand: AsyncParsableCommand {
                 text += "\n" + body
             }
             message = text
+            if error.httpStatus == 401 { return (message, ExitStatus.unauthorized) }
         default:
             message = "\(prefix): \(error.message)" + (error.underlying.map { " (\($0))" } ?? "")
         }
-        return (message, TerminalSession.ExitStatus.connectFailed)
+        return (message, ExitStatus.unreachable)
     }
 
     /// A short reason for a socket-level error, e.g. `connection refused`; `nil` if there is none.
