@@ -170,12 +170,17 @@ extension CLIFailure {
         case .timedOut:
             return CLIFailure(.refused, "the server did not answer in time (--timeout sets how long to wait)", detail: detail)
         case .notFound:
-            return self.noSuchCircle(context, detail: detail)
+            if context.circle != nil, error.message.contains("circle") {
+                return self.noSuchCircle(context, detail: detail)
+            }
+            return CLIFailure(.refused, "not found: \(error.message)", detail: detail)
         case .forbidden:
             if let circle = context.circle, error.message.contains("private") {
                 return self.notAMember(circle, context, detail: detail)
             }
             return CLIFailure(.refused, "the server refused: \(error.message)", detail: detail)
+        case .server(.unsupportedMediaType):
+            return CLIFailure(.refused, "the server does not take this file: only JPEG, PNG, GIF and WebP photos (\(error.message))", detail: detail)
         case .tooLarge:
             return CLIFailure(.refused, "too large: \(error.message)", detail: detail)
         case .rateLimited:

@@ -32,8 +32,9 @@ final class CircleProcess {
     private let stderrCollector: OutputCollector
     let arguments: [String]
 
-    /// Starts `circle ARGUMENTS...`.
-    init(_ arguments: [String]) throws {
+    /// Starts `circle ARGUMENTS...`, in `directory` when given, with `environment` added to this
+    /// process's environment.
+    init(_ arguments: [String], directory: String? = nil, environment: [String: String] = [:]) throws {
         // Writing to the stdin of a process that has exited must fail with EPIPE, not kill the runner.
         signal(SIGPIPE, SIG_IGN)
         let path = Self.executablePath
@@ -43,6 +44,8 @@ final class CircleProcess {
         let error = Pipe()
         self.process.executableURL = URL(fileURLWithPath: path)
         self.process.arguments = arguments
+        if let directory { self.process.currentDirectoryURL = URL(fileURLWithPath: directory) }
+        if !environment.isEmpty { self.process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 } }
         self.process.standardInput = self.input
         self.process.standardOutput = output
         self.process.standardError = error
