@@ -210,6 +210,39 @@ extension ChatTmuxTests {
     }
 }
 
+extension ChatTmuxTests {
+    @Test("circle send on a terminal says what it waits for; the upload bar shows speed and time left, then clears its line")
+    func terminalPrompts() async throws {
+        try self.tmux(["new-session", "-d", "-s", "keeper", "sleep 600"])
+        defer { _ = try? self.tmux(["kill-server"]) }
+        let server = TestServer()
+        defer { server.remove() }
+        try await server.start()
+        try await server.createCircle("general", owner: "alice")
+        let circle = "env -u NO_COLOR \(CircleProcess.executablePath)"
+        let options = "--user alice --jwt-secret \(testSecret) --server \(server.wsURL)"
+
+        try self.tmux(["new-session", "-d", "-s", "send", "-x", "160", "-y", "20", "\(circle) send general \(options); echo \"exit=$?\"; sleep 60"])
+        try await self.waitForScreen("send") { $0.contains("type the posts for general, one per line; Ctrl-D ends") }
+        try self.tmux(["send-keys", "-t", "send", "typed at the terminal", "Enter"])
+        try await self.waitForScreen("send") { $0.contains("#1") }
+        try self.tmux(["send-keys", "-t", "send", "C-d"])
+        try await self.waitForScreen("send") { $0.contains("exit=0") }
+
+        let photo = FileManager.default.temporaryDirectory.appendingPathComponent("circle-\(UUID().uuidString).jpg").path
+        _ = FileManager.default.createFile(atPath: photo, contents: Data([0xFF, 0xD8, 0xFF, 0xE0] + (0..<600_000).map { UInt8(truncatingIfNeeded: $0 &* 31) }))
+        defer { try? FileManager.default.removeItem(atPath: photo) }
+        let upload = "\(circle) upload \(photo) --circle general --limit-rate 200K \(options); echo \"exit=$?\"; sleep 60"
+        try self.tmux(["new-session", "-d", "-s", "upload", "-x", "160", "-y", "20", upload])
+        try await self.waitForScreen("upload") { $0.contains("upload [") && $0.contains("/s") && $0.contains(" left") }
+        try await self.waitForScreen("upload", timeout: .seconds(40)) { $0.contains("exit=0") }
+        let done = try self.screen("upload")
+        #expect(!done.contains("upload ["), "the bar's line was cleared:\n\(done)")
+        #expect(done.contains("#2 "), "\(done)")
+        await server.stop()
+    }
+}
+
 struct TestFailure: Error, CustomStringConvertible {
     var description: String
     init(_ description: String) { self.description = description }
