@@ -204,6 +204,17 @@ extension CLIFailure {
         }
     }
 
+    /// Why the SDK's session ended, as a phrase.
+    static func describe(_ reason: StopReason) -> String {
+        switch reason {
+        case .requested: "closed"
+        case .serverClosed: "the server ended the session"
+        case .unauthorized(let message): "the server refused the token (\(Self.serverMessage(message) ?? message))"
+        case .rejected(let code, let why): "the server refused the connection (\(code)\(why.isEmpty ? "" : ": \(Self.serverMessage(why) ?? why)"))"
+        case .gaveUp(let attempts): "gave up after \(attempts) attempts to connect"
+        }
+    }
+
     static func noSuchCircle(_ context: FailureContext, detail: String? = nil) -> CLIFailure {
         let circle = context.circle ?? "NAME"
         return CLIFailure(

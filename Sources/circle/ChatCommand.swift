@@ -224,7 +224,7 @@ actor ChatScreen {
         case .waitingToReconnect(let until, _):
             let seconds = max(0, Int(((until - .now).components.seconds)))
             self.state = "reconnecting in \(seconds) s"
-        case .closed(let reason): self.state = "closed: \(reason)"
+        case .closed(let reason): self.state = CLIFailure.describe(reason)
         }
         let queued = self.pending.filter { $0.line.status == "sending…" }.count
         if self.state != "connected", max(waiting, queued) > 0 { self.state += " · \(max(waiting, queued)) posts waiting" }

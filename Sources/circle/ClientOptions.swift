@@ -152,7 +152,10 @@ struct ClientOptions: ParsableArguments {
         let deadline = ContinuousClock.now + timeout
         while await client.state != .connected {
             if case .closed(let reason) = await client.state {
-                throw CLIFailure(.refused, "the server ended the session: \(reason)")
+                if case .unauthorized = reason {
+                    throw CLIFailure.refusedUpgrade(status: 401, body: "", detail: "\(reason)", self.context())
+                }
+                throw CLIFailure(.refused, CLIFailure.describe(reason), detail: "\(reason)")
             }
             if ContinuousClock.now > deadline {
                 throw CLIFailure(.unreachable, "could not connect to \(self.context().address) within \(timeout)")
