@@ -282,7 +282,7 @@ struct FirstHourTests {
 
         let commands: [[String]] = [
             [], ["serve"], ["token"], ["chat"], ["send"], ["tail"], ["circle"], ["circle", "create"], ["circle", "list"], ["circle", "add-member"],
-            ["circle", "remove-member"], ["upload"], ["download"], ["ws"],
+            ["circle", "remove-member"], ["upload"], ["download"], ["ws"], ["bench"], ["bench", "client"], ["bench", "recovery"],
         ]
         for command in commands {
             let help = try await self.run(command + ["--help"])
