@@ -175,6 +175,7 @@ struct ClientOptions: ParsableArguments {
         }
         var request = URLRequest(url: url)
         request.httpMethod = method
+        request.timeoutInterval = 10
         request.setValue("Bearer \(try await self.tokenProvider()())", forHTTPHeaderField: "Authorization")
         if let json {
             request.httpBody = Data(json.utf8)

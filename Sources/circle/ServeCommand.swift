@@ -92,6 +92,23 @@ struct ServeCommand: AsyncParsableCommand {
     var verbose = false
 
     func run() async throws {
+        do {
+            try await self.serve()
+        } catch let error as ValidationError {
+            throw error
+        } catch let error as CLIFailure {
+            exitWithFailure("serve", error, verbose: self.verbose)
+        } catch {
+            // A data directory, key or certificate that cannot be used.
+            exitWithFailure(
+                "serve",
+                CLIFailure(.local, "the server could not start: \(error.localizedDescription)", detail: String(reflecting: error)),
+                verbose: self.verbose
+            )
+        }
+    }
+
+    private func serve() async throws {
         guard let level = Logger.Level(rawValue: self.logLevel.lowercased()) else {
             throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical")
         }
