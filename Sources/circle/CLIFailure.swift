@@ -128,7 +128,11 @@ extension CLIFailure {
                     detail: detail
                 )
             }
-            return CLIFailure(.unreachable, "cannot reach \(context.address): \(error.message)", detail: detail)
+            return CLIFailure(
+                .unreachable,
+                "cannot reach \(context.address) (\(error.message)) — is `circle serve` running there? Start it, or point --server at it",
+                detail: detail
+            )
         default:
             return CLIFailure(.unreachable, "the connection to \(context.address) failed: \(error.message)", detail: detail)
         }

@@ -57,14 +57,6 @@ struct FirstHourTests {
         }
     }
 
-    private func deadPort() async throws -> Int {
-        let server = TestServer()
-        defer { server.remove() }
-        try await server.start()
-        let port = server.port
-        await server.stop()
-        return port
-    }
 
     @Test("tail into a pipe that closes early ends quietly (SIGPIPE status), never with a crash")
     func closedPipe() async throws {
@@ -90,7 +82,7 @@ struct FirstHourTests {
 
     @Test("a server that is down: exit 2 at once with a sentence, for every command")
     func serverDown() async throws {
-        let port = try await self.deadPort()
+        let port = try unusedPort()
         let url = "ws://127.0.0.1:\(port)/v1/ws"
         let commands: [[String]] = [
             ["send", "general", "hello"], ["tail", "general"], ["circle", "list"], ["download", String(repeating: "a", count: 64)],

@@ -193,10 +193,9 @@ struct WSCommandTests {
 
     @Test("a refused connection exits 2 and says so")
     func connectionRefused() async throws {
-        // A port that was just free: bind it, then let it go.
-        let server = try await startServer()
-        let port = server.port
-        await server.shutdown()
+        // A port nothing listens on (a stopped server's port may be held by a tmux server that
+        // another suite started meanwhile).
+        let port = try unusedPort()
         let url = "ws://127.0.0.1:\(port)/"
         let process = try CircleProcess(["ws", url])
         let status = try await process.waitForExit()
