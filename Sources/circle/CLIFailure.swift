@@ -208,6 +208,21 @@ extension CLIFailure {
         }
     }
 
+    /// Why `circle serve` could not open its listening socket, and what to do.
+    static func listenFailure(_ error: IOError, host: String, port: Int) -> CLIFailure {
+        let detail = "\(error)"
+        switch error.errnoCode {
+        case EADDRINUSE:
+            return CLIFailure(.local, "port \(port) is in use — is another circle serve running? Stop it, or use --port", detail: detail)
+        case EACCES:
+            return CLIFailure(.local, "may not listen on port \(port) (ports below 1024 need privileges) — use --port 8080 or higher", detail: detail)
+        case EADDRNOTAVAIL:
+            return CLIFailure(.local, "\(host) is not an address of this machine — use --host 127.0.0.1, or 0.0.0.0 for every network", detail: detail)
+        default:
+            return CLIFailure(.local, "cannot listen on \(host):\(port): \(error.description)", detail: detail)
+        }
+    }
+
     /// Why the SDK's session ended, as a phrase.
     static func describe(_ reason: StopReason) -> String {
         switch reason {

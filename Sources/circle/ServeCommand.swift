@@ -166,7 +166,7 @@ struct ServeCommand: AsyncParsableCommand {
         do {
             server = try await CircleServer.start(configuration: configuration, logger: logger)
         } catch let error as IOError {
-            exitWithFailure("serve", self.listenFailure(error), verbose: self.verbose)
+            exitWithFailure("serve", CLIFailure.listenFailure(error, host: self.host, port: self.port), verbose: self.verbose)
         } catch {
             exitWithFailure(
                 "serve",
@@ -206,20 +206,5 @@ struct ServeCommand: AsyncParsableCommand {
         let path = ProcessInfo.processInfo.arguments.first ?? "circle"
         if path.contains("/.build/") { return "swift run circle" }
         return path.contains("/") ? path : "circle"
-    }
-
-    /// Why the listening socket could not be opened, and what to do.
-    private func listenFailure(_ error: IOError) -> CLIFailure {
-        let detail = "\(error)"
-        switch error.errnoCode {
-        case EADDRINUSE:
-            return CLIFailure(.local, "port \(self.port) is in use — is another circle serve running? Stop it, or use --port", detail: detail)
-        case EACCES:
-            return CLIFailure(.local, "may not listen on port \(self.port) (ports below 1024 need privileges) — use --port 8080 or higher", detail: detail)
-        case EADDRNOTAVAIL:
-            return CLIFailure(.local, "\(self.host) is not an address of this machine — use --host 127.0.0.1, or 0.0.0.0 for every network", detail: detail)
-        default:
-            return CLIFailure(.local, "cannot listen on \(self.host):\(self.port): \(error.description)", detail: detail)
-        }
     }
 }

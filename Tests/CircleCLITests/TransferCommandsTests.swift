@@ -94,7 +94,9 @@ struct TransferCommandsTests {
         #expect(again.stderr.contains("continuing the upload of an earlier run"))
         let resumedAt = again.stderr.split(separator: "\n").first { $0.hasPrefix("circle upload: resumed at byte ") }
             .flatMap { Int($0.split(separator: " ").last ?? "") }
-        #expect((resumedAt ?? 0) >= 2 << 20 / 5)
+        // Resumed, not started over: the server kept part of what was sent before the kill (how
+        // much depends on what was still in flight when the process died).
+        #expect((resumedAt ?? 0) > 0)
         #expect((resumedAt ?? Int.max) < 2 << 20)
 
         // Run once more: the same post is not made twice.
