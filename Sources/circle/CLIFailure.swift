@@ -128,6 +128,10 @@ extension CLIFailure {
                     detail: detail
                 )
             }
+            if error.underlying is SocketAddressError || detail.contains("UnknownHost") {
+                let host = URL(string: context.server)?.host ?? context.server
+                return CLIFailure(.unreachable, "cannot find the host \"\(host)\" (the name does not resolve) — check --server", detail: detail)
+            }
             return CLIFailure(
                 .unreachable,
                 "cannot reach \(context.address) (\(error.message)) — is `circle serve` running there? Start it, or point --server at it",
