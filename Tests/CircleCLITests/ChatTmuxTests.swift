@@ -101,6 +101,7 @@ struct ChatTmuxTests {
         let final = try self.screen("bob")
         #expect(final.components(separatedBy: "written while offline").count == 2, "shown once:\n\(final)")
         #expect(final.components(separatedBy: "hello from alice").count == 2)
+        #expect(!final.contains("circle.client") && !final.contains("warning"), "no log line over the chat:\n\(final)")
 
         try self.tmux(["send-keys", "-t", "alice", "/quit", "Enter"])
         try await Task.sleep(for: .milliseconds(500))
