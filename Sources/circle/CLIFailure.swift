@@ -3,7 +3,9 @@ import CircleClient
 import CircleSocket
 import Foundation
 import NIOCore
+import NIOHTTP1
 import NIOPosix
+import NIOSSL
 
 /// The exit statuses every command uses (docs/CLI.md, "Exit status"). The one place that maps a
 /// failure to its status and its sentence is ``CLIFailure``.
@@ -276,6 +278,87 @@ extension CLIFailure {
         let text = "\(error)"
         return text.contains("errno: \(ECONNREFUSED))") || text.contains("Connection refused")
     }
+}
+
+extension CLIFailure {
+    /// Why `circle ws URL` could not connect, with the HTTP status and body of a refused upgrade.
+    static func webSocketConnect(_ error: any Error, url: String, connectTimeout: Double) -> CLIFailure {
+        let prefix = "cannot connect to \(url)"
+        if error is WSCommand.ConnectDeadlineExceeded {
+            return CLIFailure(.unreachable, "\(prefix): no connection within \(WSCommand.formatSeconds(connectTimeout)) (is the host name right?)")
+        }
+        guard let error = error as? WebSocketError else {
+            return CLIFailure(.unreachable, "\(prefix): \(error)")
+        }
+        let message: String
+        switch error.code {
+        case .invalidURL:
+            return CLIFailure(.usage, "invalid URL: \(error.message)")
+        case .connectTimeout:
+            message = "\(prefix): timed out after \(WSCommand.formatSeconds(connectTimeout))"
+        case .connectionFailed:
+            message = "\(prefix): \(error.underlying.flatMap(Self.reason(for:)) ?? error.message)"
+        case .tlsFailed:
+            let host = URL(string: url)?.host ?? url
+            if let reason = error.underlying.flatMap({ Self.tlsReason(for: $0, host: host) }) {
+                message = "\(prefix): \(reason)"
+            } else {
+                message = "\(prefix): \(error.message)" + (error.underlying.map { ": \($0)" } ?? "")
+            }
+        case .handshakeRefused:
+            var text = "\(prefix): the server refused the WebSocket upgrade"
+            if let status = error.httpStatus {
+                text += " with HTTP \(status) \(HTTPResponseStatus(statusCode: status).reasonPhrase)"
+            }
+            if let body = error.httpBody, !body.isEmpty {
+                text += "\n" + body
+            }
+            message = text
+            if error.httpStatus == 401 { return CLIFailure(.unauthorized, message) }
+        default:
+            message = "\(prefix): \(error.message)" + (error.underlying.map { " (\($0))" } ?? "")
+        }
+        return CLIFailure(.unreachable, message)
+    }
+
+    /// A short reason for a socket-level error, e.g. `connection refused`; `nil` if there is none.
+    static func reason(for error: any Error) -> String? {
+        switch error {
+        case let error as IOError:
+            guard let text = strerror(error.errnoCode).map({ String(cString: $0) }), let first = text.first else {
+                return nil
+            }
+            return first.lowercased() + text.dropFirst()
+        case let error as NIOConnectionError:
+            if error.connectionErrors.isEmpty {
+                let dnsError = error.dnsAError ?? error.dnsAAAAError
+                return "cannot resolve the host name \(error.host)" + (dnsError.map { " (\($0))" } ?? "")
+            }
+            var reasons: [String] = []
+            for failure in error.connectionErrors {
+                let reason = Self.reason(for: failure.error) ?? "\(failure.error)"
+                if !reasons.contains(reason) { reasons.append(reason) }
+            }
+            return reasons.joined(separator: "; ")
+        case ChannelError.connectTimeout:
+            return "timed out"
+        default:
+            return nil
+        }
+    }
+
+    /// A plain explanation for the common TLS failures; `nil` for the others.
+    static func tlsReason(for error: any Error, host: String) -> String? {
+        if let error = error as? NIOSSLExtraError, error == .failedToValidateHostname {
+            return "the server's certificate is not valid for \(host)"
+        }
+        if "\(error)".contains("CERTIFICATE_VERIFY_FAILED") {
+            return "the server's certificate is not trusted (--ca FILE trusts a private CA, "
+                + "--insecure-localhost a self-signed certificate on localhost)"
+        }
+        return nil
+    }
+
 }
 
 /// Runs a command's body; a failure is printed as `circle COMMAND: SENTENCE` (with the details

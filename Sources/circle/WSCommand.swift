@@ -175,9 +175,9 @@ struct WSCommand: AsyncParsableCommand {
                 deadline: .seconds(self.connectTimeout) + .seconds(2)
             )
         } catch {
-            let (message, status) = self.describeConnectFailure(error)
-            output.error(message)
-            throw ExitCode(status)
+            let failure = CLIFailure.webSocketConnect(error, url: self.url, connectTimeout: self.connectTimeout)
+            output.error(failure.message)
+            throw ExitCode(failure.exitCode)
         }
         output.status(Self.connectedLine(url: self.url, socket: socket))
         if isatty(STDIN_FILENO) == 1 && (self.execute.isEmpty || self.wait == nil) {
@@ -311,87 +311,6 @@ struct WSCommand: AsyncParsableCommand {
         if let subprotocol = socket.subprotocol { details.append("subprotocol: \(subprotocol)") }
         if let compression = socket.compression { details.append("compression: \(compression)") }
         return "connected to \(url)" + (details.isEmpty ? "" : " (\(details.joined(separator: ", ")))")
-    }
-
-    /// The message and exit status for a failed connect.
-    func describeConnectFailure(_ error: any Error) -> (String, Int32) {
-        let prefix = "cannot connect to \(self.url)"
-        if error is ConnectDeadlineExceeded {
-            return (
-                "\(prefix): no connection within \(Self.formatSeconds(self.connectTimeout)) (is the host name right?)",
-                ExitStatus.unreachable
-            )
-        }
-        guard let error = error as? WebSocketError else {
-            return ("\(prefix): \(error)", ExitStatus.unreachable)
-        }
-        let message: String
-        switch error.code {
-        case .invalidURL:
-            return ("invalid URL: \(error.message)", ExitStatus.usage)
-        case .connectTimeout:
-            message = "\(prefix): timed out after \(Self.formatSeconds(self.connectTimeout))"
-        case .connectionFailed:
-            message = "\(prefix): \(error.underlying.flatMap(Self.reason(for:)) ?? error.message)"
-        case .tlsFailed:
-            let host = URL(string: self.url)?.host ?? self.url
-            if let reason = error.underlying.flatMap({ Self.tlsReason(for: $0, host: host) }) {
-                message = "\(prefix): \(reason)"
-            } else {
-                message = "\(prefix): \(error.message)" + (error.underlying.map { ": \($0)" } ?? "")
-            }
-        case .handshakeRefused:
-            var text = "\(prefix): the server refused the WebSocket upgrade"
-            if let status = error.httpStatus {
-                text += " with HTTP \(status) \(HTTPResponseStatus(statusCode: status).reasonPhrase)"
-            }
-            if let body = error.httpBody, !body.isEmpty {
-                text += "\n" + body
-            }
-            message = text
-            if error.httpStatus == 401 { return (message, ExitStatus.unauthorized) }
-        default:
-            message = "\(prefix): \(error.message)" + (error.underlying.map { " (\($0))" } ?? "")
-        }
-        return (message, ExitStatus.unreachable)
-    }
-
-    /// A short reason for a socket-level error, e.g. `connection refused`; `nil` if there is none.
-    static func reason(for error: any Error) -> String? {
-        switch error {
-        case let error as IOError:
-            guard let text = strerror(error.errnoCode).map({ String(cString: $0) }), let first = text.first else {
-                return nil
-            }
-            return first.lowercased() + text.dropFirst()
-        case let error as NIOConnectionError:
-            if error.connectionErrors.isEmpty {
-                let dnsError = error.dnsAError ?? error.dnsAAAAError
-                return "cannot resolve the host name \(error.host)" + (dnsError.map { " (\($0))" } ?? "")
-            }
-            var reasons: [String] = []
-            for failure in error.connectionErrors {
-                let reason = Self.reason(for: failure.error) ?? "\(failure.error)"
-                if !reasons.contains(reason) { reasons.append(reason) }
-            }
-            return reasons.joined(separator: "; ")
-        case ChannelError.connectTimeout:
-            return "timed out"
-        default:
-            return nil
-        }
-    }
-
-    /// A plain explanation for the common TLS failures; `nil` for the others.
-    static func tlsReason(for error: any Error, host: String) -> String? {
-        if let error = error as? NIOSSLExtraError, error == .failedToValidateHostname {
-            return "the server's certificate is not valid for \(host)"
-        }
-        if "\(error)".contains("CERTIFICATE_VERIFY_FAILED") {
-            return "the server's certificate is not trusted (--ca FILE trusts a private CA, "
-                + "--insecure-localhost a self-signed certificate on localhost)"
-        }
-        return nil
     }
 
     static func formatSeconds(_ seconds: Double) -> String {
