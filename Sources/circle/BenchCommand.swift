@@ -25,7 +25,8 @@ struct BenchCommand: AsyncParsableCommand {
 
             Examples:
               taskset -c 1 circle bench client --url ws://127.0.0.1:9000/ --size 64
-              circle bench recovery --url ws://127.0.0.1:8080/v1/ws --token "$SUB" --publisher-token "$PUB"
+              circle bench recovery --url ws://127.0.0.1:8080/v1/ws \\
+                --token "$SUB" --publisher-token "$PUB"
             """,
         subcommands: [BenchClientCommand.self, BenchRecoveryCommand.self]
     )
@@ -226,7 +227,8 @@ struct BenchRecoveryCommand: AsyncParsableCommand {
             could not be reached; 64 usage.
 
             Example:
-              circle bench recovery --url ws://127.0.0.1:8080/v1/ws --token "$SUB" --publisher-token "$PUB" --subscribers 100 --rate 20
+              circle bench recovery --url ws://127.0.0.1:8080/v1/ws \\
+                --token "$SUB" --publisher-token "$PUB" --subscribers 100 --rate 20
             """
     )
 

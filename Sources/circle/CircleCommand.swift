@@ -11,16 +11,20 @@ struct CircleCommand: AsyncParsableCommand {
         discussion: """
             Exit status, the same for every command:
               0    done
-              1    the server refused what was asked (a post, a circle that does not exist, a
-                   private circle you are not in, a file that is not a photo), or it timed out
-              2    the server could not be reached (nothing listening, no answer, TLS failed)
+              1    the server refused what was asked (a post, a circle that does
+                   not exist, a private circle, a file that is not a photo), or
+                   it did not answer in time
+              2    the server could not be reached (nothing listening, no
+                   answer, TLS failed)
               3    an open connection was lost (circle ws)
               4    the token was refused, or no token could be made
-              5    a local problem: a file cannot be read or written, the port is in use
+              5    a local problem: a file cannot be read or written, the port
+                   is in use
               64   usage: an unknown command or option, a missing argument
               130  interrupted (circle ws, twice Ctrl-C)
-            When stdout is closed early (`circle tail … | head -1`), a command stops quietly,
-            as if killed by SIGPIPE (141 in the shell). --verbose adds the details of a failure.
+            When stdout is closed early (`circle tail … | head -1`), a command
+            stops quietly, as if killed by SIGPIPE (141 in the shell).
+            --verbose adds the details of a failure.
 
             Examples:
               circle serve

@@ -24,8 +24,9 @@ struct UploadCommand: AsyncParsableCommand {
             or none could be made; 5 the file cannot be read; 64 usage.
 
             Examples:
-              circle upload IMG_0042.jpg --circle general --caption "harbour" --user alice --data ./circle-data
-              circle upload big.png --circle team --token "$TOKEN" --state ~/.circle-upload.sqlite --metrics
+              circle upload IMG_0042.jpg --circle general --caption "harbour" --user alice
+              circle upload big.png --circle team --token "$TOKEN" \\
+                --state ~/.circle-upload.sqlite --metrics
             """
     )
 
@@ -155,7 +156,7 @@ struct DownloadCommand: AsyncParsableCommand {
 
             Examples:
               circle download 9f86d0…0f00a08 -o photo.jpg --user bob --data ./circle-data
-              circle download "$(circle tail general --json --user bob | jq -r '.attachment // empty' | tail -1)" --user bob
+              circle download 9f86d0…0f00a08 --user bob    # writes 9f86d0…0f00a08.jpg
             """
     )
 

@@ -47,8 +47,11 @@ struct WSCommand: AsyncParsableCommand {
               130  interrupted twice with Ctrl-C
 
             Examples (a local `circle serve`; /v1/echo needs `circle serve --echo`):
-              circle ws ws://127.0.0.1:8080/v1/ws --subprotocol circle.v1 --header "Authorization: Bearer $(circle token --user alice)"
-              circle ws wss://chat.example.com/v1/ws --subprotocol circle.v1 --header "Authorization: Bearer $TOKEN"
+              T=$(circle token --user alice)
+              circle ws ws://127.0.0.1:8080/v1/ws --subprotocol circle.v1 \\
+                --header "Authorization: Bearer $T"
+              circle ws wss://chat.example.com/v1/ws --subprotocol circle.v1 \\
+                --header "Authorization: Bearer $TOKEN"
               circle ws ws://127.0.0.1:8080/v1/echo -x '{"hello":1}' --wait 2
               echo hello | circle ws ws://127.0.0.1:8080/v1/echo --wait 1
             """
