@@ -19,6 +19,9 @@ public struct CircleClientConfiguration: Sendable {
     /// Throw ``CircleClientError/Code/notConnected`` at once for a post while disconnected,
     /// instead of queueing it in the outbox.
     public var failFast: Bool
+    /// Whether joining a circle tells its members (`joined`/`left`). Off for one-shot clients
+    /// (a script that posts once): their joins are sent with `"quiet": true`.
+    public var announcesPresence: Bool
     /// Where the outbox and the per-circle cursors live: `nil` keeps them in memory; a file path
     /// keeps them in SQLite, so unsent posts survive an app restart and readers resume where they were.
     public var stateFile: String?
@@ -37,6 +40,7 @@ public struct CircleClientConfiguration: Sendable {
         requestTimeout: Duration = .seconds(10),
         postTimeout: Duration = .seconds(120),
         failFast: Bool = false,
+        announcesPresence: Bool = true,
         stateFile: String? = nil,
         socket: WebSocketConfiguration = .init(),
         transfers: TransferConfiguration = .init(),
@@ -49,6 +53,7 @@ public struct CircleClientConfiguration: Sendable {
         self.requestTimeout = requestTimeout
         self.postTimeout = postTimeout
         self.failFast = failFast
+        self.announcesPresence = announcesPresence
         self.stateFile = stateFile
         self.socket = socket
         self.transfers = transfers

@@ -480,7 +480,8 @@ actor ClientCore {
         self.circles[circle, default: Circle()].joinRequested = true
         let id = self.nextRequestID()
         self.joinRequests[id] = circle
-        self.send(.join(circle, id: id, since: self.circles[circle]?.cursor), on: socket)
+        let quiet: Bool? = self.configuration.announcesPresence ? nil : true
+        self.send(.join(circle, id: id, since: self.circles[circle]?.cursor, quiet: quiet), on: socket)
     }
 
     func leave(_ circle: String) async throws {

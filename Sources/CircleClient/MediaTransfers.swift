@@ -211,7 +211,8 @@ actor MediaTransfers {
             }
         } catch {
             if Task.isCancelled { return }
-            let failure = error as? CircleClientError ?? CircleClientError(.fileError, "\(error)")
+            // A refused transfer carries the server's reason: pass that on, not the wrapper.
+            let failure = (error as? TransferError)?.error ?? error as? CircleClientError ?? CircleClientError(.fileError, "\(error)")
             self.emit(.failed(id: job.id, failure, (error as? TransferError)?.metrics ?? TransferMetrics(requests: [], total: .zero, retries: 0, resumedFrom: 0, fromCache: false)))
             await self.finish(job, .failure(failure))
             return

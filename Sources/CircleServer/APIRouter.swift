@@ -154,6 +154,10 @@ struct APIRouter: Sendable {
             return .json(.ok, Config(developmentTokens: self.services.configuration.developmentTokens, subprotocol: circleSubprotocol))
         case (.GET, ["v1", "dev", "token"]):
             return await self.developmentToken(request)
+        case (_, ["healthz"]), (_, ["metrics"]):
+            var response = APIResponse.error(.methodNotAllowed, .badRequest, "\(request.path) answers GET only")
+            response.headers.add(name: "Allow", value: "GET")
+            return response
         default:
             break
         }

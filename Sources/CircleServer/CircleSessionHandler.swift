@@ -38,6 +38,8 @@ final class CircleSessionHandler: ChannelDuplexHandler, RemovableChannelHandler 
         var pendingJoins: [String] = []
         /// When the last typing event was passed on (typing is throttled to one a second).
         var lastTyping: NIODeadline?
+        /// Joined with `"quiet": true`: this connection is not announced (`joined`/`left`).
+        var quiet = false
     }
 
     private static let replayPage = 256
@@ -141,8 +143,8 @@ final class CircleSessionHandler: ChannelDuplexHandler, RemovableChannelHandler 
         self.expiryTimer?.cancel()
         let circles = Array(self.memberships.keys)
         self.services.hub.unregister(subscriber, circles: circles)
-        for (circle, membership) in self.memberships where membership.confirmed {
-            self.announce(.left(circle: circle, user: self.user.name), in: circle, except: nil)
+        for (circle, membership) in self.memberships where membership.confirmed && !membership.quiet {
+            self.departed(circle, except: nil)
         }
         self.memberships = [:]
         self.services.releaseConnection(for: self.user.name)
@@ -325,7 +327,7 @@ final class CircleSessionHandler: ChannelDuplexHandler, RemovableChannelHandler 
         }
         guard let subscriber else { return }
         // Subscribe first, so nothing committed from now on can slip past the replay.
-        self.memberships[circle] = Membership(lastSent: request.since ?? 0, replaying: true, pendingJoins: [request.id])
+        self.memberships[circle] = Membership(lastSent: request.since ?? 0, replaying: true, pendingJoins: [request.id], quiet: request.quiet == true)
         self.services.hub.subscribe(subscriber, to: circle)
         let user = self.user.name
         let store = self.services.store
@@ -378,7 +380,9 @@ final class CircleSessionHandler: ChannelDuplexHandler, RemovableChannelHandler 
             self.memberships[circle]?.lastSent = info.lastSeq
         }
         for id in joinIDs { self.send(.ack(id: id, seq: info.lastSeq, time: nil, duplicate: false)) }
-        self.announce(.joined(circle: circle, user: self.user.name), in: circle, except: subscriber)
+        if self.memberships[circle]?.quiet != true, self.services.hub.arrive(self.user.name, in: circle) {
+            self.announce(.joined(circle: circle, user: self.user.name), in: circle, except: subscriber)
+        }
         self.replay(circle)
         for post in held { self.post(post) }
     }
@@ -461,17 +465,26 @@ final class CircleSessionHandler: ChannelDuplexHandler, RemovableChannelHandler 
         for id in membership.pendingJoins { self.fail(id: id, .badRequest, "left \"\(request.circle)\" before the join completed") }
         for post in membership.heldPosts { self.fail(id: post.id, .forbidden, "left \"\(request.circle)\" before the join was confirmed") }
         self.send(.ack(id: request.id, seq: nil, time: nil, duplicate: false))
-        if membership.confirmed {
-            self.announce(.left(circle: request.circle, user: self.user.name), in: request.circle, except: subscriber)
+        if membership.confirmed && !membership.quiet {
+            self.departed(request.circle, except: subscriber)
         }
     }
 
     /// The user was removed from a private circle while connected: no more events or posts there.
     private func revoke(_ circle: String) {
-        guard self.memberships.removeValue(forKey: circle) != nil, let subscriber else { return }
+        guard let membership = self.memberships.removeValue(forKey: circle), let subscriber else { return }
         self.services.hub.unsubscribe(subscriber, from: circle)
         self.send(.left(circle: circle, user: self.user.name))
-        self.announce(.left(circle: circle, user: self.user.name), in: circle, except: subscriber)
+        if membership.confirmed && !membership.quiet {
+            self.departed(circle, except: subscriber)
+        }
+    }
+
+    /// An announced membership ended: the circle hears `left` when it was the user's last.
+    private func departed(_ circle: String, except sender: HubSubscriber?) {
+        if self.services.hub.depart(self.user.name, from: circle) {
+            self.announce(.left(circle: circle, user: self.user.name), in: circle, except: sender)
+        }
     }
 
     /// Tells the circle's other members that this user joined or left (already subscribed or

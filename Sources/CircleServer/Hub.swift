@@ -57,6 +57,9 @@ final class HubSubscriber: Sendable, Hashable {
 final class Hub: Sendable {
     private let subscriptions = NIOLockedValueBox([String: Set<HubSubscriber>]())
     private let connections = NIOLockedValueBox([HubSubscriber: Void]())
+    /// Per circle, per user: how many of the user's connections on this node are joined and
+    /// announced (not quiet). Presence is per user: the first announces `joined`, the last `left`.
+    private let presence = NIOLockedValueBox([String: [String: Int]]())
     private let allocator = ByteBufferAllocator()
 
     func register(_ subscriber: HubSubscriber) {
@@ -82,6 +85,31 @@ final class Hub: Sendable {
         self.subscriptions.withLockedValue { table in
             table[circle]?.remove(subscriber)
             if table[circle]?.isEmpty == true { table[circle] = nil }
+        }
+    }
+
+    /// Counts one more announced connection of `user` in `circle`; `true` when it is the user's
+    /// first there (then the circle hears `joined`).
+    func arrive(_ user: String, in circle: String) -> Bool {
+        self.presence.withLockedValue { table in
+            let count = table[circle, default: [:]][user, default: 0] + 1
+            table[circle, default: [:]][user] = count
+            return count == 1
+        }
+    }
+
+    /// Counts one announced connection of `user` in `circle` fewer; `true` when it was the
+    /// user's last there (then the circle hears `left`).
+    func depart(_ user: String, from circle: String) -> Bool {
+        self.presence.withLockedValue { table in
+            guard let count = table[circle]?[user] else { return false }
+            if count > 1 {
+                table[circle]?[user] = count - 1
+                return false
+            }
+            table[circle]?[user] = nil
+            if table[circle]?.isEmpty == true { table[circle] = nil }
+            return true
         }
     }
 

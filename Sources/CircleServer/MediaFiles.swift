@@ -203,7 +203,9 @@ struct MediaFileError: Error, CustomStringConvertible {
 /// The content types media may have, and the magic bytes each must start with.
 enum MediaType {
     static let sniffLength = 12
-    static let accepted = ["image/jpeg", "image/png", "image/gif", "image/webp", "application/octet-stream"]
+    /// Photos only: anything else (random bytes, a PDF, an empty file) is refused with 415, so
+    /// that every stored medium shows as an image on the chat page.
+    static let accepted = ["image/jpeg", "image/png", "image/gif", "image/webp"]
 
     /// The canonical form of a `Content-Type` header value (lower case, no parameters), if accepted.
     static func normalize(_ header: String?) -> String? {
@@ -214,7 +216,7 @@ enum MediaType {
     }
 
     /// Whether bytes starting with `prefix` (at most ``sniffLength`` of them, fewer only when
-    /// the file is that short) are of `contentType`. `application/octet-stream` takes anything.
+    /// the file is that short) are of `contentType`.
     static func matches(_ prefix: [UInt8], _ contentType: String) -> Bool {
         func starts(_ magic: [UInt8], at offset: Int = 0) -> Bool {
             prefix.count >= offset + magic.count && Array(prefix[offset..<offset + magic.count]) == magic
@@ -224,14 +226,13 @@ enum MediaType {
         case "image/png": return starts([0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A])
         case "image/gif": return starts(Array("GIF87a".utf8)) || starts(Array("GIF89a".utf8))
         case "image/webp": return starts(Array("RIFF".utf8)) && starts(Array("WEBP".utf8), at: 8)
-        case "application/octet-stream": return true
         default: return false
         }
     }
 
     /// What the bytes look like, for error messages.
     static func sniff(_ prefix: [UInt8]) -> String {
-        for type in Self.accepted.dropLast() where Self.matches(prefix, type) { return type }
+        for type in Self.accepted where Self.matches(prefix, type) { return type }
         return prefix.isEmpty ? "empty" : "not an accepted image type"
     }
 }

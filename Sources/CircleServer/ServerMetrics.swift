@@ -1,5 +1,12 @@
 import CoreMetrics
+import Foundation
 import Prometheus
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// The server's metrics, recorded through swift-metrics into a Prometheus registry of its own
 /// (no global bootstrap, so several servers can live in one test process); `GET /metrics`
@@ -22,6 +29,7 @@ final class ServerMetrics: Sendable {
     let mediaStored: CoreMetrics.Counter
 
     init() {
+        _ = ProcessMetrics.processStart
         let registry = PrometheusCollectorRegistry()
         var factory = PrometheusMetricsFactory(registry: registry)
         let latencyBuckets: [Duration] = [
@@ -64,7 +72,107 @@ final class ServerMetrics: Sendable {
             .increment()
     }
 
+    /// The registry as Prometheus text, each family with its `# HELP` line, followed by the
+    /// process metrics and `circle_build_info`.
     func render() -> [UInt8] {
-        self.registry.emitToBuffer()
+        var text = ""
+        for line in self.registry.emitToString().split(separator: "\n", omittingEmptySubsequences: false) {
+            if line.hasPrefix("# TYPE ") {
+                let name = line.dropFirst(7).prefix { $0 != " " }
+                if let help = Self.help[String(name)] { text += "# HELP \(name) \(help)\n" }
+            }
+            text += line
+            text += "\n"
+        }
+        while text.hasSuffix("\n\n") { text.removeLast() }
+        text += ProcessMetrics.current().prometheusText
+        text += "# HELP circle_build_info The version of this server; the value is always 1.\n"
+        text += "# TYPE circle_build_info gauge\n"
+        text += "circle_build_info{version=\"\(CircleVersion.current)\",os=\"\(ProcessMetrics.osName)\"} 1\n"
+        return Array(text.utf8)
+    }
+
+    /// What each of the server's own metric families counts.
+    static let help: [String: String] = [
+        "circle_connections": "Open WebSocket chat connections.",
+        "circle_connections_opened_total": "WebSocket chat connections opened since the start.",
+        "circle_joins_total": "Joins of circles that were accepted.",
+        "circle_posts_total": "Posts stored.",
+        "circle_duplicate_posts_total": "Posts sent again with an id already stored (answered with the first ack).",
+        "circle_deliveries_total": "Posts handed to subscribed connections.",
+        "circle_commit_seconds": "Time to commit a group of posts to the store.",
+        "circle_fanout_seconds": "Time from commit to the posts being handed to every subscriber.",
+        "circle_commit_batch_size": "Posts per group commit.",
+        "circle_media_received_bytes_total": "Bytes of media uploads received.",
+        "circle_media_sent_bytes_total": "Bytes of media downloads sent.",
+        "circle_media_uploads_completed_total": "Media uploads completed and stored.",
+        "circle_errors_total": "Error replies and refusals, by error code.",
+        "circle_http_requests_total": "HTTP requests, by route and status.",
+    ]
+}
+
+/// CPU time, memory and open file descriptors of this process, read when `/metrics` is asked,
+/// with the standard Prometheus names (`process_*`).
+struct ProcessMetrics {
+    var cpuSeconds: Double
+    var residentBytes: Int?
+    var virtualBytes: Int?
+    var openFileDescriptors: Int?
+    var startTime: Double
+
+    /// When this process started (seconds since 1970), taken when the metrics were first made.
+    static let processStart = Date().timeIntervalSince1970
+
+    static var osName: String {
+        #if os(Linux)
+        "linux"
+        #elseif os(macOS)
+        "macos"
+        #else
+        "other"
+        #endif
+    }
+
+    static func current() -> ProcessMetrics {
+        var usage = rusage()
+        #if canImport(Glibc)
+        getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
+        #else
+        getrusage(RUSAGE_SELF, &usage)
+        #endif
+        let cpu = Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6 + Double(usage.ru_stime.tv_sec) + Double(usage.ru_stime.tv_usec) / 1e6
+        var metrics = ProcessMetrics(cpuSeconds: cpu, startTime: Self.processStart)
+        #if os(Linux)
+        // statm: sizes in pages; the first is the virtual size, the second the resident set.
+        if let statm = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) {
+            let fields = statm.split(separator: " ").compactMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+            let page = Int(sysconf(Int32(_SC_PAGESIZE)))
+            if fields.count >= 2 {
+                metrics.virtualBytes = fields[0] * page
+                metrics.residentBytes = fields[1] * page
+            }
+        }
+        metrics.openFileDescriptors = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd"))?.count
+        #endif
+        return metrics
+    }
+
+    init(cpuSeconds: Double, startTime: Double) {
+        self.cpuSeconds = cpuSeconds
+        self.startTime = startTime
+    }
+
+    var prometheusText: String {
+        var text = ""
+        func add(_ name: String, _ type: String, _ help: String, _ value: String?) {
+            guard let value else { return }
+            text += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n\(name) \(value)\n"
+        }
+        add("process_cpu_seconds_total", "counter", "User and system CPU time spent, in seconds.", String(format: "%.3f", self.cpuSeconds))
+        add("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", self.residentBytes.map(String.init))
+        add("process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.", self.virtualBytes.map(String.init))
+        add("process_open_fds", "gauge", "Open file descriptors.", self.openFileDescriptors.map(String.init))
+        add("process_start_time_seconds", "gauge", "When the process started, in seconds since 1970.", String(format: "%.3f", self.startTime))
+        return text
     }
 }

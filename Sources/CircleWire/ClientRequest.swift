@@ -38,6 +38,9 @@ public struct CircleRequest: Sendable, Hashable, Codable {
     public var after: Int64?
     /// `history`: page size (1...200, default 50).
     public var limit: Int?
+    /// `join`: do not announce this connection to the circle (no `joined`/`left` for it), for
+    /// one-shot clients such as `circle send`. Absent means `false`.
+    public var quiet: Bool?
 
     public init(
         action: CircleAction,
@@ -48,7 +51,8 @@ public struct CircleRequest: Sendable, Hashable, Codable {
         attachment: String? = nil,
         before: Int64? = nil,
         after: Int64? = nil,
-        limit: Int? = nil
+        limit: Int? = nil,
+        quiet: Bool? = nil
     ) {
         self.action = action
         self.id = id
@@ -59,10 +63,11 @@ public struct CircleRequest: Sendable, Hashable, Codable {
         self.before = before
         self.after = after
         self.limit = limit
+        self.quiet = quiet
     }
 
-    public static func join(_ circle: String, id: String, since: Int64? = nil) -> CircleRequest {
-        CircleRequest(action: .join, id: id, circle: circle, since: since)
+    public static func join(_ circle: String, id: String, since: Int64? = nil, quiet: Bool? = nil) -> CircleRequest {
+        CircleRequest(action: .join, id: id, circle: circle, since: since, quiet: quiet)
     }
 
     public static func leave(_ circle: String, id: String) -> CircleRequest {

@@ -17,6 +17,17 @@ struct BenchCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "bench",
         abstract: "Benchmarks of the Circle client side (driven by benchmarks/run.sh).",
+        discussion: """
+            They print figures and assert nothing; docs/BENCHMARKS.md has the results.
+
+            Exit status: 0 measured; 1 the run did not complete (no round trips, a phase timed \
+            out); 2 the server could not be reached; 64 usage.
+
+            Examples:
+              taskset -c 1 circle bench client --url ws://127.0.0.1:9000/ --size 64
+              circle bench recovery --url ws://127.0.0.1:8080/v1/ws \\
+                --token "$SUB" --publisher-token "$PUB"
+            """,
         subcommands: [BenchClientCommand.self, BenchRecoveryCommand.self]
     )
 }
@@ -73,6 +84,9 @@ struct BenchClientCommand: AsyncParsableCommand {
             core with taskset to compare it with other clients. Prints a table line, or one JSON \
             object with --json.
 
+            Exit status: 0 measured; 1 no round trips completed; 2 the server could not be \
+            reached; 64 usage.
+
             Example: taskset -c 1 circle bench client --url ws://127.0.0.1:9000/ --size 64
             """
     )
@@ -96,6 +110,12 @@ struct BenchClientCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
+        try await reportingFailures("bench client", verbose: false, context: FailureContext(server: self.url)) {
+            try await self.measure()
+        }
+    }
+
+    private func measure() async throws {
         var configuration = WebSocketConfiguration()
         configuration.maxMessageSize = max(configuration.maxMessageSize, 2 * self.size)
         let payload: WebSocketMessage
@@ -155,7 +175,7 @@ struct BenchClientCommand: AsyncParsableCommand {
             return (seconds, n1 - n0, cpu1 - cpu0, cs1 - cs0)
         }
         for socket in sockets where socket.isActive { _ = await socket.close() }
-        guard measured.trips > 0 else { throw ValidationError("no round trips completed against \(self.url)") }
+        guard measured.trips > 0 else { throw CLIFailure(.refused, "no round trips completed against \(self.url): is it an echo server?") }
         let wrongSize = counters.withLockedValue { $0.wrongSize }
         let rate = Double(measured.trips) / measured.seconds
         let usPerMessage = 1e6 * measured.cpu / Double(measured.trips)
@@ -202,6 +222,13 @@ struct BenchRecoveryCommand: AsyncParsableCommand {
             per subscriber the acknowledged posts it never got (lost) and the posts it got more \
             than once (duplicates). Another process is expected to kill and restart the server \
             after "ready"; without an outage the run ends --timeout seconds after "ready".
+
+            Exit status: 0 the run completed; 1 a phase did not complete in time; 2 the server \
+            could not be reached; 64 usage.
+
+            Example:
+              circle bench recovery --url ws://127.0.0.1:8080/v1/ws \\
+                --token "$SUB" --publisher-token "$PUB" --subscribers 100 --rate 20
             """
     )
 
@@ -223,6 +250,12 @@ struct BenchRecoveryCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
+        try await reportingFailures("bench recovery", verbose: false, context: FailureContext(server: self.url)) {
+            try await self.measure()
+        }
+    }
+
+    private func measure() async throws {
         let circle = self.circle
         let rate = self.rate
         let tracker = RecoveryTracker(subscribers: self.subscribers)

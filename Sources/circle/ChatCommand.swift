@@ -16,12 +16,20 @@ struct ChatCommand: AsyncParsableCommand {
             Shows the circle's recent posts, live posts and who is typing, with an input line at \
             the bottom and the connection state at the top. Your posts show "sending…" until the \
             server acknowledges them, then their number; a refused post says why. Posts typed \
-            while offline wait and go out when the connection is back.
+            while offline wait and go out when the connection is back. Consecutive posts of one \
+            author are grouped under one name; photos show as [photo] with their caption.
 
-            Keys: Enter posts · Page Up or /older loads older posts · /quit, Ctrl-C or Ctrl-D \
-            (on an empty line) leaves.
+            Keys: Enter posts · Page Up loads older posts · Ctrl-C, or Ctrl-D on an empty line, \
+            leaves.
+            Commands: \(ChatScreen.commandSummary)
 
-            Example: circle chat general --user alice --data ./circle-data
+            Exit status: 0 left; 1 the circle does not exist or you may not read it; 2 the server \
+            could not be reached; 4 the token was refused, or none could be made; 64 usage (or \
+            not a terminal).
+
+            Examples:
+              circle chat general --user alice --data ./circle-data
+              circle chat team --token "$TOKEN" --server wss://chat.example.com/v1/ws
             """
     )
 
@@ -34,11 +42,15 @@ struct ChatCommand: AsyncParsableCommand {
         guard isatty(STDIN_FILENO) == 1, isatty(STDOUT_FILENO) == 1 else {
             throw ValidationError("circle chat needs a terminal; for scripts use `circle send` and `circle tail`")
         }
-        let client = try await CircleClient(configuration: try self.client.clientConfiguration(postTimeout: .seconds(120)))
-        await client.connect()
-        await awaitConnection(client, command: "chat", server: self.client.server)
-        let user = try await self.userName()
-        let screen = ChatScreen(circle: self.circle, user: user)
+        var connected: CircleClient?
+        try await reportingFailures("chat", verbose: self.client.verbose, context: self.client.context(circle: self.circle)) {
+            // Everything that can fail is checked before the screen is taken over.
+            let configuration = try self.client.clientConfiguration(postTimeout: .seconds(120), logs: false)
+            connected = try await self.client.connect(configuration, circle: self.circle, timeout: .seconds(10))
+        }
+        guard let client = connected else { return }
+        let user = self.client.userName
+        let screen = ChatScreen(circle: self.circle, user: user, colours: Console.colours(on: STDOUT_FILENO))
         let terminal = RawTerminal()
         terminal.enter()
         defer { terminal.leave() }
@@ -94,25 +106,16 @@ struct ChatCommand: AsyncParsableCommand {
         }
         await client.shutdown()
     }
-
-    private func userName() async throws -> String {
-        if let user = self.client.user { return user }
-        let token = try await self.client.tokenProvider()()
-        let parts = token.split(separator: ".")
-        guard parts.count == 3 else { return "me" }
-        var payload = String(parts[1]).replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        while payload.count % 4 != 0 { payload += "=" }
-        guard let data = Data(base64Encoded: payload),
-            let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any], let sub = object["sub"] as? String
-        else { return "me" }
-        return sub
-    }
 }
 
-/// The chat's state and its drawing: a header with the connection state, the posts, who is
-/// typing, and the input line. Everything is redrawn on each change (a screenful is small).
+/// The chat's state and its drawing: a header with the connection state, the posts (with the
+/// presence and command notes where they happened), who is typing, and the input line.
+/// Everything is redrawn on each change (a screenful is small).
 actor ChatScreen {
     enum Command { case none, quit, post(String), older, typing }
+
+    /// The slash commands, for `--help` and `/help`.
+    static let commandSummary = "/help lists the commands · /older loads older posts · /quit leaves · //TEXT posts text that starts with /"
 
     private struct Line {
         var seq: Int64?
@@ -122,11 +125,21 @@ actor ChatScreen {
         var time: Int64
     }
 
+    /// A line that is not a post (someone joined or left, a command's answer), shown after the
+    /// posts that were there when it happened.
+    private struct Note {
+        var afterSeq: Int64
+        var order: Int
+        var text: String
+    }
+
     private let circle: String
     private let user: String
+    private let colours: Bool
     private var posts: [Int64: Line] = [:]
     private var pending: [(id: String?, line: Line)] = []
-    private var notes: [String] = []
+    private var notes: [Note] = []
+    private var noteCounter = 0
     private var more = false
     private var input: [UInt8] = []
     private var escape: [UInt8] = []
@@ -134,9 +147,10 @@ actor ChatScreen {
     private var typing: [String: ContinuousClock.Instant] = [:]
     private var lastTypingSent = ContinuousClock.now - .seconds(10)
 
-    init(circle: String, user: String) {
+    init(circle: String, user: String, colours: Bool = false) {
         self.circle = circle
         self.user = user
+        self.colours = colours
     }
 
     var oldestSeq: Int64? { self.more ? self.posts.keys.min() : nil }
@@ -154,15 +168,24 @@ actor ChatScreen {
             self.pending.removeAll { $0.id == post.id }
             self.typing[post.author] = nil
         case .gap(let from, let to):
-            self.notes.append("posts \(from)–\(to) are missing")
+            self.note("posts \(from)–\(to) are missing")
         case .typing(let user):
             self.typing[user] = .now
         case .joined(let user):
-            if user != self.user { self.notes.append("\(user) joined") }
+            if user != self.user { self.note("\(user) joined") }
         case .left(let user):
-            if user != self.user { self.notes.append("\(user) left") }
+            if user != self.user {
+                self.typing[user] = nil
+                self.note("\(user) left")
+            }
         }
         self.redraw()
+    }
+
+    private func note(_ text: String) {
+        self.noteCounter += 1
+        self.notes.append(Note(afterSeq: self.posts.keys.max() ?? 0, order: self.noteCounter, text: text))
+        if self.notes.count > 100 { self.notes.removeFirst(self.notes.count - 100) }
     }
 
     func handle(_ event: OutboxEvent) {
@@ -201,7 +224,7 @@ actor ChatScreen {
         case .waitingToReconnect(let until, _):
             let seconds = max(0, Int(((until - .now).components.seconds)))
             self.state = "reconnecting in \(seconds) s"
-        case .closed(let reason): self.state = "closed: \(reason)"
+        case .closed(let reason): self.state = CLIFailure.describe(reason)
         }
         let queued = self.pending.filter { $0.line.status == "sending…" }.count
         if self.state != "connected", max(waiting, queued) > 0 { self.state += " · \(max(waiting, queued)) posts waiting" }
@@ -231,12 +254,16 @@ actor ChatScreen {
             let text = String(decoding: self.input, as: UTF8.self).trimmingCharacters(in: .whitespaces)
             self.input = []
             self.redraw()
-            if text == "/quit" { return .quit }
-            if text == "/older" { return .older }
             if text.isEmpty { return .none }
-            self.pending.append((nil, Line(seq: nil, author: self.user, text: text, status: "sending…", time: Int64(Date().timeIntervalSince1970 * 1000))))
+            var post = text
+            if text.hasPrefix("//") {
+                post = String(text.dropFirst())
+            } else if text.hasPrefix("/") {
+                return self.command(text)
+            }
+            self.pending.append((nil, Line(seq: nil, author: self.user, text: post, status: "sending…", time: Int64(Date().timeIntervalSince1970 * 1000))))
             self.redraw()
-            return .post(text)
+            return .post(post)
         case 127, 8:
             // Remove one character: its continuation bytes, then its first byte.
             while let last = self.input.last, (0x80...0xBF).contains(last) { self.input.removeLast() }
@@ -255,32 +282,116 @@ actor ChatScreen {
         }
     }
 
+    /// A line starting with one `/`: a command, never posted.
+    private func command(_ text: String) -> Command {
+        let name = text.dropFirst().prefix { $0 != " " }.lowercased()
+        switch name {
+        case "quit", "exit", "q":
+            return .quit
+        case "older":
+            return .older
+        case "help", "?":
+            self.note("commands: \(Self.commandSummary) · keys: Enter posts, Page Up loads older posts, Ctrl-C leaves")
+        default:
+            self.note("unknown command /\(name), not posted — /help lists the commands; //TEXT posts text that starts with /")
+        }
+        self.redraw()
+        return .none
+    }
+
+    /// How a post shows: its text, or for a photo `[photo] caption` (`[photo 9f86d0]` without one).
     private static func line(_ post: CirclePost) -> Line {
-        Line(seq: post.seq, author: post.author, text: post.text ?? (post.attachment.map { "[attachment \($0)]" } ?? ""), status: "", time: post.time)
+        var text = post.text ?? ""
+        if let attachment = post.attachment {
+            let caption = text.trimmingCharacters(in: .whitespaces)
+            text = caption.isEmpty ? "[photo \(attachment.prefix(6))]" : "[photo] \(caption)"
+        }
+        return Line(seq: post.seq, author: post.author, text: text, status: "", time: post.time)
+    }
+
+    /// One line on screen: the plain text (for measuring and wrapping) and how it is drawn.
+    private struct Row {
+        var plain: String
+        var styled: String
+    }
+
+    private func style(_ text: String, _ code: String) -> String {
+        self.colours ? "\u{1B}[\(code)m\(text)\u{1B}[0m" : text
+    }
+
+    /// A colour per author (the same one each time), and bold for yourself.
+    private func authorStyle(_ author: String) -> String {
+        if author == self.user { return "1" }
+        let palette = ["32", "33", "34", "35", "36", "91", "92", "94", "95", "96"]
+        var hash: UInt32 = 2_166_136_261
+        for byte in author.utf8 { hash = (hash ^ UInt32(byte)) &* 16_777_619 }
+        return palette[Int(hash % UInt32(palette.count))]
+    }
+
+    private func rows() -> [Row] {
+        var rows: [Row] = []
+        let ordered = self.notes.sorted { ($0.afterSeq, $0.order) < ($1.afterSeq, $1.order) }
+        var noteIndex = 0
+        var previous: Line?
+        func addNotes(through seq: Int64) {
+            while noteIndex < ordered.count, ordered[noteIndex].afterSeq <= seq {
+                let text = "   — \(ordered[noteIndex].text)"
+                rows.append(Row(plain: text, styled: self.style(text, "2")))
+                noteIndex += 1
+                previous = nil
+            }
+        }
+        let seqs = self.posts.keys.sorted()
+        if let first = seqs.first { addNotes(through: first - 1) }
+        for seq in seqs {
+            guard let post = self.posts[seq] else { continue }
+            let prefix = "#\(seq) \(Self.clock(post.time)) "
+            // Consecutive posts of one author within five minutes share the name.
+            let continues = previous.map { $0.author == post.author && post.time - $0.time < 300_000 } ?? false
+            if continues {
+                let indent = String(repeating: " ", count: post.author.count + 2)
+                rows.append(Row(plain: prefix + indent + post.text, styled: self.style(prefix, "2") + indent + post.text))
+            } else {
+                rows.append(
+                    Row(
+                        plain: prefix + post.author + ": " + post.text,
+                        styled: self.style(prefix, "2") + self.style(post.author, self.authorStyle(post.author)) + ": " + post.text
+                    )
+                )
+            }
+            previous = post
+            addNotes(through: seq)
+        }
+        addNotes(through: .max)
+        for (_, line) in self.pending {
+            let failed = line.status.hasPrefix("not posted")
+            let plain = "   \(Self.clock(line.time)) \(line.author): \(line.text)  (\(line.status))"
+            rows.append(Row(plain: plain, styled: failed ? self.style(plain, "31") : self.style(plain, "2")))
+        }
+        return rows
     }
 
     func redraw() {
         let (rows, columns) = RawTerminal.size()
-        var lines: [String] = []
-        for seq in self.posts.keys.sorted() {
-            let post = self.posts[seq]!
-            lines.append("#\(seq) \(Self.clock(post.time)) \(post.author): \(post.text)")
-        }
-        for (_, line) in self.pending { lines.append("   \(Self.clock(line.time)) \(line.author): \(line.text)  (\(line.status))") }
-        for note in self.notes.suffix(3) { lines.append("   — \(note)") }
         let body = max(1, rows - 4)
         var wrapped: [String] = []
-        for line in lines { wrapped += Self.wrap(line, width: columns) }
+        for row in self.rows() {
+            if row.plain.count > columns {
+                wrapped += Self.wrap(row.plain, width: columns)
+            } else {
+                wrapped.append(row.styled)
+            }
+        }
         let visible = wrapped.suffix(body)
         var out = "\u{1B}[H\u{1B}[2J"
-        let header = "# \(self.circle) — \(self.user) — \(self.state)\(self.more ? " — PgUp: older" : "")"
+        let header = "# \(self.circle) — \(self.user) — \(self.state)\(self.more ? " — PgUp: older" : "") — /help"
         out += "\u{1B}[7m" + Self.pad(header, columns) + "\u{1B}[0m\r\n"
         for _ in 0..<(body - visible.count) { out += "\r\n" }
         for line in visible { out += line + "\r\n" }
         let typers = self.typing.keys.filter { $0 != self.user }.sorted()
         out += "\u{1B}[2m" + (typers.isEmpty ? "" : "\(typers.joined(separator: ", ")) \(typers.count == 1 ? "is" : "are") typing…") + "\u{1B}[0m\r\n"
         out += "> " + String(String(decoding: self.input, as: UTF8.self).suffix(max(1, columns - 3)))
-        FileHandle.standardOutput.write(Data(out.utf8))
+        Console.out(out)
     }
 
     private static func clock(_ milliseconds: Int64) -> String {
@@ -317,14 +428,14 @@ final class RawTerminal: @unchecked Sendable {
         raw.c_lflag &= ~tcflag_t(ECHO | ICANON | ISIG | IEXTEN)
         raw.c_iflag &= ~tcflag_t(IXON | ICRNL)
         tcsetattr(STDIN_FILENO, TCSAFLUSH, &raw)
-        FileHandle.standardOutput.write(Data("\u{1B}[?1049h".utf8))
+        Console.out("\u{1B}[?1049h")
         // SIGWINCH is handled by a dispatch source (a redraw at the new size).
         signal(SIGWINCH, SIG_IGN)
     }
 
     func leave() {
         tcsetattr(STDIN_FILENO, TCSAFLUSH, &self.saved)
-        FileHandle.standardOutput.write(Data("\u{1B}[?1049l".utf8))
+        Console.out("\u{1B}[?1049l")
     }
 
     static func size() -> (rows: Int, columns: Int) {

@@ -1,13 +1,16 @@
 import ArgumentParser
 import CircleClient
 import CircleServer
+import CircleSocket
+import CircleWire
 import Foundation
+import Logging
 
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
 
-/// How `send`, `tail` and `circles` reach a server and who they are.
+/// How `send`, `tail`, `chat`, `circle`, `upload` and `download` reach a server and who they are.
 struct ClientOptions: ParsableArguments {
     @Option(help: "The server's WebSocket URL. Env: CIRCLE_SERVER.")
     var server: String = ProcessInfo.processInfo.environment["CIRCLE_SERVER"] ?? "ws://127.0.0.1:8080/v1/ws"
@@ -20,6 +23,9 @@ struct ClientOptions: ParsableArguments {
 
     @OptionGroup var keys: KeyOptions
 
+    @Flag(name: .shortAndLong, help: "On failure, print the technical details too; log the connection's events to stderr.")
+    var verbose = false
+
     /// The HTTP base URL of the same server (`ws://host:port/v1/ws` → `http://host:port`).
     var httpBase: String {
         var base = self.server
@@ -29,10 +35,37 @@ struct ClientOptions: ParsableArguments {
     }
 
     func validate() throws {
-        guard self.server.hasPrefix("ws://") || self.server.hasPrefix("wss://") else {
+        guard self.server.hasPrefix("ws://") || self.server.hasPrefix("wss://"), URL(string: self.server)?.host != nil else {
             throw ValidationError("--server takes a ws:// or wss:// URL, e.g. ws://127.0.0.1:8080/v1/ws")
         }
+        if let user, !TokenAuthority.isValidUserName(user) {
+            throw ValidationError("\"\(user)\" is not a valid user name (letters, digits, . _ - @; at most 64)")
+        }
+        if self.token == nil, ProcessInfo.processInfo.environment["CIRCLE_TOKEN"] == nil, self.user == nil {
+            throw ValidationError("say who you are: --user NAME (with the server's --data or --jwt-secret), or --token T (or CIRCLE_TOKEN)")
+        }
     }
+
+    /// What failures name: this server, user and `circle`.
+    func context(circle: String? = nil) -> FailureContext {
+        FailureContext(server: self.server, user: self.user ?? self.tokenUser, circle: circle)
+    }
+
+    /// The user a given token is for (its `sub`), for sentences only; the server checks it.
+    private var tokenUser: String? {
+        guard let token = self.token ?? ProcessInfo.processInfo.environment["CIRCLE_TOKEN"] else { return nil }
+        let parts = token.split(separator: ".")
+        guard parts.count == 3 else { return nil }
+        var payload = String(parts[1]).replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while payload.count % 4 != 0 { payload += "=" }
+        guard let data = Data(base64Encoded: payload),
+            let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
+        else { return nil }
+        return object["sub"] as? String
+    }
+
+    /// Who the commands act as: `--user`, or the `sub` of the token.
+    var userName: String { self.user ?? self.tokenUser ?? "me" }
 
     /// A fresh token, each time it is asked (the SDK asks again when one expires).
     func tokenProvider() throws -> @Sendable () async throws -> String {
@@ -40,10 +73,7 @@ struct ClientOptions: ParsableArguments {
             return { token }
         }
         guard let user = self.user else {
-            throw ValidationError("say who you are: --token T (or CIRCLE_TOKEN), or --user NAME")
-        }
-        guard TokenAuthority.isValidUserName(user) else {
-            throw ValidationError("\"\(user)\" is not a valid user name (letters, digits, . _ - @; at most 64)")
+            throw CLIFailure(.usage, "say who you are: --user NAME (with the server's --data or --jwt-secret), or --token T (or CIRCLE_TOKEN)")
         }
         if let keys = try? self.keys.tokenKeys(createSecret: false) {
             return {
@@ -52,85 +82,127 @@ struct ClientOptions: ParsableArguments {
             }
         }
         let base = self.httpBase
+        let data = self.keys.data
         return {
-            let url = URL(string: "\(base)/v1/dev/token?user=\(user)")!
-            let (data, response) = try await URLSession.shared.data(from: url)
-            guard (response as? HTTPURLResponse)?.statusCode == 200,
-                let object = try JSONSerialization.jsonObject(with: data) as? [String: Any],
+            guard let url = URL(string: "\(base)/v1/dev/token?user=\(user)") else {
+                throw CLIFailure(.usage, "\(base) is not a usable server address")
+            }
+            let answer: (Data, URLResponse)
+            do {
+                answer = try await URLSession.shared.data(from: url)
+            } catch {
+                throw CLIFailure(
+                    .unauthorized,
+                    "no key to mint a token for \(user): \(data)/jwt-secret does not exist here, and \(base) could not be asked for a development token — run this where the server keeps its data (or give --data DIR, --jwt-secret, or --token)",
+                    detail: "\(error)"
+                )
+            }
+            guard (answer.1 as? HTTPURLResponse)?.statusCode == 200,
+                let object = try? JSONSerialization.jsonObject(with: answer.0) as? [String: Any],
                 let token = object["token"] as? String
             else {
-                throw ValidationError(
-                    "no key to mint a token for \(user): give --data pointing at the server's data directory, --jwt-secret, or --token (the server at \(base) does not hand out development tokens)"
+                throw CLIFailure(
+                    .unauthorized,
+                    "no key to mint a token for \(user): \(data)/jwt-secret does not exist here and the server does not hand out development tokens — give --data pointing at the server's data directory, --jwt-secret, or --token (or start the server with --dev)"
                 )
             }
             return token
         }
     }
 
-    func clientConfiguration(postTimeout: Duration = .seconds(60), failFast: Bool = false) throws -> CircleClientConfiguration {
-        CircleClientConfiguration(
+    /// The SDK's settings for these options. Logs go nowhere unless `--verbose` (a log line
+    /// must not land in the middle of `circle chat`'s screen).
+    func clientConfiguration(postTimeout: Duration = .seconds(60), announcesPresence: Bool = true, logs: Bool = true) throws -> CircleClientConfiguration {
+        var logger = Logger(label: "circle.client", factory: { _ in SwiftLogNoOpLogHandler() })
+        if self.verbose && logs {
+            logger = Logger(label: "circle.client", factory: { StreamLogHandler.standardError(label: $0) })
+            logger.logLevel = .debug
+        }
+        return CircleClientConfiguration(
             servers: [self.server],
             tokenProvider: try self.tokenProvider(),
             reconnect: .init(base: .milliseconds(250), cap: .seconds(5)),
             postTimeout: postTimeout,
-            failFast: failFast
+            announcesPresence: announcesPresence,
+            logger: logger
         )
+    }
+
+    /// Connects as every SDK command does, failing at once with the right sentence and status:
+    /// first one plain connection with the token (so a server that is down, a refused token or
+    /// a wrong URL are told apart within `timeout`, without retries), then the client itself;
+    /// with `circle`, it also checks that the circle exists and may be read.
+    func connect(_ configuration: CircleClientConfiguration, circle: String?, timeout: Duration) async throws -> CircleClient {
+        let token = try await configuration.tokenProvider()
+        var socketConfiguration = configuration.socket
+        socketConfiguration.subprotocols = [circleSubprotocol]
+        socketConfiguration.headers.replaceOrAdd(name: "Authorization", value: "Bearer \(token)")
+        socketConfiguration.connectTimeout = .nanoseconds(max(1, Int64(timeout.components.seconds) * 1_000_000_000 + timeout.components.attoseconds / 1_000_000_000))
+        // WSCommand.connect gives up at its deadline even when a host name never resolves.
+        let probe = try await WSCommand.connect(
+            to: self.server,
+            configuration: socketConfiguration,
+            logger: configuration.logger,
+            deadline: timeout + .seconds(1)
+        )
+        await probe.close(code: .normalClosure, reason: "")
+
+        let client = try await CircleClient(configuration: configuration)
+        await client.connect()
+        let deadline = ContinuousClock.now + timeout
+        while await client.state != .connected {
+            if case .closed(let reason) = await client.state {
+                if case .unauthorized = reason {
+                    throw CLIFailure.refusedUpgrade(status: 401, body: "", detail: "\(reason)", self.context())
+                }
+                throw CLIFailure(.refused, CLIFailure.describe(reason), detail: "\(reason)")
+            }
+            if ContinuousClock.now > deadline {
+                throw CLIFailure(.unreachable, "could not connect to \(self.context().address) within \(timeout)")
+            }
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        if let circle {
+            _ = try await client.history(of: circle, before: nil, limit: 1)
+        }
+        return client
     }
 
     /// One authenticated HTTP request to the server's API.
     func http(_ method: String, _ path: String, json: String? = nil) async throws -> (status: Int, body: Data) {
-        var request = URLRequest(url: URL(string: self.httpBase + path)!)
+        guard let url = URL(string: self.httpBase + path) else {
+            throw CLIFailure(.usage, "\(self.httpBase + path) is not a usable URL")
+        }
+        var request = URLRequest(url: url)
         request.httpMethod = method
+        request.timeoutInterval = 10
         request.setValue("Bearer \(try await self.tokenProvider()())", forHTTPHeaderField: "Authorization")
         if let json {
             request.httpBody = Data(json.utf8)
             request.setValue("application/json", forHTTPHeaderField: "Content-Type")
         }
+        let data: Data
+        let status: Int
         do {
-            let (data, response) = try await URLSession.shared.data(for: request)
-            return ((response as? HTTPURLResponse)?.statusCode ?? 0, data)
+            let (body, response) = try await URLSession.shared.data(for: request)
+            data = body
+            status = (response as? HTTPURLResponse)?.statusCode ?? 0
         } catch {
-            throw CLIFailure("cannot reach \(self.httpBase): \(error.localizedDescription)", exitCode: 2)
+            let address = self.context().address
+            throw CLIFailure(
+                .unreachable,
+                "cannot reach \(address) — is `circle serve` running there? Start it, or point --server at it",
+                detail: "\(error)"
+            )
         }
+        if status == 401 || status >= 500 {
+            throw CLIFailure.refusedUpgrade(status: status, body: String(decoding: data, as: UTF8.self), detail: "HTTP \(status)", self.context())
+        }
+        return (status, data)
     }
-}
-
-/// A failure with a message for stderr and an exit code.
-struct CLIFailure: Error, CustomStringConvertible {
-    var description: String
-    var exitCode: Int32
-    init(_ description: String, exitCode: Int32) {
-        self.description = description
-        self.exitCode = exitCode
-    }
-}
-
-/// Prints the message and exits with the code; for the failures a person acts on.
-func exitWithFailure(_ command: String, _ failure: CLIFailure) -> Never {
-    FileHandle.standardError.write(Data("circle \(command): \(failure.description)\n".utf8))
-    exit(failure.exitCode)
 }
 
 /// The `message` of an API error body, or the body itself.
 func apiErrorMessage(_ data: Data) -> String {
-    if let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
-        let error = object["error"] as? [String: Any], let message = error["message"] as? String
-    {
-        return message
-    }
-    return String(decoding: data, as: UTF8.self)
-}
-
-/// Waits until the client is connected; exits with status 2 and a message when it cannot be.
-func awaitConnection(_ client: CircleClient, command: String, server: String, within timeout: Duration = .seconds(10)) async {
-    let deadline = ContinuousClock.now + timeout
-    while await client.state != .connected {
-        if case .closed(let reason) = await client.state {
-            exitWithFailure(command, CLIFailure("the server refused the connection: \(reason)", exitCode: 2))
-        }
-        if ContinuousClock.now > deadline {
-            exitWithFailure(command, CLIFailure("could not connect to \(server) within \(timeout)", exitCode: 2))
-        }
-        try? await Task.sleep(for: .milliseconds(20))
-    }
+    CLIFailure.serverMessage(String(decoding: data, as: UTF8.self)) ?? String(decoding: data, as: UTF8.self)
 }

@@ -12,10 +12,20 @@ struct ServeCommand: AsyncParsableCommand {
         abstract: "Run the Circle server on its embedded SQLite store.",
         discussion: """
             With no options it listens on 127.0.0.1:8080, keeps its data in ./circle-data and \
-            generates a token secret there. Every option has an environment variable (CIRCLE_HOST, \
-            CIRCLE_PORT, CIRCLE_DATA, CIRCLE_JWT_SECRET, CIRCLE_LOG_LEVEL, …).
+            generates a token secret there; the chat page is at http://127.0.0.1:8080/. The \
+            options that say "Env:" can also be set in the environment: CIRCLE_HOST, CIRCLE_PORT, \
+            CIRCLE_DATA, CIRCLE_JWT_SECRET, CIRCLE_JWT_PUBLIC_KEY, CIRCLE_JWT_PRIVATE_KEY, \
+            CIRCLE_TLS_CERT, CIRCLE_TLS_KEY and CIRCLE_LOG_LEVEL; the others only on the command line.
             SIGINT/SIGTERM shut down gracefully: no new connections, in-flight posts committed, \
             WebSockets closed with 1001.
+
+            Exit status: 0 stopped by SIGINT/SIGTERM; 5 cannot start: the port is in use or may \
+            not be bound, the data directory or a key or certificate file cannot be used; 64 usage.
+
+            Examples:
+              circle serve
+              circle serve --dev --port 9000 --data /tmp/circle-demo
+              circle serve --host 0.0.0.0 --tls-cert cert.pem --tls-key key.pem
             """
     )
 
@@ -80,7 +90,27 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "With permessage-deflate, send messages shorter than this many bytes uncompressed.")
     var compressionMinBytes = 64
 
+    @Flag(name: .shortAndLong, help: "When the server cannot start, print the technical details too.")
+    var verbose = false
+
     func run() async throws {
+        do {
+            try await self.serve()
+        } catch let error as ValidationError {
+            throw error
+        } catch let error as CLIFailure {
+            exitWithFailure("serve", error, verbose: self.verbose)
+        } catch {
+            // A data directory, key or certificate that cannot be used.
+            exitWithFailure(
+                "serve",
+                CLIFailure(.local, "the server could not start: \(error.localizedDescription)", detail: String(reflecting: error)),
+                verbose: self.verbose
+            )
+        }
+    }
+
+    private func serve() async throws {
         guard let level = Logger.Level(rawValue: self.logLevel.lowercased()) else {
             throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical")
         }
@@ -141,27 +171,45 @@ struct ServeCommand: AsyncParsableCommand {
         do {
             server = try await CircleServer.start(configuration: configuration, logger: logger)
         } catch let error as IOError {
-            throw ValidationError("cannot listen on \(self.host):\(self.port): \(error)")
+            exitWithFailure("serve", CLIFailure.listenFailure(error, host: self.host, port: self.port), verbose: self.verbose)
+        } catch {
+            exitWithFailure(
+                "serve",
+                CLIFailure(.local, "the server could not start: \(error) — check that \(self.keys.data) is a directory you may write", detail: String(reflecting: error)),
+                verbose: self.verbose
+            )
         }
         let scheme = tls == nil ? "ws" : "wss"
         let httpScheme = tls == nil ? "http" : "https"
         let shownHost = self.host.contains(":") ? "[\(self.host)]" : self.host
-        FileHandle.standardError.write(
-            Data(
-                """
-                Circle is running.
-                  WebSocket  \(scheme)://\(shownHost):\(server.port)/v1/ws   (subprotocol circle.v1)
-                  HTTP API   \(httpScheme)://\(shownHost):\(server.port)/v1/circles   health: /healthz   metrics: /metrics
-                  data       \(self.keys.data)
-                  a token    circle token --user alice --data \(self.keys.data)
-                Press Ctrl-C to stop.
+        let browseHost = ["0.0.0.0", "::"].contains(self.host) ? "127.0.0.1" : shownHost
+        let circle = Self.invocation
+        let dataArgument = self.keys.data == "./circle-data" ? "" : " --data \(self.keys.data)"
+        Console.err(
+            """
+            Circle \(CircleVersion.current) is running.
+              chat page  \(httpScheme)://\(browseHost):\(server.port)/\(self.dev ? "   (--dev: sign in with just a name)" : "")
+              WebSocket  \(scheme)://\(shownHost):\(server.port)/v1/ws   (subprotocol circle.v1)
+              HTTP API   \(httpScheme)://\(shownHost):\(server.port)/v1/circles   health: /healthz   metrics: /metrics
+              data       \(self.keys.data)
+              dev mode   \(self.dev ? "on: GET /v1/dev/token?user=NAME hands out tokens — never in production" : "off (--dev lets the chat page sign in with just a name)")
+              a token    \(circle) token --user alice\(dataArgument)
+              a chat     \(circle) chat general --user alice\(dataArgument)   (after: \(circle) circle create general --user alice\(dataArgument))
+            Press Ctrl-C to stop.
 
-                """.utf8
-            )
+            """
         )
         let group = ServiceGroup(
             configuration: .init(services: [.init(service: server)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         )
         try await group.run()
+    }
+
+    /// How to run `circle` as this process was run: `swift run circle` from a checkout's
+    /// `.build`, else the path or name it was started with.
+    static var invocation: String {
+        let path = ProcessInfo.processInfo.arguments.first ?? "circle"
+        if path.contains("/.build/") { return "swift run circle" }
+        return path.contains("/") ? path : "circle"
     }
 }

@@ -11,6 +11,13 @@ struct TailCommand: AsyncParsableCommand {
             one as it arrives, resuming across reconnects without gaps or duplicates. Lines look \
             like "#SEQ HH:MM:SS author: text"; --json prints each post as a JSON object per line.
 
+            A tail does not tell the circle that you joined or left. When stdout is closed (for \
+            example `| head -1`), it stops quietly.
+
+            Exit status: 0 done (with --follow: never, until interrupted); 1 the circle does not \
+            exist or you may not read it; 2 the server could not be reached; 4 the token was \
+            refused, or none could be made; 64 usage.
+
             Examples:
               circle tail general --user alice --data ./circle-data --follow
               circle tail ops --since 1200 --json --token "$TOKEN" | jq .text
@@ -29,12 +36,24 @@ struct TailCommand: AsyncParsableCommand {
     @Flag(help: "One JSON object per post.")
     var json = false
 
+    @Option(help: "Seconds to wait for the connection.")
+    var timeout: Int = 10
+
     @OptionGroup var client: ClientOptions
 
+    func validate() throws {
+        guard self.timeout > 0 else { throw ValidationError("--timeout must be at least 1 second") }
+    }
+
     func run() async throws {
-        let client = try await CircleClient(configuration: try self.client.clientConfiguration())
-        await client.connect()
-        await awaitConnection(client, command: "tail", server: self.client.server)
+        try await reportingFailures("tail", verbose: self.client.verbose, context: self.client.context(circle: self.circle)) {
+            try await self.tail()
+        }
+    }
+
+    private func tail() async throws {
+        let configuration = try self.client.clientConfiguration(announcesPresence: false)
+        let client = try await self.client.connect(configuration, circle: self.circle, timeout: .seconds(self.timeout))
         // Backlog through history (paged), then live through the subscription from there.
         var after = self.since
         if after == nil {
@@ -57,7 +76,7 @@ struct TailCommand: AsyncParsableCommand {
                 cursor = post.seq
                 self.print(post)
             } else if case .gap(let from, let to) = event {
-                FileHandle.standardError.write(Data("circle tail: posts \(from)–\(to) are missing\n".utf8))
+                Console.err("circle tail: posts \(from)–\(to) are missing\n")
             }
         }
     }
@@ -73,14 +92,14 @@ struct TailCommand: AsyncParsableCommand {
         if self.json {
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-            FileHandle.standardOutput.write((try? encoder.encode(post)) ?? Data())
-            FileHandle.standardOutput.write(Data("\n".utf8))
+            guard let data = try? encoder.encode(post) else { return }
+            Console.line(String(decoding: data, as: UTF8.self))
         } else {
             let date = Date(timeIntervalSince1970: Double(post.time) / 1000)
             let formatter = DateFormatter()
             formatter.dateFormat = "HH:mm:ss"
             let line = "#\(post.seq) \(formatter.string(from: date)) \(post.author): \(post.text ?? "")\(post.attachment.map { " [attachment \($0)]" } ?? "")\n"
-            FileHandle.standardOutput.write(Data(line.utf8))
+            Console.out(line)
         }
     }
 }

@@ -20,14 +20,6 @@ final class TerminalSession: Sendable {
         var pingTimeout: Duration = .seconds(10)
     }
 
-    /// The exit statuses documented in `circle ws --help`.
-    enum ExitStatus {
-        static let success: Int32 = 0
-        static let usage: Int32 = 1
-        static let connectFailed: Int32 = 2
-        static let connectionLost: Int32 = 3
-    }
-
     private enum ChildResult: Sendable {
         /// The inbound messages ended: normally (`nil`) or with this error.
         case connectionEnded((any Error)?)

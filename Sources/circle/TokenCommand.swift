@@ -10,7 +10,13 @@ struct TokenCommand: AsyncParsableCommand {
             Uses the same key as `circle serve`: --jwt-secret / CIRCLE_JWT_SECRET, or the secret \
             the server generated in its data directory. Prints the token on stdout.
 
-            Example: circle chat general --token "$(circle token --user alice)"
+            Exit status: 0 printed; 4 no key to sign with (no --jwt-secret, and no jwt-secret \
+            in --data); 5 a key file cannot be read; 64 usage.
+
+            Examples:
+              circle token --user alice
+              circle token --user alice --data /srv/circle-data --ttl 7d
+              circle chat general --token "$(circle token --user alice)"
             """
     )
 
@@ -29,7 +35,22 @@ struct TokenCommand: AsyncParsableCommand {
         guard let ttl = parseDuration(self.ttl), ttl > .zero else {
             throw ValidationError("--ttl takes a duration of at most 100 years, such as 90s, 15m, 1h or 7d")
         }
-        let authority = try await TokenAuthority(try self.keys.tokenKeys(createSecret: false))
-        print(try await authority.mint(user: self.user, ttl: ttl))
+        let keys: TokenKeys
+        do {
+            keys = try self.keys.tokenKeys(createSecret: false)
+        } catch let error as ValidationError {
+            exitWithFailure(
+                "token",
+                CLIFailure(.unauthorized, "\(error.message) — run this where the server keeps its data, or give --data DIR (the server's), or --jwt-secret")
+            )
+        } catch {
+            exitWithFailure("token", CLIFailure(.local, "cannot read the key: \(error.localizedDescription)", detail: "\(error)"))
+        }
+        do {
+            let authority = try await TokenAuthority(keys)
+            Console.line(try await authority.mint(user: self.user, ttl: ttl))
+        } catch {
+            exitWithFailure("token", CLIFailure(.local, "cannot sign a token with that key: \(error)"))
+        }
     }
 }

@@ -33,23 +33,27 @@ struct WSCommand: AsyncParsableCommand {
             Commands, typed on a line of their own:
             \(TerminalCommand.summary.split(separator: "\n").map { "  " + $0 }.joined(separator: "\n"))
 
-            Exit status:
+            Exit status (the same table as every circle command):
               0    closed normally: by this side, or by the server with 1000 (normal
                    closure), 1001 (going away) or a close frame without a code (1005)
-              1    invalid URL, or a --ca file that cannot be read
               2    could not connect: refused, timed out, TLS or pin failure, or the
                    server refused the upgrade (its HTTP status and body are printed)
               3    the connection was lost, broke the protocol or a limit, a ping got
                    no pong, or the server closed with another code ("closed by
                    server: CODE REASON" is printed)
-              64   usage error: unknown or invalid option, missing URL
+              4    the server refused the upgrade with 401 (the token)
+              5    a --ca file that cannot be read
+              64   usage error: invalid URL, unknown or invalid option, missing URL
               130  interrupted twice with Ctrl-C
 
-            Examples:
-              circle ws ws://localhost:8080/ws --subprotocol circle.v1
-              circle ws wss://example.com/ws --header "Authorization: Bearer $TOKEN"
-              circle ws ws://localhost:8080/echo -x '{"action":"hello"}' --wait 2
-              echo hello | circle ws ws://localhost:8080/echo --wait 1
+            Examples (a local `circle serve`; /v1/echo needs `circle serve --echo`):
+              T=$(circle token --user alice)
+              circle ws ws://127.0.0.1:8080/v1/ws --subprotocol circle.v1 \\
+                --header "Authorization: Bearer $T"
+              circle ws wss://chat.example.com/v1/ws --subprotocol circle.v1 \\
+                --header "Authorization: Bearer $TOKEN"
+              circle ws ws://127.0.0.1:8080/v1/echo -x '{"hello":1}' --wait 2
+              echo hello | circle ws ws://127.0.0.1:8080/v1/echo --wait 1
             """
     )
 
@@ -155,9 +159,12 @@ struct WSCommand: AsyncParsableCommand {
         let configuration: WebSocketConfiguration
         do {
             configuration = try self.makeConfiguration()
+        } catch let error as SetupError {
+            output.error("\(error)")
+            throw ExitCode(ExitStatus.local)
         } catch {
             output.error("\(error)")
-            throw ExitCode(TerminalSession.ExitStatus.usage)
+            throw ExitCode(ExitStatus.usage)
         }
         var logger = Logger(label: "circle.ws", factory: { StreamLogHandler.standardError(label: $0) })
         logger.logLevel = self.verbose ? .debug : .warning
@@ -171,9 +178,9 @@ struct WSCommand: AsyncParsableCommand {
                 deadline: .seconds(self.connectTimeout) + .seconds(2)
             )
         } catch {
-            let (message, status) = self.describeConnectFailure(error)
-            output.error(message)
-            throw ExitCode(status)
+            let failure = CLIFailure.webSocketConnect(error, url: self.url, connectTimeout: self.connectTimeout)
+            output.error(failure.message)
+            throw ExitCode(failure.exitCode)
         }
         output.status(Self.connectedLine(url: self.url, socket: socket))
         if isatty(STDIN_FILENO) == 1 && (self.execute.isEmpty || self.wait == nil) {
@@ -190,7 +197,7 @@ struct WSCommand: AsyncParsableCommand {
             )
         )
         let status = await session.run()
-        if status != TerminalSession.ExitStatus.success {
+        if status != ExitStatus.success {
             throw ExitCode(status)
         }
     }
@@ -238,7 +245,7 @@ struct WSCommand: AsyncParsableCommand {
 
     // MARK: Configuration
 
-    /// A failure to set up the connection from the options (exit status 1).
+    /// A failure to set up the connection from the options (exit status 5: a local file).
     struct SetupError: Error, CustomStringConvertible {
         var description: String
     }
@@ -307,86 +314,6 @@ struct WSCommand: AsyncParsableCommand {
         if let subprotocol = socket.subprotocol { details.append("subprotocol: \(subprotocol)") }
         if let compression = socket.compression { details.append("compression: \(compression)") }
         return "connected to \(url)" + (details.isEmpty ? "" : " (\(details.joined(separator: ", ")))")
-    }
-
-    /// The message and exit status for a failed connect.
-    func describeConnectFailure(_ error: any Error) -> (String, Int32) {
-        let prefix = "cannot connect to \(self.url)"
-        if error is ConnectDeadlineExceeded {
-            return (
-                "\(prefix): no connection within \(Self.formatSeconds(self.connectTimeout)) (is the host name right?)",
-                TerminalSession.ExitStatus.connectFailed
-            )
-        }
-        guard let error = error as? WebSocketError else {
-            return ("\(prefix): \(error)", TerminalSession.ExitStatus.connectFailed)
-        }
-        let message: String
-        switch error.code {
-        case .invalidURL:
-            return ("invalid URL: \(error.message)", TerminalSession.ExitStatus.usage)
-        case .connectTimeout:
-            message = "\(prefix): timed out after \(Self.formatSeconds(self.connectTimeout))"
-        case .connectionFailed:
-            message = "\(prefix): \(error.underlying.flatMap(Self.reason(for:)) ?? error.message)"
-        case .tlsFailed:
-            let host = URL(string: self.url)?.host ?? self.url
-            if let reason = error.underlying.flatMap({ Self.tlsReason(for: $0, host: host) }) {
-                message = "\(prefix): \(reason)"
-            } else {
-                message = "\(prefix): \(error.message)" + (error.underlying.map { ": \($0)" } ?? "")
-            }
-        case .handshakeRefused:
-            var text = "\(prefix): the server refused the WebSocket upgrade"
-            if let status = error.httpStatus {
-                text += " with HTTP \(status) \(HTTPResponseStatus(statusCode: status).reasonPhrase)"
-            }
-            if let body = error.httpBody, !body.isEmpty {
-                text += "\n" + body
-            }
-            message = text
-        default:
-            message = "\(prefix): \(error.message)" + (error.underlying.map { " (\($0))" } ?? "")
-        }
-        return (message, TerminalSession.ExitStatus.connectFailed)
-    }
-
-    /// A short reason for a socket-level error, e.g. `connection refused`; `nil` if there is none.
-    static func reason(for error: any Error) -> String? {
-        switch error {
-        case let error as IOError:
-            guard let text = strerror(error.errnoCode).map({ String(cString: $0) }), let first = text.first else {
-                return nil
-            }
-            return first.lowercased() + text.dropFirst()
-        case let error as NIOConnectionError:
-            if error.connectionErrors.isEmpty {
-                let dnsError = error.dnsAError ?? error.dnsAAAAError
-                return "cannot resolve the host name \(error.host)" + (dnsError.map { " (\($0))" } ?? "")
-            }
-            var reasons: [String] = []
-            for failure in error.connectionErrors {
-                let reason = Self.reason(for: failure.error) ?? "\(failure.error)"
-                if !reasons.contains(reason) { reasons.append(reason) }
-            }
-            return reasons.joined(separator: "; ")
-        case ChannelError.connectTimeout:
-            return "timed out"
-        default:
-            return nil
-        }
-    }
-
-    /// A plain explanation for the common TLS failures; `nil` for the others.
-    static func tlsReason(for error: any Error, host: String) -> String? {
-        if let error = error as? NIOSSLExtraError, error == .failedToValidateHostname {
-            return "the server's certificate is not valid for \(host)"
-        }
-        if "\(error)".contains("CERTIFICATE_VERIFY_FAILED") {
-            return "the server's certificate is not trusted (--ca FILE trusts a private CA, "
-                + "--insecure-localhost a self-signed certificate on localhost)"
-        }
-        return nil
     }
 
     static func formatSeconds(_ seconds: Double) -> String {

@@ -8,18 +8,22 @@ import Testing
 struct ChatTmuxTests {
     let socket = "circle-test-\(UUID().uuidString.prefix(8))"
 
-    /// Runs tmux through /bin/sh with posix_spawn and waitpid: Foundation's Process did not reap
+    /// Runs tmux through /bin/bash with posix_spawn and waitpid: Foundation's Process did not reap
     /// the tmux client here (it daemonizes its server), so plain POSIX keeps this dependable.
     @discardableResult
     private func tmux(_ arguments: [String]) throws -> String {
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("tmux-\(UUID().uuidString)").path
         defer { try? FileManager.default.removeItem(atPath: file) }
         let quoted = (["tmux", "-L", self.socket] + arguments).map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }
-        let command = quoted.joined(separator: " ") + " > '\(file)' 2>/dev/null < /dev/null"
+        // Only stdin, stdout and stderr go to tmux: a tmux server daemonizes and would otherwise
+        // keep the listening sockets of servers that other suites run in this process, so a
+        // server restarted on its port would find it taken.
+        let closeInherited = #"for fd in /proc/$$/fd/*; do fd=${fd##*/}; [ "$fd" -gt 2 ] && eval "exec $fd>&-"; done 2>/dev/null; "#
+        let command = closeInherited + quoted.joined(separator: " ") + " > '\(file)' 2>/dev/null < /dev/null"
         var pid: pid_t = 0
-        let argv: [UnsafeMutablePointer<CChar>?] = [strdup("/bin/sh"), strdup("-c"), strdup(command), nil]
+        let argv: [UnsafeMutablePointer<CChar>?] = [strdup("/bin/bash"), strdup("-c"), strdup(command), nil]
         defer { for pointer in argv { free(pointer) } }
-        guard posix_spawn(&pid, "/bin/sh", nil, nil, argv, environ) == 0 else { throw TestFailure("cannot run tmux") }
+        guard posix_spawn(&pid, "/bin/bash", nil, nil, argv, environ) == 0 else { throw TestFailure("cannot run tmux") }
         var status: Int32 = 0
         waitpid(pid, &status, 0)
         return (try? String(contentsOfFile: file, encoding: .utf8)) ?? ""
@@ -41,9 +45,18 @@ struct ChatTmuxTests {
         throw TestFailure("timed out")
     }
 
-    private func startChat(_ session: String, user: String, server: TestServer) throws {
-        let command = "\(CircleProcess.executablePath) chat general --user \(user) --jwt-secret \(testSecret) --server \(server.wsURL)"
+    private func startChat(_ session: String, user: String, server: TestServer, circle: String = "general") throws {
+        // Without NO_COLOR, which the test runner's environment may carry, so the chat uses colour.
+        let command = "env -u NO_COLOR \(CircleProcess.executablePath) chat \(circle) --user \(user) --jwt-secret \(testSecret) --server \(server.wsURL)"
         try self.tmux(["new-session", "-d", "-s", session, "-x", "90", "-y", "24", command])
+    }
+
+    /// Runs `circle ARGUMENTS` to its end and returns the exit status and stderr.
+    private func circle(_ arguments: [String], server: TestServer) async throws -> (status: Int32, stdout: String, stderr: String) {
+        let process = try CircleProcess(arguments + ["--jwt-secret", testSecret, "--server", server.wsURL])
+        process.closeInput()
+        let status = try await process.waitForExit(timeout: .seconds(30))
+        return (status, process.stdout, process.stderr)
     }
 
     @Test("two chats and circle send see each other's posts; a server restart shows reconnecting and loses nothing")
@@ -88,10 +101,149 @@ struct ChatTmuxTests {
         let final = try self.screen("bob")
         #expect(final.components(separatedBy: "written while offline").count == 2, "shown once:\n\(final)")
         #expect(final.components(separatedBy: "hello from alice").count == 2)
+        #expect(!final.contains("circle.client") && !final.contains("warning"), "no log line over the chat:\n\(final)")
 
         try self.tmux(["send-keys", "-t", "alice", "/quit", "Enter"])
         try await Task.sleep(for: .milliseconds(500))
         #expect(!(try self.tmux(["ls"])).contains("alice:"))
+        await server.stop()
+    }
+}
+
+extension ChatTmuxTests {
+    @Test("a circle that does not exist is said at once, before the screen is taken over, with exit 1")
+    func missingCircle() async throws {
+        try self.tmux(["new-session", "-d", "-s", "keeper", "sleep 600"])
+        defer { _ = try? self.tmux(["kill-server"]) }
+        let server = TestServer()
+        defer { server.remove() }
+        try await server.start()
+        let command =
+            "\(CircleProcess.executablePath) chat nosuchcircle --user alice --jwt-secret \(testSecret) --server \(server.wsURL); echo \"exit=$?\"; sleep 60"
+        try self.tmux(["new-session", "-d", "-s", "lost", "-x", "120", "-y", "24", command])
+        try await self.waitForScreen("lost") { $0.contains("exit=") }
+        let screen = try self.screen("lost")
+        #expect(screen.contains("circle chat: there is no circle \"nosuchcircle\""), "\(screen)")
+        #expect(screen.contains("exit=1"), "\(screen)")
+        #expect(!screen.contains("— alice —"), "the chat screen never opened:\n\(screen)")
+        #expect(!screen.contains("warning"), "no log lines:\n\(screen)")
+        await server.stop()
+    }
+
+    @Test("/help lists the commands; an unknown /command is not posted; photos show by caption; one author's posts are grouped, in colour")
+    func commandsPhotosAndGrouping() async throws {
+        try self.tmux(["new-session", "-d", "-s", "keeper", "sleep 600"])
+        defer { _ = try? self.tmux(["kill-server"]) }
+        let server = TestServer()
+        defer { server.remove() }
+        try await server.start()
+        try await server.createCircle("general", owner: "alice")
+        try self.startChat("alice", user: "alice", server: server)
+        try await self.waitForScreen("alice") { $0.contains("general — alice — connected") }
+
+        try self.tmux(["send-keys", "-t", "alice", "/help", "Enter"])
+        try await self.waitForScreen("alice") { $0.contains("/older loads older posts") && $0.contains("/quit leaves") }
+        try self.tmux(["send-keys", "-t", "alice", "/shrug", "Enter"])
+        try await self.waitForScreen("alice") { $0.contains("unknown command /shrug, not posted") }
+        try self.tmux(["send-keys", "-t", "alice", "first of mine", "Enter"])
+        try self.tmux(["send-keys", "-t", "alice", "second of mine", "Enter"])
+        try await self.waitForScreen("alice") { $0.contains("#2") && $0.contains("second of mine") && !$0.contains("sending") }
+        // Only the two posts were stored: the commands were not posted.
+        let tail = try await self.circle(["tail", "general", "--user", "bob"], server: server)
+        #expect(tail.stdout.split(separator: "\n").count == 2, "\(tail.stdout)")
+        #expect(!tail.stdout.contains("/shrug") && !tail.stdout.contains("/help"), "\(tail.stdout)")
+        let grouped = try self.screen("alice").split(separator: "\n")
+        #expect(grouped.contains { $0.contains("alice: first of mine") }, "\(grouped)")
+        #expect(grouped.contains { $0.contains("second of mine") && !$0.contains("alice:") }, "the second post is grouped under the first:\n\(grouped)")
+
+        // A photo with a caption shows as [photo] caption, not as its 64-hex media id.
+        let photo = FileManager.default.temporaryDirectory.appendingPathComponent("circle-\(UUID().uuidString).jpg").path
+        _ = FileManager.default.createFile(atPath: photo, contents: Data([0xFF, 0xD8, 0xFF, 0xE0] + [UInt8](repeating: 3, count: 5000)))
+        defer { try? FileManager.default.removeItem(atPath: photo) }
+        let upload = try await self.circle(["upload", photo, "--circle", "general", "--caption", "the harbour", "--user", "bob"], server: server)
+        #expect(upload.status == 0, "\(upload.stderr)")
+        let media = String(upload.stdout.split(separator: " ").last ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
+        try await self.waitForScreen("alice") { $0.contains("bob: [photo] the harbour") }
+        #expect(!(try self.screen("alice")).contains(media), "no media id on the screen")
+
+        // Colour: author names are drawn with SGR sequences (tmux reports them with -e).
+        let coloured = try self.tmux(["capture-pane", "-p", "-e", "-t", "alice"])
+        let photoLine = coloured.split(separator: "\n").first { $0.contains("[photo] the harbour") } ?? ""
+        #expect(photoLine.contains("\u{1B}["), "the line has colour codes: \(photoLine.debugDescription)")
+        try self.tmux(["send-keys", "-t", "alice", "/quit", "Enter"])
+        await server.stop()
+    }
+
+    @Test("presence is per user: circle send makes none; a second chat of a user neither joins nor leaves; the last one leaves")
+    func presence() async throws {
+        try self.tmux(["new-session", "-d", "-s", "keeper", "sleep 600"])
+        defer { _ = try? self.tmux(["kill-server"]) }
+        let server = TestServer()
+        defer { server.remove() }
+        try await server.start()
+        try await server.createCircle("general", owner: "alice")
+        try self.startChat("alice", user: "alice", server: server)
+        try await self.waitForScreen("alice") { $0.contains("general — alice — connected") }
+
+        #expect(try await self.circle(["send", "general", "deployed", "--user", "carol"], server: server).status == 0)
+        try await self.waitForScreen("alice") { $0.contains("carol: deployed") }
+        #expect(try await self.circle(["send", "general", "again", "--user", "carol"], server: server).status == 0)
+        try await self.waitForScreen("alice") { $0.contains("again") }
+
+        try self.startChat("bob", user: "bob", server: server)
+        try await self.waitForScreen("alice") { $0.contains("bob joined") }
+        try self.startChat("bob2", user: "bob", server: server)
+        try await self.waitForScreen("bob2") { $0.contains("general — bob — connected") }
+        try self.tmux(["send-keys", "-t", "bob2", "/quit", "Enter"])
+        try self.tmux(["send-keys", "-t", "bob", "still here", "Enter"])
+        try await self.waitForScreen("alice") { $0.contains("still here") }
+        try self.tmux(["send-keys", "-t", "bob", "/quit", "Enter"])
+        try await self.waitForScreen("alice") { $0.contains("bob left") }
+        let screen = try self.screen("alice")
+        #expect(!screen.contains("carol joined") && !screen.contains("carol left"), "\(screen)")
+        #expect(screen.components(separatedBy: "bob joined").count == 2, "\(screen)")
+        #expect(screen.components(separatedBy: "bob left").count == 2, "\(screen)")
+        // In order: bob joined, then his post, then bob left.
+        let joined = screen.range(of: "bob joined")?.lowerBound
+        let post = screen.range(of: "still here")?.lowerBound
+        let left = screen.range(of: "bob left")?.lowerBound
+        if let joined, let post, let left {
+            #expect(joined < post && post < left, "\(screen)")
+        }
+        try self.tmux(["send-keys", "-t", "alice", "/quit", "Enter"])
+        await server.stop()
+    }
+}
+
+extension ChatTmuxTests {
+    @Test("circle send on a terminal says what it waits for; the upload bar shows speed and time left, then clears its line")
+    func terminalPrompts() async throws {
+        try self.tmux(["new-session", "-d", "-s", "keeper", "sleep 600"])
+        defer { _ = try? self.tmux(["kill-server"]) }
+        let server = TestServer()
+        defer { server.remove() }
+        try await server.start()
+        try await server.createCircle("general", owner: "alice")
+        let circle = "env -u NO_COLOR \(CircleProcess.executablePath)"
+        let options = "--user alice --jwt-secret \(testSecret) --server \(server.wsURL)"
+
+        try self.tmux(["new-session", "-d", "-s", "send", "-x", "160", "-y", "20", "\(circle) send general \(options); echo \"exit=$?\"; sleep 60"])
+        try await self.waitForScreen("send") { $0.contains("type the posts for general, one per line; Ctrl-D ends") }
+        try self.tmux(["send-keys", "-t", "send", "typed at the terminal", "Enter"])
+        try await self.waitForScreen("send") { $0.contains("#1") }
+        try self.tmux(["send-keys", "-t", "send", "C-d"])
+        try await self.waitForScreen("send") { $0.contains("exit=0") }
+
+        let photo = FileManager.default.temporaryDirectory.appendingPathComponent("circle-\(UUID().uuidString).jpg").path
+        _ = FileManager.default.createFile(atPath: photo, contents: Data([0xFF, 0xD8, 0xFF, 0xE0] + (0..<600_000).map { UInt8(truncatingIfNeeded: $0 &* 31) }))
+        defer { try? FileManager.default.removeItem(atPath: photo) }
+        let upload = "\(circle) upload \(photo) --circle general --limit-rate 200K \(options); echo \"exit=$?\"; sleep 60"
+        try self.tmux(["new-session", "-d", "-s", "upload", "-x", "160", "-y", "20", upload])
+        try await self.waitForScreen("upload") { $0.contains("upload [") && $0.contains("/s") && $0.contains(" left") }
+        try await self.waitForScreen("upload", timeout: .seconds(40)) { $0.contains("exit=0") }
+        let done = try self.screen("upload")
+        #expect(!done.contains("upload ["), "the bar's line was cleared:\n\(done)")
+        #expect(done.contains("#2 "), "\(done)")
         await server.stop()
     }
 }

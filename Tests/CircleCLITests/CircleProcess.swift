@@ -32,8 +32,9 @@ final class CircleProcess {
     private let stderrCollector: OutputCollector
     let arguments: [String]
 
-    /// Starts `circle ARGUMENTS...`.
-    init(_ arguments: [String]) throws {
+    /// Starts `circle ARGUMENTS...`, in `directory` when given, with `environment` added to this
+    /// process's environment.
+    init(_ arguments: [String], directory: String? = nil, environment: [String: String] = [:]) throws {
         // Writing to the stdin of a process that has exited must fail with EPIPE, not kill the runner.
         signal(SIGPIPE, SIG_IGN)
         let path = Self.executablePath
@@ -43,6 +44,8 @@ final class CircleProcess {
         let error = Pipe()
         self.process.executableURL = URL(fileURLWithPath: path)
         self.process.arguments = arguments
+        if let directory { self.process.currentDirectoryURL = URL(fileURLWithPath: directory) }
+        if !environment.isEmpty { self.process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 } }
         self.process.standardInput = self.input
         self.process.standardOutput = output
         self.process.standardError = error
@@ -169,4 +172,22 @@ final class OutputCollector: @unchecked Sendable {
     var isFinished: Bool {
         self.lock.withLock { self.finished }
     }
+}
+
+/// A loopback port that nothing listens on: bound for a moment (close-on-exec, so that no child
+/// process such as a tmux server forked meanwhile can keep it) and released, never listened on.
+func unusedPort() throws -> Int {
+    let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+    guard descriptor >= 0 else { throw CircleProcess.TimedOut(description: "socket() failed: errno \(errno)") }
+    defer { close(descriptor) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = 0
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, length) } }
+    guard bound == 0 else { throw CircleProcess.TimedOut(description: "bind() failed: errno \(errno)") }
+    let named = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(descriptor, $0, &length) } }
+    guard named == 0 else { throw CircleProcess.TimedOut(description: "getsockname() failed: errno \(errno)") }
+    return Int(UInt16(bigEndian: address.sin_port))
 }

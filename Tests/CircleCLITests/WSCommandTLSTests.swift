@@ -114,10 +114,10 @@ extension WSCommandTests {
         }
     }
 
-    @Test("an unreadable --ca file exits 1; a malformed --pin is a usage error")
+    @Test("an unreadable --ca file exits 5 (a local file); a malformed --pin is a usage error")
     func badTLSOptions() async throws {
         let missing = try CircleProcess(["ws", "wss://127.0.0.1:1/", "--ca", "/nonexistent/ca.pem"])
-        #expect(try await missing.waitForExit() == 1)
+        #expect(try await missing.waitForExit() == 5)
         #expect(missing.stderr.contains("cannot read certificate authorities from /nonexistent/ca.pem"), "stderr: \(missing.stderr)")
 
         let malformed = try CircleProcess(["ws", "wss://127.0.0.1:1/", "--pin", "not-a-pin"])

@@ -193,10 +193,9 @@ struct WSCommandTests {
 
     @Test("a refused connection exits 2 and says so")
     func connectionRefused() async throws {
-        // A port that was just free: bind it, then let it go.
-        let server = try await startServer()
-        let port = server.port
-        await server.shutdown()
+        // A port nothing listens on (a stopped server's port may be held by a tmux server that
+        // another suite started meanwhile).
+        let port = try unusedPort()
         let url = "ws://127.0.0.1:\(port)/"
         let process = try CircleProcess(["ws", url])
         let status = try await process.waitForExit()
@@ -205,23 +204,23 @@ struct WSCommandTests {
         #expect(process.stdout.isEmpty)
     }
 
-    @Test("a refused upgrade exits 2 and shows the HTTP status and body")
+    @Test("a refused upgrade shows the HTTP status and body; 401 (the token) exits 4")
     func handshakeRefused() async throws {
         try await withServer(decide: { _ in .refuse(.unauthorized, body: "{\"error\":\"no token\"}") }) { url in
             let process = try CircleProcess(["ws", url])
             let status = try await process.waitForExit()
-            #expect(status == 2)
+            #expect(status == 4)
             #expect(process.stderr.contains("cannot connect to \(url)"), "stderr: \(process.stderr)")
             #expect(process.stderr.contains("HTTP 401 Unauthorized"), "stderr: \(process.stderr)")
             #expect(process.stderr.contains("{\"error\":\"no token\"}"), "stderr: \(process.stderr)")
         }
     }
 
-    @Test("an invalid URL exits 1")
+    @Test("an invalid URL is a usage error (64)")
     func invalidURL() async throws {
         let process = try CircleProcess(["ws", "http://127.0.0.1/"])
         let status = try await process.waitForExit()
-        #expect(status == 1)
+        #expect(status == 64)
         #expect(process.stderr.contains("circle ws: invalid URL"), "stderr: \(process.stderr)")
     }
 
