@@ -143,7 +143,8 @@ extension CircleRequest {
             attachment: fields.optionalString("attachment"),
             before: fields.optionalInteger("before"),
             after: fields.optionalInteger("after"),
-            limit: fields.optionalInteger("limit").flatMap { Int(exactly: $0) }
+            limit: fields.optionalInteger("limit").flatMap { Int(exactly: $0) },
+            quiet: fields.optionalBool("quiet")
         )
         if let problem = fields.problem ?? request.validationProblem {
             return .failure(.init(id: id, code: .badRequest, message: problem))
@@ -177,6 +178,16 @@ extension CircleRequest {
             case .string(let value)?: return value
             case let other?:
                 self.note("\"\(key)\" must be a string, not \(other.kind)")
+                return nil
+            }
+        }
+
+        mutating func optionalBool(_ key: String) -> Bool? {
+            switch self.object[key] {
+            case nil, .null?: return nil
+            case .bool(let value)?: return value
+            case let other?:
+                self.note("\"\(key)\" must be true or false, not \(other.kind)")
                 return nil
             }
         }
