@@ -311,10 +311,15 @@ struct CircleAutobahn {
     /// Writes one line to stdout at once (unbuffered, so progress shows up in pipes and logs
     /// even if the process dies).
     static func say(_ text: String) {
-        FileHandle.standardOutput.write(Data((text + "\n").utf8))
+        self.writeLine(text, to: 1)
     }
 
     static func printError(_ text: String) {
-        FileHandle.standardError.write(Data((text + "\n").utf8))
+        self.writeLine(text, to: 2)
+    }
+
+    /// `write(2)`, which fails quietly when the reader has gone away (FileHandle's write traps).
+    private static func writeLine(_ text: String, to descriptor: Int32) {
+        _ = (text + "\n").utf8CString.withUnsafeBufferPointer { write(descriptor, $0.baseAddress, $0.count - 1) }
     }
 }
