@@ -134,12 +134,7 @@ struct ProcessMetrics {
     }
 
     static func current() -> ProcessMetrics {
-        var usage = rusage()
-        #if canImport(Glibc)
-        getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
-        #else
-        getrusage(RUSAGE_SELF, &usage)
-        #endif
+        let usage = processResourceUsage()
         let cpu = Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6 + Double(usage.ru_stime.tv_sec) + Double(usage.ru_stime.tv_usec) / 1e6
         var metrics = ProcessMetrics(cpuSeconds: cpu, startTime: Self.processStart)
         #if os(Linux)
@@ -175,4 +170,15 @@ struct ProcessMetrics {
         add("process_start_time_seconds", "gauge", "When the process started, in seconds since 1970.", String(format: "%.3f", self.startTime))
         return text
     }
+}
+
+/// This process's resource usage so far (all threads): `getrusage(RUSAGE_SELF)`.
+package func processResourceUsage() -> rusage {
+    var usage = rusage()
+    #if canImport(Glibc)
+    getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
+    #else
+    getrusage(RUSAGE_SELF, &usage)
+    #endif
+    return usage
 }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import CircleClient
+import CircleServer
 import CircleSocket
 import Foundation
 import NIOConcurrencyHelpers
@@ -32,27 +33,17 @@ struct BenchCommand: AsyncParsableCommand {
     )
 }
 
-/// This process's resource usage so far (all threads).
-private func processUsage() -> rusage {
-    var usage = rusage()
-    #if os(Linux)
-    getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
-    #else
-    getrusage(RUSAGE_SELF, &usage)
-    #endif
-    return usage
-}
 
 /// This process's CPU time (user + system, all threads) in seconds.
 func processCPUSeconds() -> Double {
-    let usage = processUsage()
+    let usage = processResourceUsage()
     func seconds(_ t: timeval) -> Double { Double(t.tv_sec) + Double(t.tv_usec) / 1e6 }
     return seconds(usage.ru_utime) + seconds(usage.ru_stime)
 }
 
 /// Context switches of this process so far (voluntary + involuntary, all threads).
 func processContextSwitches() -> Int {
-    let usage = processUsage()
+    let usage = processResourceUsage()
     return Int(usage.ru_nvcsw + usage.ru_nivcsw)
 }
 

@@ -1,3 +1,4 @@
+import CircleTestSupport
 import Foundation
 import Testing
 
@@ -174,20 +175,7 @@ final class OutputCollector: @unchecked Sendable {
     }
 }
 
-/// A loopback port that nothing listens on: bound for a moment (close-on-exec, so that no child
-/// process such as a tmux server forked meanwhile can keep it) and released, never listened on.
+/// A loopback port that nothing listens on (see `ServerProcess.freePort`).
 func unusedPort() throws -> Int {
-    let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-    guard descriptor >= 0 else { throw CircleProcess.TimedOut(description: "socket() failed: errno \(errno)") }
-    defer { close(descriptor) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    address.sin_port = 0
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, length) } }
-    guard bound == 0 else { throw CircleProcess.TimedOut(description: "bind() failed: errno \(errno)") }
-    let named = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(descriptor, $0, &length) } }
-    guard named == 0 else { throw CircleProcess.TimedOut(description: "getsockname() failed: errno \(errno)") }
-    return Int(UInt16(bigEndian: address.sin_port))
+    try ServerProcess.freePort()
 }

@@ -149,7 +149,12 @@ struct AdversarialTests {
             }
             for (name, connection) in [("idle", idle), ("partial head", partialHead), ("partial body", partialBody), ("kept alive", keptAlive), ("trickle", trickle)] {
                 let (bytes, ending) = await connection.readToEnd(timeout: .seconds(20))
-                #expect(ending == .closed, "\(name): \(ending)")
+                if name == "trickle" {
+                    // Its next byte may reach the closed socket first and come back as a reset.
+                    #expect(ending != .timedOut, "\(name): \(ending)")
+                } else {
+                    #expect(ending == .closed, "\(name): \(ending)")
+                }
                 if name == "kept alive" {
                     #expect(String(decoding: bytes, as: UTF8.self).hasPrefix("HTTP/1.1 200"), "\(name)")
                 }

@@ -75,36 +75,15 @@ public final class RawTCP: @unchecked Sendable {
     /// Reads until the server ends the connection or `timeout` passes; returns what was read and
     /// how it ended.
     public func readToEnd(timeout: Duration) async -> (bytes: [UInt8], ending: Ending) {
-        let fd = self.fd
-        return await withCheckedContinuation { continuation in
-            DispatchQueue.global().async {
-                let deadline = ContinuousClock.now + timeout
-                var received: [UInt8] = []
-                var buffer = [UInt8](repeating: 0, count: 65536)
-                while true {
-                    let left = deadline - ContinuousClock.now
-                    guard left > .zero else { return continuation.resume(returning: (received, .timedOut)) }
-                    var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-                    let milliseconds = Int32(min(left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000, 1000))
-                    let ready = poll(&poller, 1, max(milliseconds, 1))
-                    if ready <= 0 { continue }
-                    let count = Glibc.read(fd, &buffer, buffer.count)
-                    if count > 0 {
-                        received += buffer[0..<count]
-                    } else if count == 0 {
-                        return continuation.resume(returning: (received, .closed))
-                    } else if errno == ECONNRESET {
-                        return continuation.resume(returning: (received, .reset))
-                    } else if errno != EINTR && errno != EAGAIN {
-                        return continuation.resume(returning: (received, .reset))
-                    }
-                }
-            }
-        }
+        await self.read(timeout: timeout) { _ in false }
     }
 
     /// Reads until `done` says the bytes so far are enough, the connection ends or `timeout` passes.
     public func read(until done: @escaping @Sendable ([UInt8]) -> Bool, timeout: Duration) async -> [UInt8] {
+        await self.read(timeout: timeout, until: done).bytes
+    }
+
+    private func read(timeout: Duration, until done: @escaping @Sendable ([UInt8]) -> Bool) async -> (bytes: [UInt8], ending: Ending) {
         let fd = self.fd
         return await withCheckedContinuation { continuation in
             DispatchQueue.global().async {
@@ -112,14 +91,19 @@ public final class RawTCP: @unchecked Sendable {
                 var received: [UInt8] = []
                 var buffer = [UInt8](repeating: 0, count: 65536)
                 while !done(received) {
-                    guard deadline > ContinuousClock.now else { break }
+                    guard deadline > ContinuousClock.now else { return continuation.resume(returning: (received, .timedOut)) }
                     var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
                     if poll(&poller, 1, 100) <= 0 { continue }
                     let count = Glibc.read(fd, &buffer, buffer.count)
-                    if count <= 0 { break }
-                    received += buffer[0..<count]
+                    if count > 0 {
+                        received += buffer[0..<count]
+                    } else if count == 0 {
+                        return continuation.resume(returning: (received, .closed))
+                    } else if errno != EINTR && errno != EAGAIN {
+                        return continuation.resume(returning: (received, .reset))
+                    }
                 }
-                continuation.resume(returning: received)
+                continuation.resume(returning: (received, .timedOut))
             }
         }
     }

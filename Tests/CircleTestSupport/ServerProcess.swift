@@ -83,9 +83,10 @@ public final class ServerProcess: @unchecked Sendable {
         self.process = nil
     }
 
-    /// A free port on loopback (bound and released).
+    /// A free port on loopback: bound for a moment and released, never listened on. The socket is
+    /// close-on-exec, so that no child process forked meanwhile (a tmux server) can keep it.
     public static func freePort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         defer { close(fd) }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
