@@ -192,8 +192,8 @@ def test_presence_notices_stay_when_the_timeline_is_drawn_again(server, new_page
     assert notices() == ["bob joined"]
     bob.quit()
     wait_until(lambda: notices() == ["bob joined", "bob left"], what="bob's leaving shown")
-    server.send_lines("lounge", ["another redraw"], "carol")
-    wait_until(lambda: "another redraw" in posts(alice), what="carol's post")
+    post(alice, "another redraw")
+    wait_until(lambda: stored_seqs(alice) == [1, 2], what="the second post stored")
     assert notices() == ["bob joined", "bob left"]
     # In order: the join before alice's post, the leave after it.
     order = alice.execute_script("return [...document.querySelectorAll('#list .post, #list .notice')].map(n => n.classList.contains('post') ? 'post' : 'notice')")

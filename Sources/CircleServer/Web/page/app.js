@@ -909,9 +909,15 @@ function renderTyping() {
 
 // Follow the newest post while the reader is at the bottom, also when images above it finish
 // loading or the pane changes size; leave the scroll alone when they have scrolled up.
+// Only the reader scrolling up unpins: the browser's own scroll adjustments while content above
+// grows (scroll anchoring) move scrollTop down, and must not stop the following.
 const box = $("messages");
+let lastScrollTop = 0;
 box.addEventListener("scroll", () => {
-  S.pinned = box.scrollHeight - box.scrollTop - box.clientHeight < 32;
+  const top = box.scrollTop;
+  if (box.scrollHeight - top - box.clientHeight < 32) S.pinned = true;
+  else if (top < lastScrollTop - 1) S.pinned = false;
+  lastScrollTop = top;
   updateJump();
   if (box.scrollTop < 300 && S.current) {
     const d = circleData(S.current);
