@@ -191,6 +191,13 @@ function showSignIn(message) {
   S.data.clear();
   S.nodes.clear();
   S.outbox = [];
+  $("list").replaceChildren();
+  $("welcome").classList.remove("hidden");
+  $("main").classList.add("no-circle");
+  $("title").textContent = "Circle";
+  $("subtitle").textContent = "";
+  $("typing").replaceChildren();
+  for (const id of ["text", "sendbtn", "attach", "photo"]) $(id).disabled = true;
   sessionStorage.removeItem("circle.token");
   document.body.className = "signed-out";
   $("app").classList.add("hidden");
@@ -647,7 +654,9 @@ async function openCircle(name) {
   if (info && info.private) $("title").prepend(lockIcon());
   $("subtitle").textContent = info ? `${info.private ? "Private circle: members only" : "Public circle"} · started by ${info.owner}` : "";
   $("welcome").classList.add("hidden");
-  for (const id of ["text", "sendbtn", "attach", "photo"]) $(id).disabled = false;
+  $("main").classList.remove("no-circle");
+  for (const id of ["text", "attach", "photo"]) $(id).disabled = false;
+  updateSend();
   $("text").placeholder = `Message #${name}`;
   const d = circleData(name);
   d.unread = 0;
@@ -946,8 +955,14 @@ function autosize() {
   composer.style.height = Math.min(composer.scrollHeight, 180) + "px";
 }
 
+/// The Post button is live only when there is something to post.
+function updateSend() {
+  $("sendbtn").disabled = !S.current || !composer.value.trim();
+}
+
 composer.addEventListener("input", () => {
   autosize();
+  updateSend();
   if (!S.current || !S.connected || !S.joined.has(S.current) || Date.now() - S.lastTypingSent < 2500) return;
   S.lastTypingSent = Date.now();
   request({ action: "typing", circle: S.current }).catch(() => {});
@@ -967,6 +982,7 @@ $("compose").addEventListener("submit", (event) => {
   S.outbox.push(post);
   composer.value = "";
   autosize();
+  updateSend();
   S.pinned = true;
   renderTimeline();
   sendPost(post);   // while offline it is sent on reconnect, with the same id
@@ -1005,6 +1021,7 @@ $("photo").addEventListener("change", () => {
   const caption = composer.value.trim();
   composer.value = "";
   autosize();
+  updateSend();
   const post = { id: uid(), circle: S.current, text: caption, author: S.user, status: "uploading", created: Date.now(), file };
   post.preview = URL.createObjectURL(file);
   const probe = new Image();
