@@ -52,6 +52,9 @@ def test_empty_states_and_unread_counts(server, new_page):
     assert alice.title.startswith("(2) ")
     open_circle(alice, "lounge")
     wait_until(lambda: not badge(), what="read once opened")
+    # A "New" line stands right above the first post that arrived while away.
+    order = alice.execute_script("return [...document.querySelectorAll('#list .new-line, #list .post')].map(n => n.classList.contains('post') ? n.querySelector('.body').innerText : 'NEW')")
+    assert order == ["NEW", "one", "two"], order
 
 
 def test_photos_show_as_thumbnails_that_open_full_size(server, new_page):

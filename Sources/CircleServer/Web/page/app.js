@@ -435,7 +435,10 @@ function circleData(name) {
     // posts: seq -> post; last: newest seq received in order (the `since` of the next join);
     // oldest: the first seq loaded; more: older posts exist; notices: presence lines
     // ({after: seq, text, n}); view: where the reader was when they left the circle.
-    d = { posts: new Map(), last: null, oldest: null, more: true, loaded: false, loading: false, notices: [], unread: 0, view: null };
+    // firstUnread: the first post that arrived while another circle was shown; newFrom: where
+    // the "New" line goes while the circle is open.
+    d = { posts: new Map(), last: null, oldest: null, more: true, loaded: false, loading: false, notices: [], unread: 0,
+          firstUnread: null, newFrom: null, view: null };
     S.data.set(name, d);
   }
   return d;
@@ -481,6 +484,7 @@ function onMessage(m) {
         renderTimeline();
       } else if (isNew && !mine) {
         d.unread += 1;
+        if (d.firstUnread === null || m.seq < d.firstUnread) d.firstUnread = m.seq;
         renderCircles();
       }
       break;
@@ -640,7 +644,9 @@ $("create").addEventListener("submit", async (event) => {
 function saveView() {
   if (!S.current) return;
   const box = $("messages");
-  circleData(S.current).view = { pinned: S.pinned, fromBottom: box.scrollHeight - box.scrollTop };
+  const d = circleData(S.current);
+  d.view = { pinned: S.pinned, fromBottom: box.scrollHeight - box.scrollTop };
+  d.newFrom = null;
 }
 
 async function openCircle(name) {
@@ -659,7 +665,9 @@ async function openCircle(name) {
   updateSend();
   $("text").placeholder = `Message #${name}`;
   const d = circleData(name);
+  if (d.unread) d.newFrom = d.firstUnread;
   d.unread = 0;
+  d.firstUnread = null;
   renderCircles();
   renderTyping();
   renderTimeline();
@@ -892,6 +900,13 @@ function renderTimeline() {
       continue;
     }
     const p = item.p;
+    if (d.newFrom !== null && p.seq === d.newFrom && !item.status) {
+      const line = el("div", "new-line");
+      line.setAttribute("role", "separator");
+      line.append(el("span", "", "New"));
+      children.push(line);
+      previous = null;
+    }
     const node = postNode(p, item.status || "sent");
     const author = p.author || S.user;
     const continued = previous !== null && previous.author === author && time - previous.time < GROUP_GAP_MS && time >= previous.time;
