@@ -1,11 +1,12 @@
 """One test per bug of the chat page reported in issue 16; each failed on the page before the fix."""
 
 import os
+import subprocess
 
 from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
 
-from harness import (Server, distance_from_bottom, holds_for, open_circle, png, post, posts, sign_in, sign_in_with_token,
+from harness import (CIRCLE, Server, distance_from_bottom, holds_for, open_circle, png, post, posts, sign_in, sign_in_with_token,
                      stored_seqs, wait_until)
 
 
@@ -198,3 +199,20 @@ def test_presence_notices_stay_when_the_timeline_is_drawn_again(server, new_page
     # In order: the join before alice's post, the leave after it.
     order = alice.execute_script("return [...document.querySelectorAll('#list .post, #list .notice')].map(n => n.classList.contains('post') ? 'post' : 'notice')")
     assert order == ["notice", "post", "notice", "post"], order
+
+
+def test_an_expiring_token_is_renewed_on_a_dev_server(server, new_page):
+    page = new_page()
+    page.get(server.url + "/")
+    wait_until(lambda: page.find_element(By.ID, "tokenin").is_displayed(), what="sign-in form")
+    short = subprocess.check_output([CIRCLE, "token", "--user", "alice", "--ttl", "3s", "--jwt-secret", server.secret], text=True).strip()
+    page.find_element(By.ID, "tokenin").send_keys(short)
+    page.find_element(By.ID, "signinbtn").click()
+    wait_until(lambda: page.find_element(By.ID, "conn").get_attribute("data-state") == "connected", what="connected")
+    open_circle(page, "lounge")
+    # The server closes the connection with 4001 when the token expires; the page gets a new one.
+    wait_until(lambda: page.execute_script("return sessionStorage.getItem('circle.token')") != short, timeout=20, what="a new token")
+    wait_until(lambda: page.find_element(By.ID, "conn").get_attribute("data-state") == "connected", what="connected again")
+    assert page.find_element(By.ID, "app").is_displayed()
+    post(page, "still here")
+    wait_until(lambda: stored_seqs(page) == [1], what="a post after the renewal")

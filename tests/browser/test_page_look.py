@@ -118,3 +118,23 @@ def test_on_a_phone_the_circle_list_leads_into_the_conversation(server, new_page
     assert alice.find_element(By.ID, "text").is_displayed()
     alice.find_element(By.ID, "back").click()
     wait_until(lambda: side.is_displayed() and not main.is_displayed(), what="back to the list")
+
+
+def test_jump_to_latest_appears_when_scrolled_up(server, new_page):
+    server.send_lines("lounge", [f"line {index}" for index in range(40)], "carol")
+    alice = new_page()
+    sign_in(alice, server.port, "alice")
+    open_circle(alice, "lounge")
+    jump = alice.find_element(By.ID, "jump")
+    wait_until(lambda: posts(alice)[-1:] == ["line 39"], what="the newest post")
+    assert not jump.is_displayed()
+    alice.execute_script("document.getElementById('messages').scrollTop = 200")
+    wait_until(lambda: jump.is_displayed(), what="the jump button")
+    server.send_lines("lounge", ["while you were up there"], "carol")
+    wait_until(lambda: "while you were up there" in posts(alice), what="the new post")
+    top = alice.execute_script("return document.getElementById('messages').scrollTop")
+    assert top < 400, "the page pulled the reader down"
+    jump.click()
+    wait_until(lambda: alice.execute_script(
+        "const m = document.getElementById('messages'); return m.scrollHeight - m.scrollTop - m.clientHeight") < 4, what="at the newest post")
+    wait_until(lambda: not jump.is_displayed(), what="the jump button gone")
