@@ -30,7 +30,8 @@ def free_port():
 class Server:
     """`circle serve --dev` on a free loopback port with its own data directory."""
 
-    def __init__(self, secret=SECRET):
+    def __init__(self, secret=SECRET, extra_args=()):
+        self.extra_args = list(extra_args)
         self.port = free_port()
         self.data = tempfile.mkdtemp(prefix="circle-browser-")
         self.process = None
@@ -42,7 +43,7 @@ class Server:
 
     def start(self):
         self.process = subprocess.Popen(
-            [CIRCLE, "serve", "--port", str(self.port), "--data", self.data, "--dev", "--jwt-secret", self.secret, "--log-level", "warning"],
+            [CIRCLE, "serve", "--port", str(self.port), "--data", self.data, "--dev", "--jwt-secret", self.secret, "--log-level", "warning", *self.extra_args],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         deadline = time.time() + 20

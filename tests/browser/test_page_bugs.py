@@ -216,3 +216,18 @@ def test_an_expiring_token_is_renewed_on_a_dev_server(server, new_page):
     assert page.find_element(By.ID, "app").is_displayed()
     post(page, "still here")
     wait_until(lambda: stored_seqs(page) == [1], what="a post after the renewal")
+
+
+def test_an_idle_connection_closed_by_the_server_comes_back_quietly(new_page):
+    server = Server(extra_args=["--idle-timeout", "1s"])
+    server.start()
+    try:
+        page = new_page()
+        sign_in(page, server.port, "alice")
+        banner = page.find_element(By.ID, "banner")
+        # No circle open, so nothing keeps the connection busy: the server closes it (4002).
+        holds_for(lambda: not banner.is_displayed(), 3.5, "no reconnecting bar")
+        assert server.metric("circle_connections_opened_total") >= 2, "the server did not close the idle connection"
+        wait_until(lambda: page.find_element(By.ID, "conn").get_attribute("data-state") == "connected", what="connected")
+    finally:
+        server.cleanup()

@@ -351,6 +351,11 @@ function connect() {
     S.requests.clear();
     if (!S.token) return;
     if (event.code === 4001) return refreshToken();
+    if (event.code === 4002 && opened) {
+      // Closed for idling (no circle joined, so no keep-alive): connect again quietly.
+      S.attempt = 0;
+      return connect();
+    }
     if (!opened) {
       // A refused upgrade looks like any failed connection to the page: ask over HTTP why.
       const verdict = await checkToken();
