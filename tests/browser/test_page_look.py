@@ -9,7 +9,7 @@ from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
-from harness import open_circle, png, posts, set_viewport, sign_in, wait_until
+from harness import open_circle, png, post, posts, set_viewport, sign_in, wait_until
 
 
 def test_consecutive_posts_share_one_author_line(server, new_page):
@@ -31,6 +31,15 @@ def test_consecutive_posts_share_one_author_line(server, new_page):
     # Each post's time is there, with the full date as its title.
     times = alice.find_elements(By.CSS_SELECTOR, "#list .post .head time")
     assert times and all(t.get_attribute("datetime") and t.get_attribute("title") for t in times)
+
+    # A new post adds one line to the log; the others stay in place (not re-announced).
+    alice.execute_script("""window.__added = [];
+        new MutationObserver(ms => ms.forEach(m => m.addedNodes.forEach(n => window.__added.push(n.className))))
+            .observe(document.getElementById('list'), {childList: true});""")
+    post(alice, "one from alice")
+    wait_until(lambda: alice.find_elements(By.CSS_SELECTOR, '#list .post[data-seq="5"][data-state="sent"]'), what="alice's post stored")
+    added = alice.execute_script("return window.__added")
+    assert len(added) == 1 and added[0].startswith("post mine"), added
 
 
 def test_empty_states_and_unread_counts(server, new_page):

@@ -33,6 +33,7 @@ const S = {
   lastTypingSent: 0,
   pinned: true,               // the timeline follows the newest post
   nodes: new Map(),           // author + "\n" + id -> rendered post element, reused across redraws
+  extras: new Map(),          // day lines, notices, intros: reused the same way
   noticeCounter: 0,
 };
 
@@ -190,6 +191,7 @@ function showSignIn(message) {
   S.joined.clear();
   S.data.clear();
   S.nodes.clear();
+  S.extras.clear();
   S.outbox = [];
   $("list").replaceChildren();
   $("welcome").classList.remove("hidden");
@@ -875,6 +877,27 @@ function introNode(name, empty) {
   return node;
 }
 
+/// A timeline element other than a post (day line, notice, intro), made once and then reused.
+function extra(key, make) {
+  let node = S.extras.get(key);
+  if (!node) {
+    node = make();
+    S.extras.set(key, node);
+  }
+  return node;
+}
+
+/// Makes `parent`'s children exactly `wanted`, moving only what changed: the nodes that stay are
+/// not taken out and put back, so screen readers announce only new lines of the log, and text
+/// selections and loaded images survive.
+function reconcile(parent, wanted) {
+  wanted.forEach((node, index) => {
+    const current = parent.children[index];
+    if (current !== node) parent.insertBefore(node, current || null);
+  });
+  while (parent.children.length > wanted.length) parent.lastElementChild.remove();
+}
+
 function renderTimeline() {
   const list = $("list");
   if (!S.current) { list.replaceChildren(); return; }
@@ -888,28 +911,32 @@ function renderTimeline() {
 
   const children = [];
   const pending = S.outbox.some((p) => p.circle === name);
-  if (d.loaded && !d.more) children.push(introNode(name, d.posts.size === 0 && !pending));
+  const empty = d.posts.size === 0 && !pending;
+  if (d.loaded && !d.more) children.push(extra(`intro\n${name}\n${empty}`, () => introNode(name, empty)));
   let previous = null;
   let lastDay = null;
   for (const item of items) {
     const time = item.p ? postTime(item.p) : item.n.time;
     const day = dayKey(time);
     if (day !== lastDay) {
-      children.push(separatorNode(time));
+      const label = dayLabel(time);
+      children.push(extra(`day\n${name}\n${day}\n${label}`, () => separatorNode(time)));
       lastDay = day;
       previous = null;
     }
     if (item.n) {
-      children.push(noticeNode(item.n));
+      children.push(extra(`notice\n${name}\n${item.n.n}`, () => noticeNode(item.n)));
       previous = null;
       continue;
     }
     const p = item.p;
     if (d.newFrom !== null && p.seq === d.newFrom && !item.status) {
-      const line = el("div", "new-line");
-      line.setAttribute("role", "separator");
-      line.append(el("span", "", "New"));
-      children.push(line);
+      children.push(extra(`new\n${name}\n${p.seq}`, () => {
+        const line = el("div", "new-line");
+        line.setAttribute("role", "separator");
+        line.append(el("span", "", "New"));
+        return line;
+      }));
       previous = null;
     }
     const node = postNode(p, item.status || "sent");
@@ -919,7 +946,7 @@ function renderTimeline() {
     children.push(node);
     previous = { author, time };
   }
-  list.replaceChildren(...children);
+  reconcile(list, children);
   if (!d.loading) showOlder("");
   if (S.pinned) $("messages").scrollTop = $("messages").scrollHeight;
   updateJump();
