@@ -147,3 +147,20 @@ def test_jump_to_latest_appears_when_scrolled_up(server, new_page):
     wait_until(lambda: alice.execute_script(
         "const m = document.getElementById('messages'); return m.scrollHeight - m.scrollTop - m.clientHeight") < 4, what="at the newest post")
     wait_until(lambda: not jump.is_displayed(), what="the jump button gone")
+
+
+def test_many_posts_that_came_in_while_away_open_at_the_first_of_them(server, new_page):
+    server.create_circle("other", "carol")
+    server.send_lines("lounge", [f"seen {index}" for index in range(5)], "carol")
+    alice = new_page()
+    sign_in(alice, server.port, "alice")
+    open_circle(alice, "lounge")
+    open_circle(alice, "other")
+    server.send_lines("lounge", [f"new {index}" for index in range(40)], "carol")
+    wait_until(lambda: alice.find_element(By.CSS_SELECTOR, '#circles li[data-name="lounge"] .badge').text == "40", what="40 unread")
+    open_circle(alice, "lounge")
+    position = alice.execute_script("""const box = document.getElementById('messages').getBoundingClientRect();
+        const line = document.querySelector('#list .new-line').getBoundingClientRect();
+        return [line.top - box.top, box.height];""")
+    assert 0 <= position[0] < 60, position
+    assert alice.find_element(By.ID, "jump").is_displayed()

@@ -687,6 +687,15 @@ async function openCircle(name) {
     S.pinned = true;
     box.scrollTop = box.scrollHeight;
   }
+  // More came in while away than fits: start at the first of it, as Slack and Element do.
+  const line = d.newFrom !== null ? $("list").querySelector(".new-line") : null;
+  if (line) {
+    const top = line.getBoundingClientRect().top - box.getBoundingClientRect().top + box.scrollTop;
+    if (box.scrollHeight - top > box.clientHeight) {
+      S.pinned = false;
+      box.scrollTop = Math.max(0, top - 24);
+    }
+  }
   updateJump();
   if (!PHONE.matches) $("text").focus();
   if (!d.loaded) await loadOlder(name, true);
