@@ -267,7 +267,10 @@ async function signIn(token) {
   }
   sessionStorage.setItem("circle.token", token);
   S.user = c.sub;
-  document.body.className = "signed-in " + (PHONE.matches ? "view-list" : "view-chat");
+  // On a phone the list comes first; on a desktop both show, whatever this class says.
+  document.body.className = "signed-in view-list";
+  $("tokenin").value = "";
+  $("devname").value = "";
   $("signin").classList.add("hidden");
   $("app").classList.remove("hidden");
   $("me").textContent = S.user;
