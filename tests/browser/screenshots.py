@@ -42,13 +42,19 @@ def post_one(server, circle, text, user):
 
 
 def typing(server, user, circle):
-    """A connection that says `user` is typing in `circle` for a few seconds."""
+    """A connection that joins `circle` and says `user` is typing there (typing needs the join's
+    ack first, hence the pause). Close its stdin to end it."""
     token = server.token(user)
-    return subprocess.Popen(
-        [CIRCLE, "ws", f"ws://127.0.0.1:{server.port}/v1/ws", "--subprotocol", "circle.v1", "--header", f"Authorization: Bearer {token}",
-         "-x", f'{{"action":"join","id":"j","circle":"{circle}"}}', "-x", f'{{"action":"typing","id":"t","circle":"{circle}"}}', "--wait", "6"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    process = subprocess.Popen(
+        [CIRCLE, "ws", f"ws://127.0.0.1:{server.port}/v1/ws", "--subprotocol", "circle.v1", "--header", f"Authorization: Bearer {token}", "--quiet"],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
     )
+    process.stdin.write(f'{{"action":"join","id":"j","circle":"{circle}"}}\n')
+    process.stdin.flush()
+    time.sleep(1)
+    process.stdin.write(f'{{"action":"typing","id":"t","circle":"{circle}"}}\n')
+    process.stdin.flush()
+    return process
 
 
 def click_circle(page, name):
@@ -83,9 +89,10 @@ def main():
         wait_until(lambda: "Already booked" in page.find_element(By.ID, "list").text, what="general shown")
         server.send_lines("random", ["Anyone up for lunch?", "Tacos at 12:30"], "dave")
         writer = typing(server, "dave", "general")
-        time.sleep(1.5)
+        wait_until(lambda: "typing" in page.find_element(By.ID, "typing").text, what="dave typing")
         settle(page)
         page.save_screenshot(prefix + "-desktop.png")
+        writer.stdin.close()
         writer.wait(timeout=20)
 
         set_viewport(page, 390, 844)
