@@ -14,7 +14,7 @@ import time
 from selenium.webdriver.common.by import By
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import CIRCLE, SECRET, Server, browser, png, set_viewport, sign_in_with_token, wait_until  # noqa: E402
+from harness import CIRCLE, Server, browser, png, set_viewport, sign_in_with_token, wait_until  # noqa: E402
 
 
 def seed(server, folder):
@@ -59,7 +59,6 @@ def typing(server, user, circle):
 
 def click_circle(page, name):
     # The old page's list items are clickable themselves; the new page's hold a button.
-    items = page.find_elements(By.CSS_SELECTOR, f'#circles li[data-name="{name}"]')
     wait_until(lambda: page.find_elements(By.CSS_SELECTOR, f'#circles li[data-name="{name}"]'), what=f"{name} listed")
     items = page.find_elements(By.CSS_SELECTOR, f'#circles li[data-name="{name}"]')
     buttons = items[0].find_elements(By.TAG_NAME, "button")
