@@ -71,7 +71,9 @@ let package = Package(
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
-            ]
+            ],
+            // The browser chat page (Web/ChatPage.swift serves it).
+            resources: [.copy("Web/page")]
         ),
         .target(
             name: "CircleDiscovery",

@@ -122,6 +122,8 @@ struct APIRouter: Sendable {
             label = "/v1/circles/{name}/\(p[3])"
         case let p where p.count == 5 && p[0] == "v1" && p[1] == "circles" && p[3] == "members":
             label = "/v1/circles/{name}/members/{user}"
+        case let p where p.count == 2 && p[0] == "assets":
+            label = "/assets/{file}"
         case ["v1", "media"], ["v1", "media", "uploads"]:
             label = "/" + parts.joined(separator: "/")
         case let p where p.count == 4 && p[0] == "v1" && p[1] == "media" && p[2] == "uploads":
@@ -146,7 +148,9 @@ struct APIRouter: Sendable {
         case (.GET, ["metrics"]):
             return APIResponse(status: .ok, contentType: "text/plain; version=0.0.4", body: ByteBuffer(bytes: self.services.metrics.render()))
         case (.GET, []):
-            return APIResponse(status: .ok, contentType: "text/html; charset=utf-8", body: ByteBuffer(string: ChatPage.html))
+            return ChatPage.shared.response(for: nil, request: request)
+        case (.GET, let parts) where parts.count == 2 && parts[0] == "assets":
+            return ChatPage.shared.response(for: parts[1], request: request)
         case (.GET, ["favicon.ico"]):
             return APIResponse(status: .noContent, contentType: "image/x-icon", body: ByteBuffer())
         case (.GET, ["v1", "config"]):

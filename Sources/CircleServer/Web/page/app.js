@@ -1,0 +1,1170 @@
+// The Circle chat page: sign in, circles, a timeline per circle, posting text and photos over
+// the circle.v1 WebSocket (docs/PROTOCOL.md) and the HTTP API (docs/API.md, docs/MEDIA.md).
+// No framework and no build step; served as a package resource under a strict
+// Content-Security-Policy, so nothing here uses inline handlers, inline styles or innerHTML.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const GROUP_GAP_MS = 5 * 60 * 1000;   // consecutive posts of one author within this share one header
+const PAGE_SIZE = 50;
+const MAX_NOTICES = 200;               // presence notices kept per circle
+const PHOTO_BOX = { width: 360, height: 300 };
+const PHONE = window.matchMedia("(max-width: 720px)");
+
+const S = {
+  token: sessionStorage.getItem("circle.token"),
+  user: null,
+  dev: false,
+  ws: null,
+  connected: false,
+  attempt: 0,
+  timer: null,
+  countdown: null,
+  reconnectAt: 0,
+  heartbeat: null,
+  current: null,
+  circles: [],
+  joined: new Set(),          // circles opened this session: joined again on every connection
+  data: new Map(),            // circle -> CircleData
+  outbox: [],                 // own posts not yet stored: {id, circle, text, attachment, status, …}
+  requests: new Map(),
+  counter: 0,
+  typing: new Map(),          // circle -> Map(user -> timer)
+  lastTypingSent: 0,
+  pinned: true,               // the timeline follows the newest post
+  nodes: new Map(),           // author + "\n" + id -> rendered post element, reused across redraws
+  extras: new Map(),          // day lines, notices, intros: reused the same way
+  noticeCounter: 0,
+};
+
+// ---------------------------------------------------------------- small helpers
+
+function uid() {
+  return crypto.randomUUID ? crypto.randomUUID() : Date.now().toString(36) + "-" + Math.random().toString(36).slice(2);
+}
+
+function claims(token) {
+  try {
+    const part = token.split(".")[1].replace(/-/g, "+").replace(/_/g, "/");
+    return JSON.parse(atob(part + "=".repeat((4 - part.length % 4) % 4)));
+  } catch {
+    return null;
+  }
+}
+
+function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+class APIError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+async function api(path, options = {}) {
+  const response = await fetch(path, {
+    ...options,
+    headers: { "Authorization": "Bearer " + S.token, "Content-Type": "application/json", ...(options.headers || {}) },
+  });
+  const body = await response.json().catch(() => ({}));
+  if (!response.ok) {
+    const error = body.error || {};
+    throw new APIError(response.status, error.code || "http_" + response.status, error.message || response.statusText || "the server answered " + response.status);
+  }
+  return body;
+}
+
+function mediaURL(id) {
+  // An <img> cannot send an Authorization header, so media take the token as ?token= (docs/MEDIA.md).
+  return `/v1/media/${encodeURIComponent(id)}?token=${encodeURIComponent(S.token)}`;
+}
+
+/// Initials for an avatar: "alice" → "A", "bob.smith" → "BS", "carol-ann_lee" → "CA".
+function initials(name) {
+  const parts = String(name).split(/[._\-@\s]+/).filter(Boolean);
+  if (!parts.length) return "?";
+  const first = Array.from(parts[0])[0] || "?";
+  const second = parts.length > 1 ? Array.from(parts[1])[0] || "" : "";
+  return (first + second).toUpperCase();
+}
+
+/// One of eight avatar colours, the same for a name everywhere.
+function hue(name) {
+  let h = 0;
+  for (const c of String(name)) h = (h * 31 + c.codePointAt(0)) >>> 0;
+  return h % 8;
+}
+
+function avatar(name, className = "avatar") {
+  const node = el("span", className + " c" + hue(name), initials(name));
+  node.setAttribute("aria-hidden", "true");
+  return node;
+}
+
+const timeFormat = new Intl.DateTimeFormat(undefined, { hour: "numeric", minute: "2-digit" });
+const fullFormat = new Intl.DateTimeFormat(undefined, { dateStyle: "full", timeStyle: "short" });
+
+function timeNode(ms, className) {
+  const t = el("time", className, timeFormat.format(ms));
+  t.dateTime = new Date(ms).toISOString();
+  t.title = fullFormat.format(ms);
+  return t;
+}
+
+function dayKey(ms) {
+  const d = new Date(ms);
+  return d.getFullYear() * 10000 + (d.getMonth() + 1) * 100 + d.getDate();
+}
+
+function dayLabel(ms) {
+  const today = new Date();
+  const key = dayKey(ms);
+  if (key === dayKey(today.getTime())) return "Today";
+  const yesterday = new Date(today.getFullYear(), today.getMonth(), today.getDate() - 1);
+  if (key === dayKey(yesterday.getTime())) return "Yesterday";
+  const options = { weekday: "long", month: "long", day: "numeric" };
+  if (new Date(ms).getFullYear() !== today.getFullYear()) options.year = "numeric";
+  return new Intl.DateTimeFormat(undefined, options).format(ms);
+}
+
+// ---------------------------------------------------------------- photo sizes
+
+// Photo dimensions by media id, remembered once an image has loaded (or before its upload), so
+// that a timeline drawn again reserves the right space and does not jump while images load.
+const photoSizes = (() => {
+  try { return new Map(Object.entries(JSON.parse(sessionStorage.getItem("circle.photoSizes") || "{}"))); } catch { return new Map(); }
+})();
+
+function rememberPhotoSize(id, width, height) {
+  if (!id || !width || !height) return;
+  photoSizes.set(id, [width, height]);
+  if (photoSizes.size > 2000) photoSizes.delete(photoSizes.keys().next().value);
+  try { sessionStorage.setItem("circle.photoSizes", JSON.stringify(Object.fromEntries(photoSizes))); } catch { /* storage full: only a hint */ }
+}
+
+/// Sizes a photo's box to fit PHOTO_BOX at the photo's aspect ratio (never larger than the photo).
+function sizePhotoBox(box, size) {
+  if (!size) { box.classList.add("unsized"); return; }
+  const [w, h] = size;
+  const scale = Math.min(1, PHOTO_BOX.width / w, PHOTO_BOX.height / h);
+  box.classList.remove("unsized");
+  box.style.width = Math.max(1, Math.round(w * scale)) + "px";
+  box.style.aspectRatio = `${w} / ${h}`;
+}
+
+// ---------------------------------------------------------------- sign in
+
+async function loadConfig() {
+  try {
+    const config = await fetch("/v1/config").then((r) => r.json());
+    S.dev = !!config.developmentTokens;
+  } catch {
+    S.dev = false;
+  }
+  $("devrow").classList.toggle("hidden", !S.dev);
+  $("tokenlabel").textContent = S.dev ? "or an access token" : "Access token";
+}
+
+function stopConnection() {
+  clearTimeout(S.timer);
+  clearInterval(S.countdown);
+  clearInterval(S.heartbeat);
+  S.timer = S.countdown = S.heartbeat = null;
+  const ws = S.ws;
+  S.ws = null;
+  S.connected = false;
+  if (ws) ws.close(1000);
+}
+
+function showSignIn(message) {
+  stopConnection();
+  S.token = null;
+  S.user = null;
+  S.current = null;
+  S.circles = [];
+  S.joined.clear();
+  S.data.clear();
+  S.nodes.clear();
+  S.extras.clear();
+  S.outbox = [];
+  $("list").replaceChildren();
+  $("welcome").classList.remove("hidden");
+  $("main").classList.add("no-circle");
+  $("title").textContent = "Circle";
+  $("subtitle").textContent = "";
+  $("typing").replaceChildren();
+  for (const id of ["text", "sendbtn", "attach", "photo"]) $(id).disabled = true;
+  sessionStorage.removeItem("circle.token");
+  document.body.className = "signed-out";
+  $("app").classList.add("hidden");
+  $("signin").classList.remove("hidden");
+  $("me").textContent = "";
+  $("signinerr").textContent = message || "";
+  (S.dev ? $("devname") : $("tokenin")).focus();
+}
+
+async function devToken(name) {
+  const response = await fetch("/v1/dev/token?user=" + encodeURIComponent(name));
+  const body = await response.json().catch(() => ({}));
+  if (!response.ok) throw new Error(body.error ? body.error.message : "the server answered " + response.status);
+  return body.token;
+}
+
+$("signinform").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  $("signinerr").textContent = "";
+  let token = $("tokenin").value.trim();
+  const name = $("devname").value.trim();
+  if (!token && name && S.dev) {
+    try {
+      token = await devToken(name);
+    } catch (error) {
+      $("signinerr").textContent = error.message;
+      return;
+    }
+  }
+  if (!token) {
+    $("signinerr").textContent = S.dev ? "Type a name, or paste an access token." : "Paste an access token.";
+    return;
+  }
+  if (!claims(token) || !claims(token).sub) {
+    $("signinerr").textContent = "That is not an access token (a JWT: three parts separated by dots).";
+    return;
+  }
+  $("signinbtn").disabled = true;
+  try {
+    await signIn(token);
+  } finally {
+    $("signinbtn").disabled = false;
+  }
+});
+
+/// Checks the token with the server before showing anything: a token the server refuses never
+/// gets as far as the chat (no user name shown, no connection attempts).
+async function signIn(token) {
+  const c = claims(token);
+  if (!c || !c.sub) return showSignIn("");
+  S.token = token;
+  let list = null;
+  try {
+    list = await api("/v1/circles");
+  } catch (error) {
+    if (error instanceof APIError && error.status === 401) {
+      if (error.code === "token_expired" && S.dev) {
+        try {
+          return await signIn(await devToken(c.sub));
+        } catch { /* fall through to the sign-in form */ }
+      }
+      return showSignIn(error.code === "token_expired" ? "Your session has expired. Sign in again." : "The server refused this token: " + error.message);
+    }
+    // The server is unreachable: show the app and keep trying to connect.
+  }
+  sessionStorage.setItem("circle.token", token);
+  S.user = c.sub;
+  // On a phone the list comes first; on a desktop both show, whatever this class says.
+  document.body.className = "signed-in view-list";
+  $("tokenin").value = "";
+  $("devname").value = "";
+  $("signin").classList.add("hidden");
+  $("app").classList.remove("hidden");
+  $("me").textContent = S.user;
+  $("meavatar").replaceWith(Object.assign(avatar(S.user), { id: "meavatar" }));
+  $("welcometitle").textContent = "Welcome, " + S.user;
+  if (list) { S.circles = list.circles; renderCircles(); }
+  connect();
+  const last = sessionStorage.getItem("circle.current");
+  if (last && !PHONE.matches && S.circles.some((circle) => circle.name === last)) openCircle(last);
+}
+
+$("signout").addEventListener("click", () => {
+  sessionStorage.removeItem("circle.token");
+  sessionStorage.removeItem("circle.current");
+  stopConnection();
+  location.reload();
+});
+
+// ---------------------------------------------------------------- connection
+
+function wsURL() {
+  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+  return `${scheme}//${location.host}/v1/ws?token=${encodeURIComponent(S.token)}`;
+}
+
+const CONN_TEXT = { idle: "", connecting: "Connecting…", connected: "Connected", reconnecting: "Reconnecting…", offline: "Offline" };
+
+function setConn(state, detail) {
+  const conn = $("conn");
+  conn.dataset.state = state;
+  conn.textContent = CONN_TEXT[state];
+  const banner = $("banner");
+  const showBanner = state === "reconnecting" || state === "offline";
+  banner.classList.toggle("hidden", !showBanner);
+  banner.dataset.state = state;
+  if (showBanner) $("bannertext").textContent = detail || CONN_TEXT[state];
+  $("retrynow").classList.toggle("hidden", state !== "reconnecting");
+}
+
+function waitingPosts() {
+  return S.outbox.filter((p) => p.status === "sending").length;
+}
+
+function connect() {
+  clearTimeout(S.timer);
+  clearInterval(S.countdown);
+  S.timer = S.countdown = null;
+  if (!S.token) return;
+  if (S.ws) { const old = S.ws; S.ws = null; old.close(1000); }
+  setConn(S.attempt ? "reconnecting" : "connecting", S.attempt ? "Reconnecting…" : undefined);
+  const ws = new WebSocket(wsURL(), "circle.v1");
+  S.ws = ws;
+  let opened = false;
+  ws.addEventListener("open", () => {
+    if (S.ws !== ws) return;
+    opened = true;
+    S.connected = true;
+    S.attempt = 0;
+    setConn("connected");
+    loadCircles();
+    for (const name of S.joined) join(name);
+    for (const p of S.outbox) if (p.status === "sending") sendPost(p);
+    clearInterval(S.heartbeat);
+    // The server closes connections that send nothing for 75 s; a repeated join of a joined
+    // circle is answered from memory (no replay, no presence event), so it is the keep-alive.
+    S.heartbeat = setInterval(() => {
+      const first = S.joined.values().next().value;
+      if (first) request({ action: "join", circle: first }).catch(() => {});
+    }, 25000);
+  });
+  ws.addEventListener("message", (event) => {
+    if (S.ws !== ws) return;
+    let message;
+    try { message = JSON.parse(event.data); } catch { return; }
+    onMessage(message);
+  });
+  ws.addEventListener("close", async (event) => {
+    if (S.ws !== ws) return;
+    S.ws = null;
+    S.connected = false;
+    clearInterval(S.heartbeat);
+    for (const [, r] of S.requests) r.reject(new Error("disconnected"));
+    S.requests.clear();
+    if (!S.token) return;
+    if (event.code === 4001) return refreshToken();
+    if (event.code === 4002 && opened) {
+      // Closed for idling (no circle joined, so no keep-alive): connect again quietly.
+      S.attempt = 0;
+      return connect();
+    }
+    if (!opened) {
+      // A refused upgrade looks like any failed connection to the page: ask over HTTP why.
+      const verdict = await checkToken();
+      if (S.ws || !S.token) return;
+      if (verdict === "expired") return refreshToken();
+      if (verdict instanceof Error) return showSignIn("The server refused this token: " + verdict.message);
+    }
+    scheduleReconnect(event.code);
+  });
+}
+
+/// "ok", "expired", "unreachable", or the server's refusal as an Error.
+async function checkToken() {
+  try {
+    await api("/v1/circles");
+    return "ok";
+  } catch (error) {
+    if (error instanceof APIError && error.status === 401) return error.code === "token_expired" ? "expired" : error;
+    return "unreachable";
+  }
+}
+
+function scheduleReconnect(code) {
+  S.attempt += 1;
+  // Full jitter (docs/PROTOCOL.md, client checklist); a server going away (1001) is back soon.
+  const delay = code === 1001 ? Math.random() * 250 : Math.random() * Math.min(30000, 500 * 2 ** (S.attempt - 1));
+  S.reconnectAt = Date.now() + delay;
+  const tell = () => {
+    const seconds = Math.max(0, Math.ceil((S.reconnectAt - Date.now()) / 1000));
+    const waiting = waitingPosts();
+    const posts = waiting ? ` · ${waiting} ${waiting === 1 ? "post" : "posts"} waiting to be sent` : "";
+    setConn("reconnecting", (seconds ? `Connection lost. Reconnecting in ${seconds} s…` : "Connection lost. Reconnecting…") + posts);
+  };
+  tell();
+  clearInterval(S.countdown);
+  S.countdown = setInterval(tell, 1000);
+  S.timer = setTimeout(connect, delay);
+}
+
+async function refreshToken() {
+  if (S.dev && S.user) {
+    try {
+      S.token = await devToken(S.user);
+      sessionStorage.setItem("circle.token", S.token);
+      S.attempt = 0;
+      connect();
+      return;
+    } catch { /* sign in again */ }
+  }
+  showSignIn("Your session has expired. Sign in again.");
+}
+
+function reconnectNow() {
+  if (S.token && S.user && !S.connected && !(S.ws && S.ws.readyState === WebSocket.CONNECTING)) {
+    S.attempt = 0;
+    connect();
+  }
+}
+$("retrynow").addEventListener("click", reconnectNow);
+document.addEventListener("visibilitychange", () => { if (!document.hidden) reconnectNow(); });
+window.addEventListener("online", reconnectNow);
+
+function sendRaw(message) {
+  if (S.ws && S.ws.readyState === WebSocket.OPEN) S.ws.send(JSON.stringify(message));
+}
+
+function request(message) {
+  message.id = message.id || "w" + (++S.counter);
+  return new Promise((resolve, reject) => {
+    if (!S.connected) return reject(new Error("offline"));
+    S.requests.set(message.id, { resolve, reject });
+    sendRaw(message);
+    setTimeout(() => { if (S.requests.delete(message.id)) reject(new Error("timed out")); }, 10000);
+  });
+}
+
+// ---------------------------------------------------------------- circle state
+
+function circleData(name) {
+  let d = S.data.get(name);
+  if (!d) {
+    // posts: seq -> post; last: newest seq received in order (the `since` of the next join);
+    // oldest: the first seq loaded; more: older posts exist; notices: presence lines
+    // ({after: seq, text, n}); view: where the reader was when they left the circle.
+    // firstUnread: the first post that arrived while another circle was shown; newFrom: where
+    // the "New" line goes while the circle is open.
+    d = { posts: new Map(), last: null, oldest: null, more: true, loaded: false, loading: false, notices: [], unread: 0,
+          firstUnread: null, newFrom: null, view: null };
+    S.data.set(name, d);
+  }
+  return d;
+}
+
+function storePost(m) {
+  const post = { ...m };
+  delete post.type;
+  return post;
+}
+
+function notice(circle, text) {
+  const d = circleData(circle);
+  d.notices.push({ after: d.last === null ? 0 : d.last, text, n: ++S.noticeCounter, time: Date.now() });
+  if (d.notices.length > MAX_NOTICES) d.notices.splice(0, d.notices.length - MAX_NOTICES);
+  if (circle === S.current) renderTimeline();
+}
+
+function onMessage(m) {
+  switch (m.type) {
+    case "ack":
+    case "error":
+    case "history": {
+      const pending = S.outbox.find((p) => p.id === m.id);
+      if (pending) settlePending(pending, m);
+      const r = S.requests.get(m.id);
+      if (r) {
+        S.requests.delete(m.id);
+        if (m.type === "error") r.reject(new Error(m.message)); else r.resolve(m);
+      }
+      break;
+    }
+    case "post": {
+      const d = circleData(m.circle);
+      const isNew = !d.posts.has(m.seq);
+      d.posts.set(m.seq, storePost(m));
+      if (d.last === null || m.seq > d.last) d.last = m.seq;
+      if (d.oldest === null || m.seq < d.oldest) d.oldest = m.seq;
+      const mine = m.author === S.user;
+      if (mine) S.outbox = S.outbox.filter((p) => !(p.id === m.id && p.circle === m.circle));
+      if (m.circle === S.current) {
+        if (mine) S.pinned = true;
+        renderTimeline();
+      } else if (isNew && !mine) {
+        d.unread += 1;
+        if (d.firstUnread === null || m.seq < d.firstUnread) d.firstUnread = m.seq;
+        renderCircles();
+      }
+      break;
+    }
+    case "typing":
+      if (m.user !== S.user) showTyping(m.circle, m.user);
+      break;
+    case "joined":
+    case "left":
+      if (m.user !== S.user) notice(m.circle, `${m.user} ${m.type === "joined" ? "joined" : "left"}`);
+      if (m.type === "left") stopTyping(m.circle, m.user);
+      break;
+    case "gap":
+      notice(m.circle, `Posts ${m.from}–${m.to} are no longer available`);
+      break;
+  }
+}
+
+/// The answer to one of our own posts: stored (ack), refused (error), or to be sent again.
+function settlePending(pending, m) {
+  if (m.type === "ack") {
+    S.outbox = S.outbox.filter((p) => p !== pending);
+    const d = circleData(pending.circle);
+    if (!d.posts.has(m.seq)) {
+      // The ack can come before the post's own event: show it as stored right away.
+      const post = { circle: pending.circle, seq: m.seq, author: S.user, id: pending.id, time: m.time || Date.now() };
+      if (pending.text) post.text = pending.text;
+      if (pending.attachment) post.attachment = pending.attachment;
+      d.posts.set(m.seq, post);
+      if (d.oldest === null) d.oldest = m.seq;
+    }
+  } else if (m.type === "error") {
+    if (m.code === "unavailable" || m.code === "internal" || m.code === "rate_limited") {
+      // Worth retrying with the same id: the server de-duplicates it.
+      setTimeout(() => { if (S.outbox.includes(pending) && S.connected) sendPost(pending); }, m.code === "rate_limited" ? 1000 : 2000);
+      return;
+    }
+    pending.status = "failed";
+    pending.reason = m.message;
+  }
+  if (pending.circle === S.current) renderTimeline();
+}
+
+function showTyping(circle, user) {
+  if (!S.typing.has(circle)) S.typing.set(circle, new Map());
+  const users = S.typing.get(circle);
+  clearTimeout(users.get(user));
+  users.set(user, setTimeout(() => stopTyping(circle, user), 4000));
+  if (circle === S.current) renderTyping();
+}
+
+function stopTyping(circle, user) {
+  const users = S.typing.get(circle);
+  if (!users || !users.has(user)) return;
+  clearTimeout(users.get(user));
+  users.delete(user);
+  if (circle === S.current) renderTyping();
+}
+
+// ---------------------------------------------------------------- circles
+
+function renderCircles() {
+  const ul = $("circles");
+  const items = [];
+  for (const c of S.circles) {
+    const li = el("li");
+    li.dataset.name = c.name;
+    const button = el("button", "circle-link");
+    button.type = "button";
+    if (c.name === S.current) {
+      button.classList.add("active");
+      button.setAttribute("aria-current", "page");
+    }
+    const sigil = el("span", "sigil", c.private ? "" : "#");
+    sigil.setAttribute("aria-hidden", "true");
+    if (c.private) sigil.appendChild(lockIcon());
+    button.append(sigil, el("span", "name", c.name));
+    if (c.private) button.title = c.name + " (private)";
+    const unread = S.data.has(c.name) ? S.data.get(c.name).unread : 0;
+    if (unread && c.name !== S.current) {
+      button.classList.add("unread");
+      const badge = el("span", "badge", unread > 99 ? "99+" : String(unread));
+      badge.setAttribute("aria-label", `${unread} unread`);
+      button.append(badge);
+    }
+    button.addEventListener("click", () => openCircle(c.name));
+    li.append(button);
+    items.push(li);
+  }
+  ul.replaceChildren(...items);
+  $("nocircles").classList.toggle("hidden", S.circles.length > 0);
+  const total = [...S.data.entries()].reduce((sum, [name, d]) => sum + (name === S.current ? 0 : d.unread), 0);
+  document.title = (total ? `(${total}) ` : "") + (S.current ? `#${S.current} · Circle` : "Circle");
+}
+
+function lockIcon() {
+  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  svg.setAttribute("viewBox", "0 0 20 20");
+  svg.setAttribute("class", "lock");
+  const path = document.createElementNS("http://www.w3.org/2000/svg", "path");
+  path.setAttribute("d", "M6 9V7a4 4 0 0 1 8 0v2M5 9h10v8H5z");
+  svg.appendChild(path);
+  return svg;
+}
+
+async function loadCircles() {
+  try {
+    S.circles = (await api("/v1/circles")).circles;
+    renderCircles();
+  } catch (error) {
+    if (error instanceof APIError && error.status === 401) showSignIn("The server refused this token: " + error.message);
+  }
+}
+
+function toggleCreate(open) {
+  $("create").classList.toggle("hidden", !open);
+  $("newbtn").setAttribute("aria-expanded", String(open));
+  $("createerr").textContent = "";
+  $("newcircle").removeAttribute("aria-invalid");
+  if (open) $("newcircle").focus(); else $("newbtn").focus();
+}
+$("newbtn").addEventListener("click", () => toggleCreate($("create").classList.contains("hidden")));
+$("createcancel").addEventListener("click", () => toggleCreate(false));
+$("create").addEventListener("keydown", (event) => { if (event.key === "Escape") toggleCreate(false); });
+$("newcircle").addEventListener("input", () => {
+  $("newcircle").removeAttribute("aria-invalid");
+  $("createerr").textContent = "";
+});
+$("create").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const input = $("newcircle");
+  const name = input.value.trim();
+  const fail = (message) => {
+    input.setAttribute("aria-invalid", "true");
+    $("createerr").textContent = message;
+    input.focus();
+  };
+  if (!name) return fail("Give the circle a name.");
+  if (!input.checkValidity()) return fail("Use 1–64 lower-case letters, digits, “.”, “_” or “-”.");
+  $("createbtn").disabled = true;
+  try {
+    await api("/v1/circles", { method: "POST", body: JSON.stringify({ name, private: $("newprivate").checked }) });
+    input.value = "";
+    $("newprivate").checked = false;
+    toggleCreate(false);
+    await loadCircles();
+    openCircle(name);
+  } catch (error) {
+    fail(error.code === "conflict" ? `There is already a circle called “${name}”.` : error.message);
+  } finally {
+    $("createbtn").disabled = false;
+  }
+});
+
+// ---------------------------------------------------------------- opening a circle, history
+
+function saveView() {
+  if (!S.current) return;
+  const box = $("messages");
+  const d = circleData(S.current);
+  d.view = { pinned: S.pinned, fromBottom: box.scrollHeight - box.scrollTop };
+  d.newFrom = null;
+}
+
+async function openCircle(name) {
+  if (name !== S.current) saveView();
+  S.current = name;
+  sessionStorage.setItem("circle.current", name);
+  document.body.classList.remove("view-list");
+  document.body.classList.add("view-chat");
+  const info = S.circles.find((c) => c.name === name);
+  $("title").textContent = (info && info.private ? "" : "# ") + name;
+  if (info && info.private) $("title").prepend(lockIcon());
+  $("subtitle").textContent = info ? `${info.private ? "Private circle: members only" : "Public circle"} · started by ${info.owner}` : "";
+  $("welcome").classList.add("hidden");
+  $("main").classList.remove("no-circle");
+  for (const id of ["text", "attach", "photo"]) $(id).disabled = false;
+  updateSend();
+  $("text").placeholder = `Message #${name}`;
+  const d = circleData(name);
+  if (d.unread) d.newFrom = d.firstUnread;
+  d.unread = 0;
+  d.firstUnread = null;
+  renderCircles();
+  renderTyping();
+  renderTimeline();
+  // Back where the reader left it: at the newest post, or at the place they had scrolled to.
+  const box = $("messages");
+  if (d.view && !d.view.pinned) {
+    S.pinned = false;
+    box.scrollTop = box.scrollHeight - d.view.fromBottom;
+  } else {
+    S.pinned = true;
+    box.scrollTop = box.scrollHeight;
+  }
+  // More came in while away than fits: start at the first of it, as Slack and Element do.
+  const line = d.newFrom !== null ? $("list").querySelector(".new-line") : null;
+  if (line) {
+    const top = line.getBoundingClientRect().top - box.getBoundingClientRect().top + box.scrollTop;
+    if (box.scrollHeight - top > box.clientHeight) {
+      S.pinned = false;
+      box.scrollTop = Math.max(0, top - 24);
+    }
+  }
+  updateJump();
+  if (!PHONE.matches) $("text").focus();
+  if (!d.loaded) await loadOlder(name, true);
+  if (!S.joined.has(name)) {
+    S.joined.add(name);
+    if (S.connected) join(name);
+  }
+}
+
+function join(name) {
+  const d = circleData(name);
+  const message = { action: "join", circle: name };
+  if (d.last !== null) message.since = d.last;
+  request(message).then((ack) => {
+    if (d.last === null) d.last = ack.seq;
+  }).catch((error) => {
+    if (error.message === "disconnected" || error.message === "offline") return;
+    S.joined.delete(name);
+    notice(name, "Could not join: " + error.message);
+  });
+}
+
+async function loadOlder(name, initial) {
+  const d = circleData(name);
+  if (d.loading || (!initial && !d.more)) return;
+  d.loading = true;
+  if (name === S.current) showOlder("Loading older posts…");
+  const query = new URLSearchParams({ limit: String(PAGE_SIZE) });
+  if (!initial && d.oldest !== null) query.set("before", String(d.oldest));
+  try {
+    const page = await api(`/v1/circles/${encodeURIComponent(name)}/messages?` + query);
+    const box = $("messages");
+    const fromBottom = box.scrollHeight - box.scrollTop;
+    for (const p of page.posts) d.posts.set(p.seq, p);
+    if (page.posts.length) {
+      const first = page.posts[0].seq;
+      const last = page.posts[page.posts.length - 1].seq;
+      if (d.oldest === null || first < d.oldest) d.oldest = first;
+      if (d.last === null || last > d.last) d.last = last;
+    }
+    // The first page is the newest one: whether older ones exist is its `more`. A post that
+    // arrived live before it does not change that.
+    d.more = page.more;
+    d.loaded = true;
+    d.loading = false;
+    if (name !== S.current) return;
+    renderTimeline();
+    if (initial || S.pinned) {
+      box.scrollTop = box.scrollHeight;
+    } else {
+      box.scrollTop = box.scrollHeight - fromBottom;
+    }
+    // A short first page does not fill the pane, so no scroll would ever ask for more.
+    if (d.more && box.scrollHeight <= box.clientHeight + 40) loadOlder(name, false);
+  } catch (error) {
+    d.loading = false;
+    if (name === S.current) showOlder("Could not load posts: " + error.message);
+    if (error instanceof APIError && error.status === 401) showSignIn("The server refused this token: " + error.message);
+  }
+}
+
+function showOlder(text) {
+  const older = $("older");
+  older.textContent = text || "";
+  older.classList.toggle("hidden", !text);
+}
+
+// ---------------------------------------------------------------- the timeline
+
+function postKey(p) {
+  return (p.author || S.user) + "\n" + p.id;
+}
+
+function postTime(p) {
+  return p.time || p.created || Date.now();
+}
+
+function photoNode(p) {
+  const box = el("button", "photo");
+  box.type = "button";
+  box.setAttribute("aria-label", "Open the photo");
+  const img = el("img");
+  img.alt = p.text ? "Photo: " + p.text.slice(0, 80) : "Photo from " + (p.author || S.user);
+  img.decoding = "async";
+  img.loading = "lazy";
+  sizePhotoBox(box, p.attachment ? photoSizes.get(p.attachment) : p.previewSize);
+  img.addEventListener("load", () => {
+    const size = [img.naturalWidth, img.naturalHeight];
+    if (p.attachment) rememberPhotoSize(p.attachment, ...size);
+    sizePhotoBox(box, size);
+    box.classList.add("loaded");
+  });
+  img.addEventListener("error", () => {
+    box.classList.remove("unsized");
+    box.classList.add("broken");
+    box.replaceChildren(el("span", "broken-text", "The photo could not be loaded"));
+  });
+  img.src = p.preview || mediaURL(p.attachment);
+  box.appendChild(img);
+  box.addEventListener("click", () => openViewer(p.attachment, img.src));
+  return box;
+}
+
+/// The element of a post, reused while its look stays the same (so its photo is not fetched again).
+function postNode(p, status) {
+  const key = postKey(p);
+  let node = S.nodes.get(key);
+  const signature = [status, p.seq || "", postTime(p), p.attachment || "", p.reason || "", p.progress || ""].join("|");
+  if (node && node.dataset.signature === signature) return node;
+  const photo = node && node.photo && (p.attachment || p.preview) ? node.photo : null;
+  if (!node) {
+    node = el("article", "post");
+    S.nodes.set(key, node);
+  }
+  node.dataset.signature = signature;
+  node.dataset.state = status;
+  node.dataset.author = p.author || S.user;
+  if (p.seq) node.dataset.seq = String(p.seq); else delete node.dataset.seq;
+  node.classList.toggle("mine", (p.author || S.user) === S.user);
+  node.classList.toggle("pending", status === "sending" || status === "uploading");
+  node.classList.toggle("failed", status === "failed");
+
+  const gutter = el("div", "gutter");
+  gutter.append(avatar(p.author || S.user), timeNode(postTime(p), "side-time"));
+  const content = el("div", "content");
+  const head = el("div", "head");
+  head.append(el("span", "author", p.author || S.user), timeNode(postTime(p), "time"));
+  content.append(head);
+  if (p.text) {
+    const body = el("div", "body");
+    body.appendChild(window.CircleMarkdown.render(p.text));
+    content.append(body);
+  }
+  if (p.attachment || p.preview) {
+    node.photo = photo || photoNode(p);
+    content.append(node.photo);
+  }
+  if (status !== "sent") content.append(statusNode(p, status));
+  node.replaceChildren(gutter, content);
+  return node;
+}
+
+function statusNode(p, status) {
+  const line = el("div", "status");
+  if (status === "uploading") {
+    line.textContent = p.progress ? `Uploading photo… ${p.progress}%` : "Uploading photo…";
+  } else if (status === "sending") {
+    line.textContent = S.connected ? "Sending…" : "Waiting for the connection…";
+  } else if (status === "failed") {
+    line.append(el("span", "reason", "Not posted: " + (p.reason || "refused")));
+    if (p.attachment || p.file || p.text) {
+      const retry = el("button", "link-button", "Retry");
+      retry.type = "button";
+      retry.addEventListener("click", () => retryPost(p));
+      line.append(retry);
+    }
+    const discard = el("button", "link-button", "Discard");
+    discard.type = "button";
+    discard.addEventListener("click", () => discardPost(p));
+    line.append(discard);
+  }
+  return line;
+}
+
+function noticeNode(n) {
+  const node = el("div", "notice");
+  node.append(el("span", "notice-text", n.text), timeNode(n.time, "notice-time"));
+  return node;
+}
+
+function separatorNode(ms) {
+  const node = el("div", "day");
+  node.setAttribute("role", "separator");
+  node.append(el("span", "", dayLabel(ms)));
+  return node;
+}
+
+function introNode(name, empty) {
+  const node = el("div", "intro");
+  const info = S.circles.find((c) => c.name === name);
+  const badge = el("div", "intro-badge", info && info.private ? "" : "#");
+  if (info && info.private) badge.appendChild(lockIcon());
+  badge.setAttribute("aria-hidden", "true");
+  node.append(badge, el("h2", "", `This is the beginning of #${name}`));
+  node.append(el("p", "", empty
+    ? "No posts yet. Say hello below: everyone here sees it live, and it stays in the history."
+    : (info && info.private ? "A private circle: only its members can read it." : "Everyone on this server can read and join this circle.")));
+  return node;
+}
+
+/// A timeline element other than a post (day line, notice, intro), made once and then reused.
+function extra(key, make) {
+  let node = S.extras.get(key);
+  if (!node) {
+    node = make();
+    S.extras.set(key, node);
+  }
+  return node;
+}
+
+/// Makes `parent`'s children exactly `wanted`, moving only what changed: the nodes that stay are
+/// not taken out and put back, so screen readers announce only new lines of the log, and text
+/// selections and loaded images survive.
+function reconcile(parent, wanted) {
+  wanted.forEach((node, index) => {
+    const current = parent.children[index];
+    if (current !== node) parent.insertBefore(node, current || null);
+  });
+  while (parent.children.length > wanted.length) parent.lastElementChild.remove();
+}
+
+function renderTimeline() {
+  const list = $("list");
+  if (!S.current) { list.replaceChildren(); return; }
+  const name = S.current;
+  const d = circleData(name);
+  const items = [];
+  for (const [seq, p] of d.posts) items.push({ order: seq, rank: 0, p });
+  for (const n of d.notices) items.push({ order: n.after, rank: 1, sub: n.n, n });
+  items.sort((a, b) => a.order - b.order || a.rank - b.rank || (a.sub || 0) - (b.sub || 0));
+  for (const p of S.outbox) if (p.circle === name) items.push({ p, status: p.status });
+
+  const children = [];
+  const pending = S.outbox.some((p) => p.circle === name);
+  const empty = d.posts.size === 0 && !pending;
+  if (d.loaded && !d.more) children.push(extra(`intro\n${name}\n${empty}`, () => introNode(name, empty)));
+  let previous = null;
+  let lastDay = null;
+  for (const item of items) {
+    const time = item.p ? postTime(item.p) : item.n.time;
+    const day = dayKey(time);
+    if (day !== lastDay) {
+      const label = dayLabel(time);
+      children.push(extra(`day\n${name}\n${day}\n${label}`, () => separatorNode(time)));
+      lastDay = day;
+      previous = null;
+    }
+    if (item.n) {
+      children.push(extra(`notice\n${name}\n${item.n.n}`, () => noticeNode(item.n)));
+      previous = null;
+      continue;
+    }
+    const p = item.p;
+    if (d.newFrom !== null && p.seq === d.newFrom && !item.status) {
+      children.push(extra(`new\n${name}\n${p.seq}`, () => {
+        const line = el("div", "new-line");
+        line.setAttribute("role", "separator");
+        line.append(el("span", "", "New"));
+        return line;
+      }));
+      previous = null;
+    }
+    const node = postNode(p, item.status || "sent");
+    const author = p.author || S.user;
+    const continued = previous !== null && previous.author === author && time - previous.time < GROUP_GAP_MS && time >= previous.time;
+    node.classList.toggle("continued", continued);
+    children.push(node);
+    previous = { author, time };
+  }
+  reconcile(list, children);
+  if (!d.loading) showOlder("");
+  if (S.pinned) $("messages").scrollTop = $("messages").scrollHeight;
+  updateJump();
+}
+
+function renderTyping() {
+  const users = S.current && S.typing.has(S.current) ? [...S.typing.get(S.current).keys()] : [];
+  const typing = $("typing");
+  typing.replaceChildren();
+  if (!users.length) return;
+  const text = users.length === 1 ? `${users[0]} is typing`
+    : users.length === 2 ? `${users[0]} and ${users[1]} are typing`
+    : "Several people are typing";
+  typing.append(el("span", "dots"), document.createTextNode(text + "…"));
+}
+
+// Follow the newest post while the reader is at the bottom, also when images above it finish
+// loading or the pane changes size; leave the scroll alone when they have scrolled up.
+// Only the reader scrolling up unpins: the browser's own scroll adjustments while content above
+// grows (scroll anchoring) move scrollTop down, and must not stop the following.
+const box = $("messages");
+let lastScrollTop = 0;
+box.addEventListener("scroll", () => {
+  const top = box.scrollTop;
+  if (box.scrollHeight - top - box.clientHeight < 32) S.pinned = true;
+  else if (top < lastScrollTop - 1) S.pinned = false;
+  lastScrollTop = top;
+  updateJump();
+  if (box.scrollTop < 300 && S.current) {
+    const d = circleData(S.current);
+    if (d.loaded && d.more && !d.loading) loadOlder(S.current, false);
+  }
+}, { passive: true });
+new ResizeObserver(() => { if (S.pinned) box.scrollTop = box.scrollHeight; }).observe($("list"));
+new ResizeObserver(() => { if (S.pinned) box.scrollTop = box.scrollHeight; }).observe(box);
+
+function updateJump() {
+  $("jump").classList.toggle("hidden", S.pinned || !S.current);
+}
+$("jump").addEventListener("click", () => {
+  S.pinned = true;
+  box.scrollTop = box.scrollHeight;
+  updateJump();
+  $("text").focus();
+});
+
+// ---------------------------------------------------------------- posting
+
+const composer = $("text");
+
+function autosize() {
+  composer.style.height = "auto";
+  composer.style.height = Math.min(composer.scrollHeight, 180) + "px";
+}
+
+/// The Post button is live only when there is something to post.
+function updateSend() {
+  $("sendbtn").disabled = !S.current || !composer.value.trim();
+}
+
+composer.addEventListener("input", () => {
+  autosize();
+  updateSend();
+  if (!S.current || !S.connected || !S.joined.has(S.current) || Date.now() - S.lastTypingSent < 2500) return;
+  S.lastTypingSent = Date.now();
+  request({ action: "typing", circle: S.current }).catch(() => {});
+});
+composer.addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+    event.preventDefault();
+    $("compose").requestSubmit();
+  }
+});
+
+$("compose").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const text = composer.value.replace(/^\s*\n|\s+$/g, "");
+  if (!text.trim() || !S.current) return;
+  const post = { id: uid(), circle: S.current, text, author: S.user, status: "sending", created: Date.now() };
+  S.outbox.push(post);
+  composer.value = "";
+  autosize();
+  updateSend();
+  S.pinned = true;
+  renderTimeline();
+  sendPost(post);   // while offline it is sent on reconnect, with the same id
+});
+
+function sendPost(p) {
+  const message = { action: "post", id: p.id, circle: p.circle };
+  if (p.text) message.text = p.text;
+  if (p.attachment) message.attachment = p.attachment;
+  sendRaw(message);
+}
+
+function retryPost(p) {
+  p.reason = undefined;
+  if (p.file && !p.attachment) {
+    upload(p);
+    return;
+  }
+  p.status = "sending";
+  renderTimeline();
+  sendPost(p);
+}
+
+function discardPost(p) {
+  S.outbox = S.outbox.filter((q) => q !== p);
+  S.nodes.delete(postKey(p));
+  if (p.preview) URL.revokeObjectURL(p.preview);
+  renderTimeline();
+}
+
+$("attach").addEventListener("click", () => $("photo").click());
+$("photo").addEventListener("change", () => {
+  const file = $("photo").files[0];
+  $("photo").value = "";
+  if (!file || !S.current) return;
+  const caption = composer.value.trim();
+  composer.value = "";
+  autosize();
+  updateSend();
+  const post = { id: uid(), circle: S.current, text: caption, author: S.user, status: "uploading", created: Date.now(), file };
+  post.preview = URL.createObjectURL(file);
+  const probe = new Image();
+  probe.addEventListener("load", () => { post.previewSize = [probe.naturalWidth, probe.naturalHeight]; });
+  probe.src = post.preview;
+  S.outbox.push(post);
+  S.pinned = true;
+  renderTimeline();
+  upload(post);
+});
+
+/// Uploads the photo (POST /v1/media, with progress), then posts it with its media id.
+function upload(post) {
+  post.status = "uploading";
+  post.progress = 0;
+  renderTimeline();
+  const xhr = new XMLHttpRequest();
+  xhr.open("POST", "/v1/media");
+  xhr.setRequestHeader("Authorization", "Bearer " + S.token);
+  xhr.setRequestHeader("Content-Type", post.file.type || "application/octet-stream");
+  xhr.upload.addEventListener("progress", (event) => {
+    if (!event.lengthComputable) return;
+    const percent = Math.floor((event.loaded / event.total) * 100);
+    if (percent !== post.progress) { post.progress = percent; if (post.circle === S.current) renderTimeline(); }
+  });
+  const failed = (reason) => {
+    post.status = "failed";
+    post.reason = reason;
+    post.progress = undefined;
+    if (post.circle === S.current) renderTimeline();
+  };
+  xhr.addEventListener("load", () => {
+    let body = {};
+    try { body = JSON.parse(xhr.responseText); } catch { /* not JSON */ }
+    if (xhr.status !== 201 && xhr.status !== 200) {
+      failed(body.error ? body.error.message : `the upload failed (${xhr.status})`);
+      return;
+    }
+    post.attachment = body.id;
+    if (post.previewSize) rememberPhotoSize(body.id, ...post.previewSize);
+    post.file = undefined;
+    post.progress = undefined;
+    post.status = "sending";
+    if (post.circle === S.current) renderTimeline();
+    sendPost(post);
+  });
+  xhr.addEventListener("error", () => failed("the upload was interrupted"));
+  xhr.send(post.file);
+}
+
+// ---------------------------------------------------------------- photo viewer
+
+function openViewer(id, src) {
+  $("viewerimg").src = src;
+  $("viewerimg").alt = "Photo";
+  const open = $("vieweropen");
+  open.href = id ? mediaURL(id) : src;
+  open.classList.toggle("hidden", !id);
+  $("viewer").classList.remove("hidden");
+  $("viewerclose").focus();
+}
+
+function closeViewer() {
+  $("viewer").classList.add("hidden");
+  $("viewerimg").removeAttribute("src");
+}
+$("viewerclose").addEventListener("click", closeViewer);
+$("viewer").addEventListener("click", (event) => { if (event.target === $("viewer")) closeViewer(); });
+document.addEventListener("keydown", (event) => {
+  if (event.key === "Escape" && !$("viewer").classList.contains("hidden")) closeViewer();
+});
+
+// ---------------------------------------------------------------- phone layout
+
+$("back").addEventListener("click", () => {
+  saveView();
+  document.body.classList.remove("view-chat");
+  document.body.classList.add("view-list");
+  const active = document.querySelector(`#circles li[data-name="${CSS.escape(S.current || "")}"] button`);
+  if (active) active.focus();
+});
+
+// ---------------------------------------------------------------- start
+
+loadConfig().then(() => {
+  if (S.token) signIn(S.token); else showSignIn("");
+});
