@@ -488,7 +488,8 @@ struct MediaServerTests {
 
     @Test("unfinished uploads expire with their bytes; a user has a bounded number of them")
     func uploadExpiryAndCap() async throws {
-        let server = TestServer(limits: .init(maxPendingUploadsPerUser: 2, uploadExpiry: .milliseconds(400)))
+        let server = TestServer(limits: .init(maxPendingUploadsPerUser: 2, uploadExpiry: .seconds(3)))
+        // Long enough that the steps below finish before it on a loaded machine (400 ms did not).
         defer { server.remove() }
         try await server.start()
         let http = MediaHTTP(server: server)
