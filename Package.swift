@@ -120,6 +120,7 @@ let package = Package(
             name: "CircleTestSupport",
             dependencies: [
                 "CircleServer",
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),

@@ -1,5 +1,6 @@
 import CircleServer
 import Foundation
+import Logging
 import Testing
 
 #if canImport(FoundationNetworking)
@@ -30,7 +31,10 @@ public final class TestServer: @unchecked Sendable {
 
     @discardableResult
     public func start() async throws -> CircleServer {
-        let server = try await CircleServer.start(configuration: self.configuration)
+        var logger = Logger(label: "circle.test-server")
+        // Connections come and go by the hundred in the tests: only warnings and errors are shown.
+        logger.logLevel = .warning
+        let server = try await CircleServer.start(configuration: self.configuration, logger: logger)
         self.server = server
         // Restarts come back on the same port, as a real deployment would.
         self.configuration.port = server.port
