@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 
@@ -260,16 +261,21 @@ public struct DatagramSocket: Sendable {
         }
     }
 
-    /// Inbound datagrams of a socket.
+    /// Inbound datagrams of a socket. One iterator reads them; a second one made while the first
+    /// exists throws ``DatagramError/Code/other`` on its first `next()` instead of stealing datagrams.
     public struct Inbound: AsyncSequence, Sendable {
         public typealias Element = Datagram
         let base: NIOAsyncChannelInboundStream<AddressedEnvelope<ByteBuffer>>
+        let taken = NIOLockedValueBox(false)
 
         public struct AsyncIterator: AsyncIteratorProtocol {
-            var base: NIOAsyncChannelInboundStream<AddressedEnvelope<ByteBuffer>>.AsyncIterator
+            var base: NIOAsyncChannelInboundStream<AddressedEnvelope<ByteBuffer>>.AsyncIterator?
 
             public mutating func next() async throws -> Datagram? {
-                while let envelope = try await self.base.next() {
+                guard self.base != nil else {
+                    throw DatagramError(.other, "the socket's inbound datagrams are already being read by another iterator")
+                }
+                while let envelope = try await self.base?.next() {
                     guard let source = try? DatagramAddress(envelope.remoteAddress) else { continue }
                     let info = envelope.metadata?.packetInfo
                     return Datagram(
@@ -284,7 +290,11 @@ public struct DatagramSocket: Sendable {
         }
 
         public func makeAsyncIterator() -> AsyncIterator {
-            AsyncIterator(base: self.base.makeAsyncIterator())
+            let first = self.taken.withLockedValue { taken in
+                defer { taken = true }
+                return !taken
+            }
+            return AsyncIterator(base: first ? self.base.makeAsyncIterator() : nil)
         }
     }
 }

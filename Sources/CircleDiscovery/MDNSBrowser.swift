@@ -178,22 +178,24 @@ public struct MDNSBrowser: Sendable {
     private mutating func republish(now: Duration) -> [Action] {
         var actions: [Action] = []
         var current: [DNSName: DiscoveredService] = [:]
-        let entries = self.cache.values.filter { $0.expires > now && $0.record.ttl > 0 }
-        let instances = Set(entries.compactMap { entry -> DNSName? in
-            if case .ptr(let target) = entry.record.data, entry.record.name == self.typeName { return target }
-            return nil
-        })
-        for instance in instances.sorted(by: { $0.description < $1.description }) {
-            let mine = self.cache.filter { $0.key.name == instance && $0.value.expires > now && $0.value.record.ttl > 0 }
+        // A goodbye (TTL 0) keeps its record for its last second; expiry removes it.
+        var instances: [DNSName: Set<UInt32>] = [:]
+        for (key, entry) in self.cache where entry.expires > now {
+            if case .ptr(let target) = entry.record.data, entry.record.name == self.typeName {
+                instances[target, default: []].insert(key.interfaceIndex)
+            }
+        }
+        for (instance, ptrInterfaces) in instances.sorted(by: { $0.key.description < $1.key.description }) {
+            let mine = self.cache.filter { $0.key.name == instance && $0.value.expires > now }
             let srv = mine.values.sorted { $0.received > $1.received }.first { $0.record.type == .srv }
             let txt = mine.values.sorted { $0.received > $1.received }.first { $0.record.type == .txt }
             guard let srv, case .srv(_, _, let port, let target) = srv.record.data else {
-                actions += self.resolve(instance, types: [.srv, .txt], interfaces: Set(mine.keys.map(\.interfaceIndex)), now: now)
+                actions += self.resolve(instance, types: [.srv, .txt], interfaces: ptrInterfaces, now: now)
                 continue
             }
             var addresses: [DatagramAddress] = []
             var seenOn: [String] = []
-            for (key, entry) in self.cache where key.name == target && entry.expires > now && entry.record.ttl > 0 {
+            for (key, entry) in self.cache where key.name == target && entry.expires > now {
                 let interfaceName = self.interfaces[key.interfaceIndex]?.name
                 switch entry.record.data {
                 case .a(let bytes):
@@ -211,7 +213,7 @@ public struct MDNSBrowser: Sendable {
                 if let interfaceName, !seenOn.contains(interfaceName) { seenOn.append(interfaceName) }
             }
             guard !addresses.isEmpty else {
-                actions += self.resolve(target, types: [.a, .aaaa], interfaces: Set(mine.keys.map(\.interfaceIndex)), now: now)
+                actions += self.resolve(target, types: [.a, .aaaa], interfaces: ptrInterfaces.union(mine.keys.map(\.interfaceIndex)), now: now)
                 continue
             }
             var txtEntries: [TXTEntry] = []

@@ -12,8 +12,18 @@ public struct MDNSConfiguration: Sendable {
     public var interfacePollInterval: Duration
     /// The UDP port: 5353 for real multicast DNS; another one keeps a test away from the host's responder.
     public var port: Int
+    /// The address families used (and, when announcing, the addresses announced): a server bound to
+    /// `0.0.0.0` announces IPv4 only.
+    public var families: Set<DatagramAddress.Family>
 
-    public init(interfaces: Set<String>? = nil, includeLoopback: Bool = false, interfacePollInterval: Duration = .seconds(5), port: Int = MDNS.port) {
+    public init(
+        interfaces: Set<String>? = nil,
+        includeLoopback: Bool = false,
+        interfacePollInterval: Duration = .seconds(5),
+        port: Int = MDNS.port,
+        families: Set<DatagramAddress.Family> = [.ipv4, .ipv6]
+    ) {
+        self.families = families
         self.interfaces = interfaces
         self.includeLoopback = includeLoopback
         self.interfacePollInterval = interfacePollInterval
@@ -121,7 +131,13 @@ actor MDNSRunner<Machine: MDNSMachine> {
     }
 
     private func currentInterfaces() throws -> [MDNSInterface] {
-        try MDNSInterface.current(includeLoopback: self.configuration.includeLoopback, only: self.configuration.interfaces)
+        let families = self.configuration.families
+        return try MDNSInterface.current(includeLoopback: self.configuration.includeLoopback, only: self.configuration.interfaces).compactMap { interface in
+            var interface = interface
+            if !families.contains(.ipv4) { interface.ipv4 = [] }
+            if !families.contains(.ipv6) { interface.ipv6 = [] }
+            return interface.ipv4.isEmpty && interface.ipv6.isEmpty ? nil : interface
+        }
     }
 
     private func pollInterfaces() async {

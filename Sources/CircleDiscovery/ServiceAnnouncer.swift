@@ -82,10 +82,15 @@ public final class ServiceAnnouncer: Service, Sendable {
                 break
             }
         }
-        try await withGracefulShutdownHandler {
-            try await runner.run()
-        } onGracefulShutdown: {
-            Task { await runner.stop() }
+        do {
+            try await withGracefulShutdownHandler {
+                try await runner.run()
+            } onGracefulShutdown: {
+                Task { await runner.stop() }
+            }
+        } catch {
+            self.logger.error("not announcing on the local network", metadata: ["circle.mdns.error": "\(error)"])
+            throw error
         }
     }
 

@@ -78,6 +78,12 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "With permessage-deflate, send messages shorter than this many bytes uncompressed.")
     var compressionMinBytes = 64
 
+    @Option(
+        defaultAsFlag: "",
+        help: ArgumentHelp("Announce the server on the local network (DNS-SD, _circle._tcp) as NAME, by default \"Circle on HOSTNAME\"; needs --host 0.0.0.0 or ::.", valueName: "name")
+    )
+    var announce: String?
+
     func run() async throws {
         guard let level = Logger.Level(rawValue: self.logLevel.lowercased()) else {
             throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical")
@@ -154,8 +160,13 @@ struct ServeCommand: AsyncParsableCommand {
                 """.utf8
             )
         )
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [.init(service: server)]
+        if let announcer = try self.makeAnnouncer(port: server.port, tls: tls != nil, logger: logger) {
+            // Without a usable network the server goes on serving; the announcer has logged why.
+            services.append(.init(service: announcer, successTerminationBehavior: .ignore, failureTerminationBehavior: .ignore))
+        }
         let group = ServiceGroup(
-            configuration: .init(services: [.init(service: server)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+            configuration: .init(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         )
         try await group.run()
     }
