@@ -30,13 +30,16 @@ struct ChatCommand: AsyncParsableCommand {
 
     @OptionGroup var client: ClientOptions
 
+    @OptionGroup var discovery: ChatDiscoveryOptions
+
     func run() async throws {
         guard isatty(STDIN_FILENO) == 1, isatty(STDOUT_FILENO) == 1 else {
             throw ValidationError("circle chat needs a terminal; for scripts use `circle send` and `circle tail`")
         }
-        let client = try await CircleClient(configuration: try self.client.clientConfiguration(postTimeout: .seconds(120)))
+        let (configuration, server) = try await self.chatConfiguration()
+        let client = try await CircleClient(configuration: configuration)
         await client.connect()
-        await awaitConnection(client, command: "chat", server: self.client.server)
+        await awaitConnection(client, command: "chat", server: server)
         let user = try await self.userName()
         let screen = ChatScreen(circle: self.circle, user: user)
         let terminal = RawTerminal()
