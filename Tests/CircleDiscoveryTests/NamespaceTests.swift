@@ -163,6 +163,32 @@ struct NamespaceTests {
         #expect(removed, "no goodbye seen after SIGTERM")
     }
 
+    @Test func aNewAddressIsAnnounced() async throws {
+        let env = try self.env
+        let server = try self.server(in: env.a, port: 18_187, name: "Moving", data: Self.temporaryDirectory())
+        defer { server.stop() }
+        try await server.waitForStderr("announced")
+        var before: DiscoveredService?
+        var after: DiscoveredService?
+        let deadline = ContinuousClock.now + .seconds(30)
+        for try await event in ServiceBrowser.browse(type: CircleService.type, configuration: .init(interfaces: ["cb0"])) {
+            switch event {
+            case .found(let service) where service.name == "Moving":
+                before = service
+                // The server's host gets a second address on the link.
+                try await Peer(["ip", "-n", env.a, "addr", "add", "169.254.10.9/24", "dev", "ca0", "scope", "link"]).waitForExit()
+            case .changed(let service) where service.name == "Moving" && service.addresses.contains { $0.ipAddress == "169.254.10.9" }:
+                after = service
+            default:
+                break
+            }
+            if after != nil || ContinuousClock.now > deadline { break }
+        }
+        try await Peer(["ip", "-n", env.a, "addr", "del", "169.254.10.9/24", "dev", "ca0"]).waitForExit()
+        #expect(before?.addresses.map(\.ipAddress) == ["169.254.10.1", "fe80::a:1"])
+        #expect(after?.addresses.map(\.ipAddress) == ["169.254.10.1", "169.254.10.9", "fe80::a:1"])
+    }
+
     @Test func aTakenNameIsRenamed() async throws {
         let env = try self.env
         let first = try self.server(in: env.a, port: 18_182, name: "Twin", data: Self.temporaryDirectory())
@@ -273,18 +299,69 @@ struct NamespaceTests {
     }
 }
 
+extension NamespaceTests {
+    // MARK: Interop with avahi (Debian's avahi-daemon in C)
+
+    @Test(.enabled(if: NamespaceEnvironment.current?.avahiBus != nil, "avahi-daemon is not running in C"))
+    func avahiBrowseSeesCircle() async throws {
+        let env = try self.env
+        let bus = try #require(env.avahiBus)
+        let server = try self.server(in: nil, port: 18_188, name: "Seen By Avahi", data: Self.temporaryDirectory())
+        defer { server.stop() }
+        try await server.waitForStderr("announced")
+        // -r resolve, -p parsable (spaces escaped as \032), -t end once the cache is dumped.
+        var resolved: [String] = []
+        var output = ""
+        let deadline = ContinuousClock.now + .seconds(20)
+        while resolved.isEmpty && ContinuousClock.now < deadline {
+            let browse = try Peer(["DBUS_SYSTEM_BUS_ADDRESS=\(bus)", "ip", "netns", "exec", env.c, "avahi-browse", "-r", "-p", "-t", "_circle._tcp"])
+            try await browse.waitForExit()
+            output = browse.stdout + browse.stderr
+            resolved = browse.stdout.split(separator: "\n").map(String.init).filter { $0.hasPrefix("=;cc0;IPv4;Seen\\032By\\032Avahi;") }
+        }
+        // =;interface;protocol;name;type;domain;host;address;port;txt
+        let fields = try #require(resolved.first, "avahi-browse did not resolve the service: \(output)").split(separator: ";", maxSplits: 9).map(String.init)
+        #expect(fields[7] == "169.254.20.2")
+        #expect(fields[8] == "18188")
+        #expect(fields[9].contains("\"path=/v1/ws\""))
+        #expect(fields[9].contains("\"tls=0\""))
+        #expect(fields[9].contains("\"protocol=circle.v1\""))
+    }
+
+    @Test(.enabled(if: NamespaceEnvironment.current?.avahiBus != nil, "avahi-daemon is not running in C"))
+    func circleDiscoverSeesAnAvahiPublishedService() async throws {
+        let env = try self.env
+        let bus = try #require(env.avahiBus)
+        let publish = try Peer([
+            "DBUS_SYSTEM_BUS_ADDRESS=\(bus)", "ip", "netns", "exec", env.c,
+            "avahi-publish", "-s", "Avahi Room", "_circle._tcp", "19292", "path=/av/ws", "tls=0", "protocol=circle.v1",
+        ])
+        defer { publish.stop() }
+        try await publish.waitForOutput("Established")
+        let discover = try Peer([Self.circle, "discover", "--json", "--timeout", "3s", "--interface", "cb1"])
+        try await discover.waitForExit()
+        let room = try #require(try Self.servers(discover.stdout).first { $0["name"] as? String == "Avahi Room" }, "discover printed: \(discover.stdout)")
+        #expect(room["port"] as? Int == 19_292)
+        #expect(room["host"] as? String == "avahi-c.local.")
+        #expect(room["urls"] as? [String] == ["ws://169.254.20.3:19292/av/ws", "ws://[fe80::c:1%25cb1]:19292/av/ws"])
+    }
+}
+
 /// The namespaces made by scripts/discovery-test.
 struct NamespaceEnvironment {
     var a: String
     var c: String
     var python: String
+    /// The D-Bus address of the avahi-daemon running in C, when the script could start one.
+    var avahiBus: String?
 
     static var current: NamespaceEnvironment? {
         let variables = ProcessInfo.processInfo.environment
         guard let names = variables["CIRCLE_DISCOVERY_NETNS"]?.split(separator: " ").map(String.init), names.count == 3,
             let python = variables["CIRCLE_DISCOVERY_PYTHON"]
         else { return nil }
-        return NamespaceEnvironment(a: names[0], c: names[2], python: python)
+        let bus = variables["CIRCLE_DISCOVERY_AVAHI_BUS"].flatMap { $0.isEmpty ? nil : $0 }
+        return NamespaceEnvironment(a: names[0], c: names[2], python: python, avahiBus: bus)
     }
 }
 
@@ -325,6 +402,10 @@ final class Peer: @unchecked Sendable {
 
     func waitForLine(_ text: String, within timeout: Duration = .seconds(20)) async throws {
         try await self.wait(within: timeout, what: "\"\(text)\" on stdout") { self.stdout.contains(text) }
+    }
+
+    func waitForOutput(_ text: String, within timeout: Duration = .seconds(20)) async throws {
+        try await self.wait(within: timeout, what: "\"\(text)\" on stdout or stderr") { self.stdout.contains(text) || self.stderr.contains(text) }
     }
 
     func waitForStderr(_ text: String, within timeout: Duration = .seconds(30)) async throws {
