@@ -7,6 +7,9 @@
     zc-browse TYPE SECONDS             python-zeroconf browses TYPE; prints one JSON line per service
     zc-register NAME TYPE PORT K=V...  python-zeroconf registers a service; prints "ready", runs
                                        until stdin closes or SIGTERM, then unregisters (goodbye)
+    mdns-count IFNAME SECONDS          listens to mDNS (both groups) on one interface; prints ready,
+                                       then after SECONDS one JSON object: packets and UDP payload
+                                       bytes per sender address
 """
 import json
 import signal
@@ -99,6 +102,39 @@ def zc_register(name, service_type, port, pairs):
         zc.close()
 
 
+def mdns_count(ifname, seconds):
+    import select
+
+    index = socket.if_nametoindex(ifname)
+    v4 = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    v4.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    v4.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    v4.bind(("0.0.0.0", 5353))
+    mreqn = socket.inet_aton("224.0.0.251") + socket.inet_aton("0.0.0.0") + index.to_bytes(4, sys.byteorder)
+    v4.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, mreqn)
+    v6 = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    v6.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    v6.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    v6.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    v6.bind(("::", 5353))
+    mreq6 = socket.inet_pton(socket.AF_INET6, "ff02::fb") + index.to_bytes(4, sys.byteorder)
+    v6.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_JOIN_GROUP, mreq6)
+    print("ready", flush=True)
+    tally = {}
+    deadline = time.monotonic() + float(seconds)
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        readable, _, _ = select.select([v4, v6], [], [], left)
+        for sock in readable:
+            data, peer = sock.recvfrom(9000)
+            entry = tally.setdefault(peer[0].split("%")[0], {"packets": 0, "bytes": 0})
+            entry["packets"] += 1
+            entry["bytes"] += len(data)
+    print(json.dumps(tally), flush=True)
+
+
 if __name__ == "__main__":
     command, arguments = sys.argv[1], sys.argv[2:]
     if command == "echo":
@@ -107,6 +143,8 @@ if __name__ == "__main__":
         mcast_send(*arguments)
     elif command == "zc-browse":
         zc_browse(*arguments)
+    elif command == "mdns-count":
+        mdns_count(*arguments)
     elif command == "zc-register":
         zc_register(arguments[0], arguments[1], arguments[2], arguments[3:])
     else:

@@ -347,6 +347,69 @@ extension NamespaceTests {
     }
 }
 
+extension NamespaceTests {
+    // MARK: circle chat --discover, as a person uses it (tmux)
+
+    /// tmux through /bin/sh, waited for with waitpid (its server daemonizes).
+    @discardableResult
+    static func tmux(_ socket: String, _ arguments: [String]) throws -> String {
+        let file = NSTemporaryDirectory() + "tmux-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        let quoted = (["tmux", "-L", socket] + arguments).map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }
+        let command = quoted.joined(separator: " ") + " > '\(file)' 2>/dev/null < /dev/null"
+        var pid: pid_t = 0
+        let argv: [UnsafeMutablePointer<CChar>?] = [strdup("/bin/sh"), strdup("-c"), strdup(command), nil]
+        defer { for pointer in argv { free(pointer) } }
+        guard posix_spawn(&pid, "/bin/sh", nil, nil, argv, environ) == 0 else { throw DatagramError(.other, "cannot run tmux") }
+        var status: Int32 = 0
+        waitpid(pid, &status, 0)
+        return (try? String(contentsOfFile: file, encoding: .utf8)) ?? ""
+    }
+
+    static func waitForScreen(_ socket: String, within timeout: Duration = .seconds(30), _ predicate: (String) -> Bool) async throws -> String {
+        let deadline = ContinuousClock.now + timeout
+        var screen = ""
+        while ContinuousClock.now < deadline {
+            screen = try Self.tmux(socket, ["capture-pane", "-p", "-t", "chat"])
+            if predicate(screen) { return screen }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        throw DatagramError(.other, "the screen never matched; it shows:\n\(screen)")
+    }
+
+    @Test func chatDiscoverLetsThePersonPick() async throws {
+        let env = try self.env
+        // Two servers here in B; the chat runs in A and finds them over the A-B link.
+        let one = try self.server(in: nil, port: 18_189, name: "Room One", data: Self.temporaryDirectory())
+        defer { one.stop() }
+        let two = try self.server(in: nil, port: 18_190, name: "Room Two", data: Self.temporaryDirectory())
+        defer { two.stop() }
+        try await one.waitForStderr("announced")
+        try await two.waitForStderr("announced")
+        let create = try Peer([Self.circle, "circle", "create", "lab", "--server", "ws://127.0.0.1:18190/v1/ws", "--user", "alice", "--jwt-secret", Self.secret])
+        try await create.waitForExit()
+        #expect(create.stdout.contains("created"), "\(create.stderr)")
+
+        let socket = "circle-discovery-\(UUID().uuidString.prefix(8))"
+        defer { _ = try? Self.tmux(socket, ["kill-server"]) }
+        let chat = "ip netns exec \(env.a) \(Self.circle) chat lab --discover --pick --discover-timeout 3s --user alice --jwt-secret \(Self.secret)"
+        try Self.tmux(socket, ["new-session", "-d", "-s", "chat", "-x", "120", "-y", "30", chat])
+        let menu = try await Self.waitForScreen(socket) { $0.contains("Which server") }
+        let line = try #require(menu.split(separator: "\n").first { $0.contains(". Room Two") }, "no Room Two in:\n\(menu)")
+        let number = String(line.prefix { $0.isNumber })
+        #expect(menu.contains(". Room One"))
+        try Self.tmux(socket, ["send-keys", "-t", "chat", number, "Enter"])
+        _ = try await Self.waitForScreen(socket) { $0.contains("lab — alice — connected") }
+        try Self.tmux(socket, ["send-keys", "-t", "chat", "found you by name", "Enter"])
+        _ = try await Self.waitForScreen(socket) { $0.contains("#1") && $0.contains("alice: found you by name") }
+
+        // The post is on Room Two's server.
+        let tail = try Peer([Self.circle, "tail", "lab", "--server", "ws://127.0.0.1:18190/v1/ws", "--user", "bob", "--jwt-secret", Self.secret, "--since", "0"])
+        try await tail.waitForExit()
+        #expect(tail.stdout.contains("found you by name"), "tail printed: \(tail.stdout) \(tail.stderr)")
+    }
+}
+
 /// The namespaces made by scripts/discovery-test.
 struct NamespaceEnvironment {
     var a: String
