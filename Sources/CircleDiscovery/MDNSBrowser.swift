@@ -67,6 +67,8 @@ public struct MDNSBrowser: Sendable {
 
     /// The most records the cache holds.
     public static let cacheLimit = 2048
+    /// The most known answers one query carries.
+    public static let knownAnswerLimit = 40
 
     public let configuration: Configuration
     public let serviceType: String
@@ -171,7 +173,8 @@ public struct MDNSBrowser: Sendable {
         }.map { key, entry in
             entry.record.with(ttl: UInt32(max(0, (entry.expires - now).components.seconds)))
         }.sorted { $0.name.description < $1.name.description }
-        return DNSMessage(questions: [DNSQuestion(name: self.typeName, type: .ptr)], answers: known)
+        // Bounded so the query fits one packet; the rest are simply answered again.
+        return DNSMessage(questions: [DNSQuestion(name: self.typeName, type: .ptr)], answers: Array(known.prefix(Self.knownAnswerLimit)))
     }
 
     /// Rebuilds the resolved services from the cache; asks for what is missing.

@@ -230,9 +230,17 @@ actor MDNSRunner<Machine: MDNSMachine> {
     }
 
     private func received(_ datagram: Datagram, on index: UInt32) async {
-        // Each socket listens on the wildcard address: keep only what arrived on its own interface.
+        guard !self.stopped else { return }
         let arrival = datagram.interfaceIndex ?? index
-        guard arrival == index, !self.stopped else { return }
+        if datagram.destination?.isMulticast ?? true {
+            // Every socket listens on the wildcard address and may see the group's traffic of
+            // other interfaces too: each keeps what arrived on its own interface.
+            guard arrival == index else { return }
+        } else {
+            // Unicast to port 5353 goes to any one of the sockets sharing it: take it as coming
+            // from the interface it arrived on, if that is one of ours.
+            guard self.sockets[arrival] != nil else { return }
+        }
         let message: DNSMessage
         do {
             message = try DNSMessage.decode(datagram.bytes)
@@ -240,7 +248,7 @@ actor MDNSRunner<Machine: MDNSMachine> {
             self.logger.debug("malformed mDNS packet dropped", metadata: ["circle.mdns.source": "\(datagram.source)", "circle.mdns.error": "\(error)"])
             return
         }
-        await self.perform(self.machine.receive(message, from: MDNSOrigin(interfaceIndex: index, source: datagram.source), now: self.now))
+        await self.perform(self.machine.receive(message, from: MDNSOrigin(interfaceIndex: arrival, source: datagram.source), now: self.now))
     }
 
     // MARK: Output
