@@ -74,6 +74,7 @@ actor MDNSRunner<Machine: MDNSMachine> {
     private var timer: (deadline: Duration, id: Int, task: Task<Void, Never>)?
     private var timerCount = 0
     private var stopped = false
+    private var pollTask: Task<Void, Never>?
 
     init(machine: Machine, configuration: MDNSConfiguration, logger: Logger, onOutput: @escaping @Sendable (Machine.Output) -> Void) {
         self.machine = machine
@@ -102,21 +103,28 @@ actor MDNSRunner<Machine: MDNSMachine> {
         }
         self.interfaces = opened
         await self.perform(self.machine.start(interfaces: opened, now: self.now))
-        await withTaskCancellationHandler {
-            while !Task.isCancelled && !self.stopped {
-                try? await Task.sleep(for: self.configuration.interfacePollInterval)
-                guard !Task.isCancelled && !self.stopped else { break }
+        let interval = self.configuration.interfacePollInterval
+        let poll = Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: interval)
+                guard !Task.isCancelled else { break }
                 await self.pollInterfaces()
             }
+        }
+        self.pollTask = poll
+        if self.stopped { poll.cancel() }
+        await withTaskCancellationHandler {
+            await poll.value
         } onCancel: {
-            Task { await self.stop() }
+            poll.cancel()
         }
         await self.shutdown()
     }
 
-    /// Asks ``run()`` to finish.
+    /// Asks ``run()`` to finish: it sends the machine's last words at once.
     func stop() {
         self.stopped = true
+        self.pollTask?.cancel()
         self.timer?.task.cancel()
         self.timer = nil
     }

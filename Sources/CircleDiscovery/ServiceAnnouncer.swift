@@ -31,7 +31,8 @@ public final class ServiceAnnouncer: Service, Sendable {
 
     /// - Parameters:
     ///   - service: what to announce.
-    ///   - hostLabel: the host name label for the SRV target; by default the system's host name with `-circle`.
+    ///   - hostLabel: the host name label for the SRV target; by default the system's host name with
+    ///     `-circle-PORT`, so that two servers on one machine do not share (and say goodbye for) one host name.
     ///   - configuration: interfaces and port.
     ///   - onEstablished: called with the instance name each time probing succeeds (after a rename too).
     public init(
@@ -43,7 +44,7 @@ public final class ServiceAnnouncer: Service, Sendable {
         onEstablished: (@Sendable (String) -> Void)? = nil
     ) {
         self.service = service
-        self.hostLabel = hostLabel ?? Self.defaultHostLabel()
+        self.hostLabel = hostLabel ?? "\(Self.defaultHostLabel())-\(service.port)"
         self.configuration = configuration
         self.responderConfiguration = responder
         self.logger = logger
@@ -94,7 +95,7 @@ public final class ServiceAnnouncer: Service, Sendable {
         }
     }
 
-    /// `HOSTNAME-circle`, the host name cut to a valid label.
+    /// `HOSTNAME-circle`, the host name cut to a valid label (the port is added by `init`).
     static func defaultHostLabel() -> String {
         var buffer = [CChar](repeating: 0, count: 256)
         let name = gethostname(&buffer, buffer.count) == 0
