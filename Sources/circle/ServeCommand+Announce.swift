@@ -11,6 +11,9 @@ import Darwin
 
 extension ServeCommand {
     func validate() throws {
+        if let name = self.announce, name.utf8.count > 63 {
+            throw ValidationError("--announce: a service name must be 1 to 63 bytes of UTF-8 (\"\(name)\" has \(name.utf8.count))")
+        }
         if self.announce != nil {
             let host = self.host.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
             if host == "localhost" || host.hasPrefix("127.") || host == "::1" {
