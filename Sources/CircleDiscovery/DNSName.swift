@@ -74,7 +74,7 @@ public struct DNSName: Sendable, Hashable, CustomStringConvertible {
     public func hash(into hasher: inout Hasher) {
         for label in self.labels {
             hasher.combine(label.count)
-            for byte in label { hasher.combine(Self.lower(byte)) }
+            label.map(Self.lower).withUnsafeBytes { hasher.combine(bytes: $0) }
         }
     }
 

@@ -66,7 +66,7 @@ public struct MDNSBrowser: Sendable {
     }
 
     /// The most records the cache holds.
-    public static let cacheLimit = 2048
+    public static let cacheLimit = 512
     /// The most known answers one query carries.
     public static let knownAnswerLimit = 40
 
@@ -133,8 +133,18 @@ public struct MDNSBrowser: Sendable {
     /// Takes in a packet: responses fill the cache.
     public mutating func receive(_ message: DNSMessage, from origin: MDNSOrigin, now: Duration) -> [Action] {
         guard message.isResponse, self.interfaces[origin.interfaceIndex] != nil else { return [] }
-        for record in message.answers + message.additionals {
+        let records = message.answers + message.additionals
+        // Address records are kept only for hosts that an SRV record of our type names.
+        var targets = Set(self.cache.values.compactMap { entry -> DNSName? in
+            if case .srv(_, _, _, let target) = entry.record.data { return target }
+            return nil
+        })
+        for record in records where self.isRelevant(record) {
+            if case .srv(_, _, _, let target) = record.data { targets.insert(target) }
+        }
+        for record in records {
             guard self.isRelevant(record) else { continue }
+            if record.type == .a || record.type == .aaaa, !targets.contains(record.name) { continue }
             let key = CacheKey(name: record.name, data: record.data, interfaceIndex: origin.interfaceIndex)
             if record.cacheFlush {
                 // RFC 6762 §10.2: other records of this name and type received over a second ago are stale.
@@ -188,17 +198,21 @@ public struct MDNSBrowser: Sendable {
                 instances[target, default: []].insert(key.interfaceIndex)
             }
         }
-        for (instance, ptrInterfaces) in instances.sorted(by: { $0.key.description < $1.key.description }) {
-            let mine = self.cache.filter { $0.key.name == instance && $0.value.expires > now }
-            let srv = mine.values.sorted { $0.received > $1.received }.first { $0.record.type == .srv }
-            let txt = mine.values.sorted { $0.received > $1.received }.first { $0.record.type == .txt }
+        var byName: [DNSName: [CacheKey: CacheEntry]] = [:]
+        for (key, entry) in self.cache where entry.expires > now { byName[key.name, default: [:]][key] = entry }
+        for (instance, ptrInterfaces) in instances.map({ (key: $0.key.description, name: $0.key, interfaces: $0.value) })
+            .sorted(by: { $0.key < $1.key }).map({ ($0.name, $0.interfaces) })
+        {
+            let mine = byName[instance] ?? [:]
+            let srv = mine.values.filter { $0.record.type == .srv }.max { $0.received < $1.received }
+            let txt = mine.values.filter { $0.record.type == .txt }.max { $0.received < $1.received }
             guard let srv, case .srv(_, _, let port, let target) = srv.record.data else {
                 actions += self.resolve(instance, types: [.srv, .txt], interfaces: ptrInterfaces, now: now)
                 continue
             }
             var addresses: [DatagramAddress] = []
             var seenOn: [String] = []
-            for (key, entry) in self.cache where key.name == target && entry.expires > now {
+            for (key, entry) in byName[target] ?? [:] {
                 let interfaceName = self.interfaces[key.interfaceIndex]?.name
                 switch entry.record.data {
                 case .a(let bytes):
@@ -231,7 +245,9 @@ public struct MDNSBrowser: Sendable {
                 interfaces: seenOn.sorted()
             )
         }
-        for (name, service) in current.sorted(by: { $0.key.description < $1.key.description }) {
+        for (name, service) in current.map({ (key: $0.key.description, name: $0.key, service: $0.value) })
+            .sorted(by: { $0.key < $1.key }).map({ ($0.name, $0.service) })
+        {
             if let old = self.published[name] {
                 if old != service { actions.append(.event(.changed(service))) }
             } else {
@@ -260,7 +276,9 @@ public struct MDNSBrowser: Sendable {
                 (address.family == .ipv4 ? 0 : 2) + (address.isLinkLocal ? 1 : 0)
             }
             if rank(lhs) != rank(rhs) { return rank(lhs) < rank(rhs) }
-            return lhs.description < rhs.description
+            // Numeric order; no names looked up (an interface name costs a system call).
+            if lhs.bytes != rhs.bytes { return lhs.bytes.lexicographicallyPrecedes(rhs.bytes) }
+            return (lhs.scopeID ?? 0) < (rhs.scopeID ?? 0)
         }
     }
 }

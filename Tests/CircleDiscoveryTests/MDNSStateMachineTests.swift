@@ -320,4 +320,43 @@ import Testing
         query.isResponse = false
         #expect(other.receive(query, from: try Self.peer(), now: .seconds(1)).isEmpty)
     }
+
+    /// Packets decoded from mutated announcements, queries and probes, fed to a running responder
+    /// and a browser: nothing traps, and the responder keeps its name unless a packet really
+    /// claims it with other data.
+    @Test func machinesSurviveFuzzedPackets() throws {
+        var responder = MDNSResponder(service: try Self.service(), hostLabel: "box-circle", seed: 11)
+        _ = responder.start(interfaces: [Self.eth0], now: .zero)
+        let (actions, established) = Self.establish(&responder)
+        var now = Self.settle(&responder, from: established)
+        var seeds = Self.sent(actions).map { $0.0 }
+        seeds.append(DNSMessage(questions: [DNSQuestion(name: try DNSName(dotted: "_circle._tcp.local"), type: .ptr)]))
+        let encoded = try seeds.map { try $0.encode() }
+        var browser = try MDNSBrowser()
+        _ = browser.start(interfaces: [Self.eth0], now: now)
+        var random = SplitMix64(seed: 99)
+        var delivered = 0
+        for round in 0..<2_000 {
+            var bytes = encoded[round % encoded.count]
+            for _ in 0..<Int.random(in: 1...4, using: &random) {
+                bytes[Int.random(in: 12..<bytes.count, using: &random)] = UInt8.random(in: 0...255, using: &random)
+            }
+            guard let message = try? DNSMessage.decode(bytes) else { continue }
+            delivered += 1
+            now += .milliseconds(Int.random(in: 0...50, using: &random))
+            let origin = MDNSOrigin(interfaceIndex: 2, source: try DatagramAddress(bytes: [169, 254, 1, 2], port: round % 7 == 0 ? 40000 : 5353))
+            for action in responder.receive(message, from: origin, now: now) {
+                if case .send(let reply, _) = action { #expect((try? reply.encode()) != nil) }
+            }
+            for action in browser.receive(message, from: origin, now: now) {
+                if case .send(let query, _) = action { #expect((try? query.encode()) != nil) }
+            }
+            if round % 100 == 0 {
+                _ = responder.tick(now: now)
+                _ = browser.tick(now: now)
+            }
+        }
+        #expect(delivered > 100)
+        #expect(responder.service.name.hasPrefix("Team Chat"))
+    }
 }
