@@ -27,6 +27,7 @@ helpers="$repo/scripts/discovery_helpers.py"
 secret=discovery-bench-secret-0123456789abcdef
 
 count() { # seconds -> JSON tally per sender, from a listener on cb0 in B
+    rm -f "$work/count.out"  # a stale "ready" must not pass for the new listener's
     ip netns exec "$B" "$python" "$helpers" mdns-count cb0 "$1" > "$work/count.out" &
     local pid=$!
     until grep -q ready "$work/count.out" 2>/dev/null; do sleep 0.05; done
@@ -48,14 +49,17 @@ print("; ".join(f"{name}: {p} packets, {b} bytes" for name, (p, b) in sorted(out
 }
 
 echo "== mDNS traffic on the A-B link, UDP payload (IPv4 and IPv6 together), ${window}s windows"
+rm -f "$work/count.out"
 ip netns exec "$B" "$python" "$helpers" mdns-count cb0 "$window" > "$work/count.out" &
 listener=$!
 until grep -q ready "$work/count.out" 2>/dev/null; do sleep 0.05; done
 ip netns exec "$A" "$bin" serve --host :: --port 18080 --data "$work/data" --jwt-secret "$secret" --announce "Bench Circle" \
     --log-level warning > "$work/serve.log" 2>&1 &
+disown $!  # ended with the namespaces at exit
 wait "$listener"
 echo "first ${window}s after serve --announce starts:  $(summary "$(tail -n 1 "$work/count.out")")"
 echo "next ${window}s, nobody asking:                 $(summary "$(count "$window")")"
+rm -f "$work/count.out"
 ip netns exec "$B" "$python" "$helpers" mdns-count cb0 "$window" > "$work/count.out" &
 listener=$!
 until grep -q ready "$work/count.out" 2>/dev/null; do sleep 0.05; done
