@@ -351,12 +351,13 @@ public struct MDNSResponder: Sendable {
         if !isProbe, query.questions.allSatisfy(\.unicastResponse) {
             return [.send(reply, .unicast(origin.source, interfaceIndex: origin.interfaceIndex))]
         }
+        // Multicast answers go to the group of the family the question came in on.
         if answers.allSatisfy(\.cacheFlush) {
-            return [.send(reply, .multicast(interfaceIndex: interface.index))]
+            return [.send(reply, .multicast(interfaceIndex: interface.index, family: origin.source.family))]
         }
         // Shared records (PTR): wait 20–120 ms so several responders do not collide (RFC 6762 §6).
         let delay = Duration.milliseconds(Int.random(in: 20...120, using: &self.random))
-        self.delayed.append((due: now + delay, message: reply, destination: .multicast(interfaceIndex: interface.index)))
+        self.delayed.append((due: now + delay, message: reply, destination: .multicast(interfaceIndex: interface.index, family: origin.source.family)))
         return []
     }
 }

@@ -283,8 +283,9 @@ actor MDNSRunner<Machine: MDNSMachine> {
         let port = self.configuration.port
         var targets: [(DatagramSocket, DatagramAddress)] = []
         switch destination {
-        case .multicast(let index):
-            let sockets = self.sockets[index] ?? [:]
+        case .multicast(let index, let family):
+            var sockets = self.sockets[index] ?? [:]
+            if let family { sockets = sockets.filter { $0.key == family } }
             if let v4 = sockets[.ipv4], let group = try? DatagramAddress(bytes: MDNS.ipv4Group, port: port) { targets.append((v4, group)) }
             if let v6 = sockets[.ipv6], let group = try? DatagramAddress(bytes: MDNS.ipv6Group, port: port, scopeID: index) { targets.append((v6, group)) }
         case .unicast(let address, let index):

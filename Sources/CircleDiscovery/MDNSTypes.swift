@@ -47,8 +47,9 @@ public struct MDNSOrigin: Sendable, Hashable {
 
 /// Where an mDNS packet goes.
 public enum MDNSDestination: Sendable, Hashable {
-    /// The mDNS group (224.0.0.251 and ff02::fb) on one interface, each family it has an address of.
-    case multicast(interfaceIndex: UInt32)
+    /// The mDNS group on one interface: 224.0.0.251 for IPv4, ff02::fb for IPv6; `family` nil
+    /// means each family the interface has an address of.
+    case multicast(interfaceIndex: UInt32, family: DatagramAddress.Family? = nil)
     /// One peer (a QU or legacy unicast reply), out of the interface the question came in on.
     case unicast(DatagramAddress, interfaceIndex: UInt32)
 }

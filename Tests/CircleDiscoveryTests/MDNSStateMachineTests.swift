@@ -159,7 +159,7 @@ import Testing
         let due = try #require(responder.nextDeadline)
         #expect(due - now >= .milliseconds(20) && due - now <= .milliseconds(120))
         let reply = try #require(Self.sent(responder.tick(now: due)).first { $0.0.answers.contains { $0.type == .ptr } })
-        #expect(reply.1 == .multicast(interfaceIndex: 2))
+        #expect(reply.1 == .multicast(interfaceIndex: 2, family: .ipv4))  // the family it was asked on
         #expect(reply.0.answers.map(\.type) == [.ptr])
         #expect(Set(reply.0.additionals.map(\.type)) == [.srv, .txt, .a, .aaaa])
 
