@@ -47,6 +47,7 @@ let package = Package(
             name: "CircleClient",
             dependencies: [
                 "CircleSocket",
+                "CircleDiscovery",
                 "CircleWire",
                 .product(name: "SQLiteNIO", package: "sqlite-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -80,6 +81,8 @@ let package = Package(
             dependencies: [
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -90,6 +93,7 @@ let package = Package(
                 "CircleSocket",
                 "CircleServer",
                 "CircleWire",
+                "CircleDiscovery",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -165,6 +169,15 @@ let package = Package(
             dependencies: [
                 "CircleClient", "CircleServer", "CircleTestSupport", .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"), .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+        .testTarget(
+            name: "CircleDiscoveryTests",
+            dependencies: [
+                "CircleDiscovery",
+                "CircleClient",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
             ]
         ),
         .testTarget(

@@ -38,18 +38,22 @@ struct ChatCommand: AsyncParsableCommand {
 
     @OptionGroup var client: ClientOptions
 
+    @OptionGroup var discovery: ChatDiscoveryOptions
+
     func run() async throws {
         guard isatty(STDIN_FILENO) == 1, isatty(STDOUT_FILENO) == 1 else {
             throw ValidationError("circle chat needs a terminal; for scripts use `circle send` and `circle tail`")
         }
         var connected: CircleClient?
-        try await reportingFailures("chat", verbose: self.client.verbose, context: self.client.context(circle: self.circle)) {
+        // --discover replaces --server with a server found on the local network.
+        let options = try await self.chatClientOptions()
+        try await reportingFailures("chat", verbose: options.verbose, context: options.context(circle: self.circle)) {
             // Everything that can fail is checked before the screen is taken over.
-            let configuration = try self.client.clientConfiguration(postTimeout: .seconds(120), logs: false)
-            connected = try await self.client.connect(configuration, circle: self.circle, timeout: .seconds(10))
+            let configuration = try options.clientConfiguration(postTimeout: .seconds(120), logs: false)
+            connected = try await options.connect(configuration, circle: self.circle, timeout: .seconds(10))
         }
         guard let client = connected else { return }
-        let user = self.client.userName
+        let user = options.userName
         let screen = ChatScreen(circle: self.circle, user: user, colours: Console.colours(on: STDOUT_FILENO))
         let terminal = RawTerminal()
         terminal.enter()

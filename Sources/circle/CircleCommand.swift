@@ -36,7 +36,7 @@ struct CircleCommand: AsyncParsableCommand {
         version: CircleVersion.current,
         subcommands: [
             ServeCommand.self, TokenCommand.self, ChatCommand.self, SendCommand.self, TailCommand.self, CirclesCommand.self, UploadCommand.self,
-            DownloadCommand.self, WSCommand.self, BenchCommand.self,
+            DownloadCommand.self, WSCommand.self, BenchCommand.self, DiscoverCommand.self,
         ]
     )
 

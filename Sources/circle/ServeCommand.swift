@@ -93,6 +93,12 @@ struct ServeCommand: AsyncParsableCommand {
     @Flag(name: .shortAndLong, help: "When the server cannot start, print the technical details too.")
     var verbose = false
 
+    @Option(
+        defaultAsFlag: "",
+        help: ArgumentHelp("Announce the server on the local network (DNS-SD, _circle._tcp) as NAME, by default \"Circle on HOSTNAME\"; needs --host 0.0.0.0 or ::.", valueName: "name")
+    )
+    var announce: String?
+
     func run() async throws {
         do {
             try await self.serve()
@@ -199,8 +205,13 @@ struct ServeCommand: AsyncParsableCommand {
 
             """
         )
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [.init(service: server)]
+        if let announcer = try self.makeAnnouncer(port: server.port, tls: tls != nil, logger: logger) {
+            // Without a usable network the server goes on serving; the announcer has logged why.
+            services.append(.init(service: announcer, successTerminationBehavior: .ignore, failureTerminationBehavior: .ignore))
+        }
         let group = ServiceGroup(
-            configuration: .init(services: [.init(service: server)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+            configuration: .init(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         )
         try await group.run()
     }
