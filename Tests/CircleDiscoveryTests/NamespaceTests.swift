@@ -45,28 +45,6 @@ struct NamespaceTests {
 
     static func interface(_ name: String) throws -> NetworkInterface { try NetworkInterface.named(name) }
 
-    /// The next `count` datagrams on `socket`, or a failure after `timeout`.
-    static func receive(_ count: Int, on socket: DatagramSocket, within timeout: Duration = .seconds(15)) async throws -> [Datagram] {
-        try await withThrowingTaskGroup(of: [Datagram]?.self) { group in
-            group.addTask {
-                var got: [Datagram] = []
-                for try await datagram in socket.inbound {
-                    got.append(datagram)
-                    if got.count == count { break }
-                }
-                return got
-            }
-            group.addTask {
-                try? await Task.sleep(for: timeout)
-                return nil
-            }
-            let first = try await group.next() ?? nil
-            group.cancelAll()
-            guard let datagrams = first, datagrams.count == count else { throw DatagramError(.other, "not \(count) datagrams within \(timeout)") }
-            return datagrams
-        }
-    }
-
     // MARK: Datagrams
 
     @Test(arguments: [("fe80::a:1", "fe80::b:1"), ("169.254.10.1", "169.254.10.2")])
@@ -82,7 +60,7 @@ struct NamespaceTests {
             #expect(socket.localAddress.scopeID == (scoped ? cb0.index : nil))
             let target = try DatagramAddress(host: scoped ? "\(peer)%cb0" : peer, port: 7001)
             try await socket.send(Array("over the link".utf8), to: target)
-            let reply = try #require(try await Self.receive(1, on: socket).first)
+            let reply = try #require(try await DatagramSocketTests.receive(1, from: socket, within: .seconds(15)).first)
             #expect(reply.bytes == Array("over the link".utf8))
             #expect(reply.source.ipAddress == peer)
             #expect(reply.interfaceIndex == cb0.index)
@@ -113,7 +91,7 @@ struct NamespaceTests {
         try await DatagramSocket.withSocket(boundTo: try DatagramAddress(host: wildcard, port: port), configuration: .init(reuseAddress: true)) { socket in
             let groupAddress = try DatagramAddress(host: group, port: 0)
             try await socket.join(group: groupAddress, on: cb0)
-            let arrivals = Task { try await Self.receive(2, on: socket) }
+            let arrivals = Task { try await DatagramSocketTests.receive(2, from: socket, within: .seconds(15)) }
             // C sends first: B has not joined on cb1, so that datagram is not delivered; A's is.
             try await self.helper(in: env.c, ["mcast-send", group, "\(port)", fromC, "from-c"]).waitForExit()
             try await self.helper(in: env.a, ["mcast-send", group, "\(port)", fromA, "from-a"]).waitForExit()
