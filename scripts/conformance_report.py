@@ -316,7 +316,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--side", choices=sorted(SECTION_TITLES), required=True)
     parser.add_argument("--reports", type=Path, required=True, help="directory with index.json")
-    parser.add_argument("--output", type=Path, default=Path("docs/CONFORMANCE.md"))
+    parser.add_argument("--output", type=Path, default=Path("reports/CONFORMANCE.md"),
+                        help="the Markdown file to write (docs/CONFORMANCE.md only on purpose)")
+    parser.add_argument("--base", type=Path, default=Path("docs/CONFORMANCE.md"),
+                        help="where the other side's section comes from when --output does not exist yet")
     parser.add_argument("--agent", help="agent in index.json (default: the only one)")
     parser.add_argument("--command", help="the command that produced the run, for the record")
     parser.add_argument("--server-command", help="the test server's command line, for the record")
@@ -338,7 +341,8 @@ def main() -> int:
         args.duration,
         args.note,
     )
-    document = args.output.read_text() if args.output.exists() else ""
+    source = args.output if args.output.exists() else args.base
+    document = source.read_text() if source.exists() else ""
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(merge(document, args.side, section))
     print(f"wrote {args.output} ({args.side}: results for {len(results)} cases)")
