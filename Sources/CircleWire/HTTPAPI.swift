@@ -1,0 +1,201 @@
+import Foundation
+
+/// The JSON bodies and paths of Circle's HTTP API (docs/API.md, docs/openapi.yaml), declared once
+/// for the server that writes them and the SDK and CLI that read them.
+public enum HTTPAPI {
+    // MARK: - Paths
+
+    /// The paths a client asks for. The server's router declares the same paths as patterns.
+    public enum Path {
+        public static let health = "/healthz"
+        public static let metrics = "/metrics"
+        public static let config = "/v1/config"
+        public static let developmentToken = "/v1/dev/token"
+        public static let webSocket = "/v1/ws"
+        public static let echo = "/v1/echo"
+        public static let circles = "/v1/circles"
+        public static let media = "/v1/media"
+        public static let uploads = "/v1/media/uploads"
+
+        public static func circle(_ name: String) -> String { "/v1/circles/\(escaped(name))" }
+        public static func messages(_ circle: String) -> String { "/v1/circles/\(escaped(circle))/messages" }
+        public static func members(_ circle: String) -> String { "/v1/circles/\(escaped(circle))/members" }
+        public static func member(_ user: String, of circle: String) -> String {
+            "/v1/circles/\(escaped(circle))/members/\(escaped(user))"
+        }
+        public static func mediaItem(_ id: String) -> String { "/v1/media/\(escaped(id))" }
+        public static func upload(_ id: String) -> String { "/v1/media/uploads/\(escaped(id))" }
+
+        /// Escapes one path segment (circle and user names are plain ASCII, but a user may type anything).
+        static func escaped(_ segment: String) -> String {
+            segment.addingPercentEncoding(withAllowedCharacters: segmentCharacters) ?? segment
+        }
+
+        private static let segmentCharacters: CharacterSet = {
+            var set = CharacterSet.alphanumerics
+            set.insert(charactersIn: "-._~@")
+            return set
+        }()
+    }
+
+    // MARK: - Bodies
+
+    /// The body of every HTTP error: `{"error": {"code": "...", "message": "..."}}`.
+    public struct ErrorBody: Codable, Sendable, Hashable {
+        public struct Detail: Codable, Sendable, Hashable {
+            public var code: CircleErrorCode
+            public var message: String
+            public init(code: CircleErrorCode, message: String) {
+                self.code = code
+                self.message = message
+            }
+        }
+        public var error: Detail
+        public init(code: CircleErrorCode, message: String) { self.error = Detail(code: code, message: message) }
+    }
+
+    /// `GET /healthz`.
+    public struct Health: Codable, Sendable, Hashable {
+        /// `ok`, or `shutting_down` once graceful shutdown has begun.
+        public var status: String
+        /// Open WebSocket sessions on this node.
+        public var connections: Int
+        public init(status: String, connections: Int) {
+            self.status = status
+            self.connections = connections
+        }
+    }
+
+    /// `GET /v1/config`: what a page needs before it has a token.
+    public struct ServerConfig: Codable, Sendable, Hashable {
+        public var developmentTokens: Bool
+        public var subprotocol: String
+        public init(developmentTokens: Bool, subprotocol: String) {
+            self.developmentTokens = developmentTokens
+            self.subprotocol = subprotocol
+        }
+    }
+
+    /// `GET /v1/dev/token?user=` (servers started with `--dev` only).
+    public struct DevelopmentToken: Codable, Sendable, Hashable {
+        public var token: String
+        public var user: String
+        public init(token: String, user: String) {
+            self.token = token
+            self.user = user
+        }
+    }
+
+    /// One circle, as listed and created.
+    public struct Circle: Codable, Sendable, Hashable {
+        public var name: String
+        public var owner: String
+        public var `private`: Bool
+        /// Creation time, milliseconds since 1970 (UTC).
+        public var createdAt: Int64
+        /// The newest post's seq (0 for an empty circle).
+        public var lastSeq: Int64
+        public init(name: String, owner: String, private: Bool, createdAt: Int64, lastSeq: Int64) {
+            self.name = name
+            self.owner = owner
+            self.private = `private`
+            self.createdAt = createdAt
+            self.lastSeq = lastSeq
+        }
+    }
+
+    /// `GET /v1/circles`.
+    public struct CircleList: Codable, Sendable, Hashable {
+        public var circles: [Circle]
+        public init(circles: [Circle]) { self.circles = circles }
+    }
+
+    /// `POST /v1/circles`.
+    public struct CreateCircle: Codable, Sendable, Hashable {
+        public var name: String
+        public var `private`: Bool?
+        public init(name: String, private: Bool? = nil) {
+            self.name = name
+            self.private = `private`
+        }
+    }
+
+    /// `POST /v1/circles/{name}/members`.
+    public struct AddMember: Codable, Sendable, Hashable {
+        public var user: String
+        public init(user: String) { self.user = user }
+    }
+
+    /// The members of a circle, answered by every members route.
+    public struct MemberList: Codable, Sendable, Hashable {
+        public var members: [String]
+        public init(members: [String]) { self.members = members }
+    }
+
+    /// `GET /v1/circles/{name}/messages`: oldest first; `more` says whether the page was cut short.
+    public struct MessagePage: Codable, Sendable, Hashable {
+        public var posts: [CirclePost]
+        public var more: Bool
+        public init(posts: [CirclePost], more: Bool) {
+            self.posts = posts
+            self.more = more
+        }
+    }
+
+    /// A stored photo: answered by `POST /v1/media` and by the upload that completes one.
+    public struct Media: Codable, Sendable, Hashable {
+        /// The attachment id a post names.
+        public var id: String
+        public var size: Int64
+        public var contentType: String
+        /// The path to download it from (`/v1/media/{id}`).
+        public var url: String
+        public init(id: String, size: Int64, contentType: String, url: String) {
+            self.id = id
+            self.size = size
+            self.contentType = contentType
+            self.url = url
+        }
+    }
+
+    /// `POST /v1/media/uploads`: a resumable upload of a declared length and type.
+    public struct CreateUpload: Codable, Sendable, Hashable {
+        public var length: Int64
+        public var contentType: String
+        public init(length: Int64, contentType: String) {
+            self.length = length
+            self.contentType = contentType
+        }
+    }
+
+    /// A resumable upload's state; `media` is set once every byte has arrived.
+    public struct Upload: Codable, Sendable, Hashable {
+        public var upload: String
+        public var offset: Int64
+        public var length: Int64
+        public var contentType: String
+        public var media: String?
+        public init(upload: String, offset: Int64, length: Int64, contentType: String, media: String? = nil) {
+            self.upload = upload
+            self.offset = offset
+            self.length = length
+            self.contentType = contentType
+            self.media = media
+        }
+    }
+
+    // MARK: - Coding
+
+    /// The server's JSON form: keys sorted, slashes unescaped.
+    public static func encode(_ value: some Encodable) -> Data {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        // Every type above encodes without throwing; an empty object keeps the reply well formed.
+        return (try? encoder.encode(value)) ?? Data("{}".utf8)
+    }
+
+    /// Decodes a body, or nil when it is not that shape.
+    public static func decode<Value: Decodable>(_ type: Value.Type, from data: some Sequence<UInt8>) -> Value? {
+        try? JSONDecoder().decode(type, from: Data(data))
+    }
+}
