@@ -266,26 +266,21 @@ public final class CircleServer: Service, Sendable {
     ) throws {
         let sync = channel.pipeline.syncOperations
         sync.removeHandler(httpHandler, promise: nil)
-        let parameters = PerMessageDeflateNegotiation.respond(toOffers: head.headers["Sec-WebSocket-Extensions"])
         let path = splitURI(head.uri).path
+        let endpoint: WebSocketSessionInstaller.Endpoint
         if path == "/v1/echo" {
-            let deflate = try parameters.map { try PerMessageDeflate(parameters: $0, isClient: false, compressionLevel: 6, minimumCompressedSize: services.configuration.compressionMinimumBytes) }
-            try sync.addHandler(EchoHandler(maxMessageSize: 16 * 1024 * 1024, deflate: deflate))
-            return
-        }
-        guard let user = decision.user else {
+            endpoint = .echo
+        } else if let user = decision.user {
+            endpoint = .chat(user)
+        } else {
             throw ChannelError.inappropriateOperationForState
         }
-        do {
-            let deflate = try services.configuration.compression
-                ? parameters.map { try PerMessageDeflate(parameters: $0, isClient: false, compressionLevel: 6, minimumCompressedSize: services.configuration.compressionMinimumBytes) }
-                : nil
-            try sync.addHandler(CircleSessionHandler(services: services, user: user, deflate: deflate, logger: services.logger))
-        } catch {
-            // The session never started, so it will not release the slot reserved for it.
-            services.releaseConnection(for: user.name)
-            throw error
-        }
+        try WebSocketSessionInstaller.install(
+            on: sync,
+            endpoint: endpoint,
+            extensionOffers: head.headers["Sec-WebSocket-Extensions"],
+            services: services
+        )
     }
 
     /// Runs until graceful shutdown is requested (SIGTERM/SIGINT in a `ServiceGroup`), then shuts down.
