@@ -1,3 +1,4 @@
+import CircleHTTPClient
 import Crypto
 import Foundation
 import Logging
@@ -32,13 +33,12 @@ final class WebSocketClientHandshakeHandler: ChannelInboundHandler, RemovableCha
     typealias OutboundOut = ByteBuffer
 
     struct Request {
-        var host: String
-        var port: Int
-        var defaultPort: Int
+        var target: HTTPTarget
         var uri: String
         var configuration: WebSocketConfiguration
-        var pins: [[UInt8]]
-        var usesTLS: Bool
+        var host: String { self.target.host }
+        var port: Int { self.target.port }
+        var usesTLS: Bool { self.target.usesTLS }
     }
 
     private enum State {
@@ -105,36 +105,11 @@ final class WebSocketClientHandshakeHandler: ChannelInboundHandler, RemovableCha
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        // The TLS gate in front passes this event on only once the key matched the pins.
         if case TLSUserEvent.handshakeCompleted = event {
-            if self.checkPins(context: context) {
-                self.sendRequest(context: context)
-            } else {
-                context.close(promise: nil)
-            }
+            self.sendRequest(context: context)
         }
         context.fireUserInboundEventTriggered(event)
-    }
-
-    private func checkPins(context: ChannelHandlerContext) -> Bool {
-        guard !self.request.pins.isEmpty else { return true }
-        let certificate = try? context.pipeline.syncOperations.handler(type: NIOSSLClientHandler.self).peerCertificate
-        guard let certificate, let digest = try? WebSocketTLSConfiguration.spkiSHA256(of: certificate) else {
-            self.finish(.failure(WebSocketError(.pinMismatch, "the server presented no certificate to check against the pins")))
-            return false
-        }
-        guard self.request.pins.contains(digest) else {
-            let seen = (try? WebSocketTLSConfiguration.publicKeyPin(of: certificate)) ?? "?"
-            self.finish(
-                .failure(
-                    WebSocketError(
-                        .pinMismatch,
-                        "the certificate of \(self.request.host) is trusted but its key (\(seen)) matches none of the \(self.request.pins.count) pinned keys"
-                    )
-                )
-            )
-            return false
-        }
-        return true
     }
 
     private func sendRequest(context: ChannelHandlerContext) {
@@ -142,11 +117,7 @@ final class WebSocketClientHandshakeHandler: ChannelInboundHandler, RemovableCha
         self.state = .requestSent
         let configuration = self.request.configuration
         var headers = HTTPHeaders()
-        let hostLiteral = self.request.host.contains(":") ? "[\(self.request.host)]" : self.request.host
-        headers.add(
-            name: "Host",
-            value: self.request.port == self.request.defaultPort ? hostLiteral : "\(hostLiteral):\(self.request.port)"
-        )
+        headers.add(name: "Host", value: self.request.target.hostHeader)
         headers.add(name: "Upgrade", value: "websocket")
         headers.add(name: "Connection", value: "Upgrade")
         headers.add(name: "Sec-WebSocket-Key", value: self.key)
@@ -363,7 +334,9 @@ final class WebSocketClientHandshakeHandler: ChannelInboundHandler, RemovableCha
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        if error is NIOSSLError || error is BoringSSLError || error is NIOSSLExtraError {
+        if let error = error as? HTTPClientError {
+            self.finish(.failure(WebSocketError(error)))
+        } else if error is NIOSSLError || error is BoringSSLError || error is NIOSSLExtraError {
             self.finish(.failure(WebSocketError(.tlsFailed, "the TLS handshake with \(self.request.host) failed", underlying: error)))
         } else {
             self.finish(.failure(WebSocketError(.connectionFailed, "the connection to \(self.request.host) failed", underlying: error)))

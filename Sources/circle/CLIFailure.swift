@@ -146,7 +146,11 @@ extension CLIFailure {
 
     /// A refused WebSocket upgrade or HTTP request, by its status.
     static func refusedUpgrade(status: Int, body: String, detail: String, _ context: FailureContext) -> CLIFailure {
-        let reason = Self.serverMessage(body)
+        self.refusedUpgrade(status: status, reason: Self.serverMessage(body), detail: detail, context)
+    }
+
+    /// A refused WebSocket upgrade or HTTP request, by its status, with the server's `message`.
+    static func refusedUpgrade(status: Int, reason: String?, detail: String, _ context: FailureContext) -> CLIFailure {
         switch status {
         case 401:
             return CLIFailure(
@@ -259,10 +263,7 @@ extension CLIFailure {
 
     /// The `message` of a JSON error body (`{"error":{"message":…}}`), if it has one.
     static func serverMessage(_ body: String) -> String? {
-        guard let object = try? JSONSerialization.jsonObject(with: Data(body.utf8)) as? [String: Any],
-            let error = object["error"] as? [String: Any], let message = error["message"] as? String
-        else { return nil }
-        return message
+        HTTPAPI.decode(HTTPAPI.ErrorBody.self, from: Array(body.utf8))?.error.message
     }
 
     /// Whether the connect failed with ECONNREFUSED (nothing listening).
