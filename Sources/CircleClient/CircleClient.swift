@@ -35,6 +35,7 @@ import NIOCore
 ///   progress and ``TransferMetrics`` (docs/CLIENT.md, "Photos and transfers").
 public final class CircleClient: Sendable {
     private let core: ClientCore
+    private let configuration: CircleClientConfiguration
     private let transfers: MediaTransfers
     /// The HTTP API calls (``circles()`` and the rest, in `CircleClient+API.swift`).
     let api: ServerAPI
@@ -52,6 +53,7 @@ public final class CircleClient: Sendable {
         }
         let (outbox, cursors) = try await store.load()
         let jobs = try await store.loadPhotoJobs()
+        self.configuration = configuration
         self.core = ClientCore(configuration: configuration, store: store, outbox: outbox, cursors: cursors)
         let pool = HTTPConnectionPool()
         self.pool = pool
@@ -74,6 +76,33 @@ public final class CircleClient: Sendable {
     public func connect() async {
         await self.core.start()
         await self.transfers.startWorker()
+    }
+
+    /// Opens one connection to the first server with a token from the provider, and closes it
+    /// again: no retries, no joins. For tools and sign-in screens that must tell at once whether
+    /// the server can be reached and takes the token, before ``connect()`` starts its patient
+    /// reconnect loop.
+    ///
+    /// - Parameter timeout: for the TCP connect, TLS and the upgrade, name resolution included.
+    /// - Throws: the transport's ``WebSocketError`` as it is (`connectionFailed`, `tlsFailed`,
+    ///   `pinMismatch`, `handshakeRefused` with the HTTP status and body, …);
+    ///   ``CircleClientError`` `timed_out` when nothing was decided within `timeout`; and what
+    ///   the token provider throws.
+    public func checkConnection(timeout: Duration) async throws {
+        let configuration = self.configuration
+        let token = try await configuration.tokenProvider()
+        var socket = configuration.socket
+        socket.subprotocols = [circleSubprotocol]
+        socket.headers.replaceOrAdd(name: "Authorization", value: "Bearer \(token)")
+        socket.connectTimeout = TimeAmount(timeout)
+        let probe: WebSocket
+        do {
+            // A second more than the connect timeout: that one's own sentence wins when it fires.
+            probe = try await WebSocket.connect(to: configuration.servers[0], configuration: socket, logger: configuration.logger, deadline: timeout + .seconds(1))
+        } catch let error as WebSocketConnectDeadlineExceeded {
+            throw CircleClientError(.timedOut, "no answer from \(configuration.servers[0]) within \(error.deadline)")
+        }
+        await probe.close(code: .normalClosure, reason: "")
     }
 
     /// Closes the connection and stops reconnecting. Waiting posts throw ``CircleClientError/Code/stopped``;

@@ -1,6 +1,7 @@
 import CircleHTTPClient
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import NIOPosix
@@ -246,6 +247,57 @@ extension WebSocket {
 
             public mutating func next() async throws -> WebSocketMessage? {
                 try await self.base.next()
+            }
+        }
+    }
+}
+
+/// No connection within the deadline of ``WebSocket/connect(to:configuration:logger:deadline:)``.
+package struct WebSocketConnectDeadlineExceeded: Error, CustomStringConvertible {
+    package var deadline: Duration
+    package var description: String { "no WebSocket connection within \(self.deadline)" }
+
+    package init(deadline: Duration) {
+        self.deadline = deadline
+    }
+}
+
+extension WebSocket {
+    /// Opens a connection like ``connect(to:configuration:eventLoopGroup:logger:)-(String,_,_,_)``,
+    /// but gives up at `deadline` even while a host name is still being resolved (which the
+    /// connect timeout does not bound): throws ``WebSocketConnectDeadlineExceeded`` then. A
+    /// connection that completes after the deadline is dropped.
+    package static func connect(
+        to url: String,
+        configuration: WebSocketConfiguration,
+        logger: Logger,
+        deadline: Duration
+    ) async throws -> WebSocket {
+        // Unstructured tasks on purpose: a task group would wait for a resolver that does not
+        // return; the continuation is resumed by whichever finishes first.
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<WebSocket, any Error>) in
+            let pending = NIOLockedValueBox<CheckedContinuation<WebSocket, any Error>?>(continuation)
+            let resume: @Sendable (Result<WebSocket, any Error>) -> Void = { result in
+                let continuation = pending.withLockedValue { pending in
+                    defer { pending = nil }
+                    return pending
+                }
+                if let continuation {
+                    continuation.resume(with: result)
+                } else if case .success(let socket) = result {
+                    socket.abort()  // connected after the deadline was reported: nobody uses it
+                }
+            }
+            Task {
+                do {
+                    resume(.success(try await WebSocket.connect(to: url, configuration: configuration, logger: logger)))
+                } catch {
+                    resume(.failure(error))
+                }
+            }
+            Task {
+                try? await Task.sleep(for: deadline)
+                resume(.failure(WebSocketConnectDeadlineExceeded(deadline: deadline)))
             }
         }
     }

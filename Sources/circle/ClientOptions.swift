@@ -116,21 +116,16 @@ struct ClientOptions: ParsableArguments {
     /// a wrong URL are told apart within `timeout`, without retries), then the client itself;
     /// with `circle`, it also checks that the circle exists and may be read.
     func connect(_ configuration: CircleClientConfiguration, circle: String?, timeout: Duration) async throws -> CircleClient {
-        let token = try await configuration.tokenProvider()
-        var socketConfiguration = configuration.socket
-        socketConfiguration.subprotocols = [circleSubprotocol]
-        socketConfiguration.headers.replaceOrAdd(name: "Authorization", value: "Bearer \(token)")
-        socketConfiguration.connectTimeout = .nanoseconds(max(1, Int64(timeout.components.seconds) * 1_000_000_000 + timeout.components.attoseconds / 1_000_000_000))
-        // WSCommand.connect gives up at its deadline even when a host name never resolves.
-        let probe = try await WSCommand.connect(
-            to: self.server,
-            configuration: socketConfiguration,
-            logger: configuration.logger,
-            deadline: timeout + .seconds(1)
-        )
-        await probe.close(code: .normalClosure, reason: "")
-
         let client = try await CircleClient(configuration: configuration)
+        do {
+            try await client.checkConnection(timeout: timeout)
+        } catch let error as CircleClientError where error.code == .timedOut {
+            await client.shutdown()
+            throw CLIFailure.from(WSCommand.ConnectDeadlineExceeded(deadline: timeout), self.context())
+        } catch {
+            await client.shutdown()
+            throw error
+        }
         await client.connect()
         let deadline = ContinuousClock.now + timeout
         while await client.state != .connected {

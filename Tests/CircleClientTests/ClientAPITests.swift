@@ -119,6 +119,33 @@ struct ClientAPITests {
         }
     }
 
+    @Test("checkConnection: passes with a good token; a refused token and a closed port throw the transport's error at once")
+    func checkConnection() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        try await server.start()
+        let alice = try await self.client(server, user: "alice")
+        try await alice.checkConnection(timeout: .seconds(10))
+        #expect(await alice.state == .disconnected)
+        await alice.shutdown()
+        let forged = try await CircleClient(configuration: .init(servers: [server.wsURL], tokenProvider: { "not.a.token" }))
+        await #expect {
+            try await forged.checkConnection(timeout: .seconds(10))
+        } throws: { error in
+            let error = error as? WebSocketError
+            return error?.code == .handshakeRefused && error?.httpStatus == 401
+        }
+        await forged.shutdown()
+        let port = try ServerProcess.freePort()
+        let nowhere = try await self.client(server, user: "alice", servers: ["ws://127.0.0.1:\(port)/v1/ws"])
+        await #expect {
+            try await nowhere.checkConnection(timeout: .seconds(10))
+        } throws: { error in
+            (error as? WebSocketError)?.code == .connectionFailed
+        }
+        await nowhere.shutdown()
+    }
+
     @Test("history(after:) pages forwards, oldest first, with more until the end")
     func historyAfter() async throws {
         let server = TestServer()
