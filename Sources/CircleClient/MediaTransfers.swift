@@ -395,8 +395,8 @@ actor MediaTransfers {
     /// Turns an unexpected answer into a thrown error: permanent ones as ``CircleClientError``
     /// (so the caller stops), retryable ones as a ``RequestFailure`` with a transient error.
     private func check(_ status: HTTPResponseStatus, _ body: [UInt8], refreshedToken: inout Bool) throws(RequestFailure) {
-        let detail = HTTPAPI.decode(HTTPAPI.ErrorBody.self, from: body)?.error
-        let message = detail?.message ?? "HTTP \(status.code)"
+        let refusal = ServerAPI.refusal(status, body: body)
+        let message = refusal.message
         let noMetrics = RequestMetrics(method: "", path: "", status: Int(status.code), connect: nil, tls: nil, timeToFirstByte: nil, total: .zero, bytesSent: 0, bytesReceived: 0, reusedConnection: false, error: message)
         switch status.code {
         case 401 where !refreshedToken:
@@ -406,8 +406,7 @@ actor MediaTransfers {
         case 408, 409, 423, 429, 500...599:
             throw RequestFailure(error: Retry(), metrics: noMetrics, unreachable: false)
         default:
-            let code = detail.map { CircleClientError.Code.server($0.code) } ?? .httpError
-            throw RequestFailure(error: CircleClientError(code, message, httpStatus: Int(status.code)), metrics: noMetrics, unreachable: false)
+            throw RequestFailure(error: refusal, metrics: noMetrics, unreachable: false)
         }
     }
 

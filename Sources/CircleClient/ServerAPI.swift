@@ -50,7 +50,7 @@ struct ServerAPI: Sendable {
             let response = try await self.send(method, uri, headers: headers, body: bytes)
             if response.status == 401, attempt == 1, self.tokenProvider != nil { continue }
             guard (200..<300).contains(response.status) else {
-                throw Self.refusal(response)
+                throw Self.refusal(response.head.status, body: response.body)
             }
             guard let answer = HTTPAPI.decode(Answer.self, from: response.body) else {
                 throw CircleClientError(
@@ -71,16 +71,17 @@ struct ServerAPI: Sendable {
         }
     }
 
-    /// The error for a refusal: the server's code and message when the body is an API error.
-    static func refusal(_ response: HTTPClient.Response) -> CircleClientError {
-        if let detail = HTTPAPI.decode(HTTPAPI.ErrorBody.self, from: response.body)?.error {
-            return CircleClientError(.server(detail.code), detail.message, httpStatus: response.status)
+    /// The error for a refusal (of an API call or a transfer): the server's code and message
+    /// when the body is an API error body, else `http_error` with the status and the body's start.
+    static func refusal(_ status: HTTPResponseStatus, body: [UInt8]) -> CircleClientError {
+        if let detail = HTTPAPI.decode(HTTPAPI.ErrorBody.self, from: body)?.error {
+            return CircleClientError(.server(detail.code), detail.message, httpStatus: Int(status.code))
         }
-        let text = String(decoding: response.body.prefix(500), as: UTF8.self)
+        let text = String(decoding: body.prefix(500), as: UTF8.self)
         return CircleClientError(
             .httpError,
-            "HTTP \(response.status) \(response.head.status.reasonPhrase)" + (text.isEmpty ? "" : ": \(text)"),
-            httpStatus: response.status
+            "HTTP \(status.code) \(status.reasonPhrase)" + (text.isEmpty ? "" : ": \(text)"),
+            httpStatus: Int(status.code)
         )
     }
 

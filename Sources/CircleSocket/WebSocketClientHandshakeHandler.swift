@@ -18,15 +18,16 @@ struct WebSocketUpgradeResult: Sendable {
     var closed: EventLoopFuture<WebSocketCloseInfo>
 }
 
-/// Sends the HTTP upgrade request (after TLS and the pin check, if any), reads the response
-/// and puts the WebSocket handlers in its place.
+/// Sends the HTTP upgrade request (after TLS and the pin check of CircleHTTPClient's
+/// `TLSHandshakeGate`, if any), reads the response and puts the WebSocket handlers in its place.
+/// The target, `Host` header, TLS context and pins come from CircleHTTPClient, as for every
+/// other client connection.
 ///
 /// It speaks the few lines of HTTP/1.1 a handshake needs itself, on raw bytes, instead of
-/// NIO's HTTP codec and `NIOWebSocketClientUpgrader`: those give no hook to hold the request
-/// until a certificate pin is checked, drop the body of a refused handshake, and — because
-/// removing the HTTP decoder takes an extra event-loop turn — lose frames that arrive in the
-/// same read as the 101 when the server closes right after them (the Autobahn suite's
-/// `/getCaseCount` does exactly that).
+/// NIO's HTTP codec and `NIOWebSocketClientUpgrader`: those drop the body of a refused
+/// handshake, and — because `ByteToMessageHandler.removeHandler` finishes one event-loop turn
+/// later (NIOCore `Codec.swift`) — lose frames that arrive in the same read as the 101 when the
+/// server closes right after them (the Autobahn suite's `/getCaseCount` does exactly that).
 final class WebSocketClientHandshakeHandler: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
     typealias InboundOut = ByteBuffer
