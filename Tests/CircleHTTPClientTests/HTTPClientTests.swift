@@ -10,10 +10,21 @@ import Testing
 /// A small HTTP/1.1 server on loopback (optionally over TLS) that answers every request with
 /// `200` and the request's method and path as the body.
 final class LoopbackHTTPServer: Sendable {
+    /// How the server treats a request.
+    enum Behaviour: Sendable {
+        /// Answers and keeps the connection.
+        case answer
+        /// Answers the first request of a connection (allowing keep-alive) and closes the
+        /// connection when a second request arrives on it, without answering.
+        case closeOnSecondRequest
+        /// Reads the request and never answers.
+        case silent
+    }
+
     let channel: any Channel
     var port: Int { self.channel.localAddress?.port ?? 0 }
 
-    init(tls: TLSConfiguration?) async throws {
+    init(tls: TLSConfiguration?, behaviour: Behaviour = .answer) async throws {
         let context = try tls.map { try NIOSSLContext(configuration: $0) }
         self.channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
@@ -23,7 +34,7 @@ final class LoopbackHTTPServer: Sendable {
                         try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: context))
                     }
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline()
-                    try channel.pipeline.syncOperations.addHandler(Responder())
+                    try channel.pipeline.syncOperations.addHandler(Responder(behaviour: behaviour))
                 }
             }
             .bind(host: "127.0.0.1", port: 0).get()
@@ -37,6 +48,12 @@ final class LoopbackHTTPServer: Sendable {
         typealias InboundIn = HTTPServerRequestPart
         typealias OutboundOut = HTTPServerResponsePart
         private var line = ""
+        private var requests = 0
+        private let behaviour: Behaviour
+
+        init(behaviour: Behaviour) {
+            self.behaviour = behaviour
+        }
 
         func channelRead(context: ChannelHandlerContext, data: NIOAny) {
             switch self.unwrapInboundIn(data) {
@@ -45,6 +62,12 @@ final class LoopbackHTTPServer: Sendable {
             case .body:
                 break
             case .end:
+                self.requests += 1
+                if case .silent = self.behaviour { return }
+                if case .closeOnSecondRequest = self.behaviour, self.requests > 1 {
+                    context.close(promise: nil)
+                    return
+                }
                 let body = ByteBuffer(string: self.line)
                 var headers = HTTPHeaders()
                 headers.add(name: "Content-Length", value: "\(body.readableBytes)")
@@ -157,6 +180,30 @@ struct HTTPClientTLSTests {
         let answer = try await self.client(trust: .selfSignedOnLocalhost).execute(.GET, url: "https://localhost:\(selfSigned.port)/")
         #expect(answer.status == 200)
         await selfSigned.shutdown()
+        await server.shutdown()
+    }
+
+    @Test("a server that never answers fails the request with idle_timeout")
+    func idleTimeout() async throws {
+        let server = try await LoopbackHTTPServer(tls: nil, behaviour: .silent)
+        let client = HTTPClient(configuration: .init(connectTimeout: .seconds(10), idleTimeout: .milliseconds(300)))
+        await self.expectFailure(.idleTimeout, client, url: "http://127.0.0.1:\(server.port)/")
+        await server.shutdown()
+    }
+
+    @Test("a kept-alive connection the server has closed is replaced by a new one, once")
+    func staleConnection() async throws {
+        let server = try await LoopbackHTTPServer(tls: nil, behaviour: .closeOnSecondRequest)
+        let client = HTTPClient(configuration: .init(connectTimeout: .seconds(10), idleTimeout: .seconds(10)))
+        for index in 1...3 {
+            // Requests 2 and 3 go out on the pooled connection, which the server closes; each is
+            // sent again on a new connection and answered there.
+            let answer = try await client.execute(.GET, url: "http://127.0.0.1:\(server.port)/\(index)")
+            #expect(String(decoding: answer.body, as: UTF8.self) == "GET /\(index)")
+            #expect(answer.timings.connect != nil, "request \(index) should have been answered on a new connection")
+            #expect(answer.timings.reusedConnection == false)
+        }
+        await client.pool.closeAll()
         await server.shutdown()
     }
 
