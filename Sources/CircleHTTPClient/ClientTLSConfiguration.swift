@@ -119,6 +119,9 @@ public struct ClientTLSConfiguration: Sendable {
     /// - Throws: ``HTTPClientError`` (``HTTPClientError/Code/tlsFailed``).
     package func makeContext(host: String) throws -> NIOSSLContext {
         var configuration = TLSConfiguration.makeClientConfiguration()
+        // Both the API and the WebSocket upgrade speak HTTP/1.1: say so, so a server that also
+        // offers h2 picks HTTP/1.1 for these connections.
+        configuration.applicationProtocols = ["http/1.1"]
         switch self.trust.value {
         case .system:
             break

@@ -70,9 +70,7 @@ struct FailureContext: Sendable {
 
     /// `host:port` of the server URL, for sentences.
     var address: String {
-        guard let url = URL(string: self.server), let host = url.host else { return self.server }
-        let port = url.port ?? (url.scheme == "wss" ? 443 : 80)
-        return host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+        (try? HTTPTarget.parse(self.server))?.target.address ?? self.server
     }
 
     /// How the user name shows in suggested commands.
@@ -131,7 +129,7 @@ extension CLIFailure {
                 )
             }
             if error.underlying is SocketAddressError || detail.contains("UnknownHost") {
-                let host = URL(string: context.server)?.host ?? context.server
+                let host = (try? HTTPTarget.parse(context.server))?.target.host ?? context.server
                 return CLIFailure(.unreachable, "cannot find the host \"\(host)\" (the name does not resolve) — check --server", detail: detail)
             }
             return CLIFailure(
@@ -300,7 +298,7 @@ extension CLIFailure {
         case .connectionFailed:
             message = "\(prefix): \(error.underlying.flatMap(Self.reason(for:)) ?? error.message)"
         case .tlsFailed:
-            let host = URL(string: url)?.host ?? url
+            let host = (try? HTTPTarget.parse(url))?.target.host ?? url
             if let reason = error.underlying.flatMap({ Self.tlsReason(for: $0, host: host) }) {
                 message = "\(prefix): \(reason)"
             } else {

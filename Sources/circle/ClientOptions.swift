@@ -23,7 +23,7 @@ struct ClientOptions: ParsableArguments {
     var verbose = false
 
     func validate() throws {
-        guard self.server.hasPrefix("ws://") || self.server.hasPrefix("wss://"), URL(string: self.server)?.host != nil else {
+        guard (try? HTTPTarget.parse(self.server, schemes: ["ws", "wss"])) != nil else {
             throw ValidationError("--server takes a ws:// or wss:// URL, e.g. ws://127.0.0.1:8080/v1/ws")
         }
         if let user, !TokenAuthority.isValidUserName(user) {
