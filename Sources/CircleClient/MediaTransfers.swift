@@ -379,16 +379,10 @@ actor MediaTransfers {
                 default:
                     try self.check(answer.head.status, answer.body, refreshedToken: &refreshedToken)
                 }
-            } catch let failure as RequestFailure {
-                metrics.requests.append(failure.metrics)
-                do { try retries.absorb(failure) } catch { throw fail(error) }
-            } catch let error as TransferError {
-                throw error
             } catch {
-                throw fail(error as? CircleClientError ?? CircleClientError(.fileError, "\(error)"))
+                try retries.absorb(error, metrics: &metrics, started: started)
             }
-            metrics.retries += 1
-            do { try await retries.backOff(after: "the upload", lastError: metrics.requests.last?.error) } catch { throw fail(error) }
+            try await retries.retry(after: "the upload", metrics: &metrics, started: started)
         }
     }
 
@@ -580,16 +574,10 @@ actor MediaTransfers {
                 default:
                     try self.check(head.status, answer.body, refreshedToken: &refreshedToken)
                 }
-            } catch let failure as RequestFailure {
-                metrics.requests.append(failure.metrics)
-                do { try retries.absorb(failure) } catch { throw fail(error) }
-            } catch let error as TransferError {
-                throw error
             } catch {
-                throw fail(error as? CircleClientError ?? CircleClientError(.fileError, "\(error)"))
+                try retries.absorb(error, metrics: &metrics, started: started)
             }
-            metrics.retries += 1
-            do { try await retries.backOff(after: "the download", lastError: metrics.requests.last?.error) } catch { throw fail(error) }
+            try await retries.retry(after: "the download", metrics: &metrics, started: started)
         }
     }
 
@@ -707,6 +695,36 @@ struct RetryState {
         guard ContinuousClock.now - since < self.transfer.connectivityTimeout else {
             throw CircleClientError(.notConnected, "the server stayed unreachable for \(self.transfer.connectivityTimeout): \(failure.error)")
         }
+    }
+
+    /// After a failed attempt of a transfer: a ``RequestFailure`` is recorded in `metrics` and,
+    /// when it may be retried, absorbed (the caller goes on to ``retry(after:metrics:started:)``);
+    /// anything else ends the transfer, thrown as a `TransferError` with the metrics so far.
+    mutating func absorb(_ error: any Error, metrics: inout TransferMetrics, started: ContinuousClock.Instant) throws(MediaTransfers.TransferError) {
+        switch error {
+        case let failure as RequestFailure:
+            metrics.requests.append(failure.metrics)
+            do { try self.absorb(failure) } catch { throw Self.end(error, metrics: &metrics, started: started) }
+        case let error as MediaTransfers.TransferError:
+            throw error
+        default:
+            throw Self.end(error as? CircleClientError ?? CircleClientError(.fileError, "\(error)"), metrics: &metrics, started: started)
+        }
+    }
+
+    /// Counts a retry of `what` and waits its backoff delay; throws what ends the transfer
+    /// (attempts used up, or stopped).
+    mutating func retry(after what: String, metrics: inout TransferMetrics, started: ContinuousClock.Instant) async throws(MediaTransfers.TransferError) {
+        metrics.retries += 1
+        do { try await self.backOff(after: what, lastError: metrics.requests.last?.error) } catch {
+            throw Self.end(error, metrics: &metrics, started: started)
+        }
+    }
+
+    /// The error that ends a transfer, with its total time.
+    private static func end(_ error: CircleClientError, metrics: inout TransferMetrics, started: ContinuousClock.Instant) -> MediaTransfers.TransferError {
+        metrics.total = ContinuousClock.now - started
+        return MediaTransfers.TransferError(error: error, metrics: metrics)
     }
 
     /// Counts the attempt and sleeps the backoff delay; throws when the attempts are used up
