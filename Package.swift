@@ -29,9 +29,24 @@ let package = Package(
     ],
     targets: [
         .target(name: "CircleWire"),
+        // The one HTTP client stack (connections, pool, TLS and SPKI pins, URL targets) of the
+        // SDK, the CLI and CircleSocket's WebSocket connects.
+        .target(
+            name: "CircleHTTPClient",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOTLS", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
         .target(
             name: "CircleSocket",
             dependencies: [
+                "CircleHTTPClient",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -46,6 +61,7 @@ let package = Package(
         .target(
             name: "CircleClient",
             dependencies: [
+                "CircleHTTPClient",
                 "CircleSocket",
                 "CircleDiscovery",
                 "CircleWire",
@@ -152,6 +168,7 @@ let package = Package(
             name: "CircleServerTests",
             dependencies: [
                 "CircleServer",
+                "CircleHTTPClient",
                 "CircleTestSupport",
                 .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
@@ -169,6 +186,17 @@ let package = Package(
             dependencies: [
                 "CircleClient", "CircleServer", "CircleTestSupport", .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"), .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+        .testTarget(
+            name: "CircleHTTPClientTests",
+            dependencies: [
+                "CircleHTTPClient",
+                "CircleTestSupport",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ]
         ),
         .testTarget(

@@ -1,3 +1,4 @@
+import CircleHTTPClient
 import CircleSocket
 import CircleWire
 import Foundation
@@ -34,7 +35,12 @@ import NIOCore
 ///   progress and ``TransferMetrics`` (docs/CLIENT.md, "Photos and transfers").
 public final class CircleClient: Sendable {
     private let core: ClientCore
+    private let configuration: CircleClientConfiguration
     private let transfers: MediaTransfers
+    /// The HTTP API calls (``circles()`` and the rest, in `CircleClient+API.swift`).
+    let api: ServerAPI
+    /// Kept-alive HTTP connections, shared by the API calls and media transfers.
+    private let pool: HTTPConnectionPool
 
     /// Creates a client and loads its outbox and cursors. It does not connect yet.
     public init(configuration: CircleClientConfiguration) async throws {
@@ -47,8 +53,22 @@ public final class CircleClient: Sendable {
         }
         let (outbox, cursors) = try await store.load()
         let jobs = try await store.loadPhotoJobs()
+        self.configuration = configuration
         self.core = ClientCore(configuration: configuration, store: store, outbox: outbox, cursors: cursors)
-        self.transfers = try MediaTransfers(configuration: configuration, store: store, core: self.core, jobs: jobs)
+        let pool = HTTPConnectionPool()
+        self.pool = pool
+        self.transfers = try MediaTransfers(configuration: configuration, store: store, core: self.core, jobs: jobs, pool: pool)
+        let transfers = configuration.transfers
+        let base = try MediaTransfers.base(configuration)
+        self.api = ServerAPI(
+            target: base.target,
+            prefix: base.prefix,
+            http: HTTPClient(
+                configuration: .init(connectTimeout: transfers.connectTimeout, idleTimeout: transfers.requestTimeout, tls: configuration.socket.tls),
+                pool: pool
+            ),
+            tokenProvider: configuration.tokenProvider
+        )
     }
 
     /// Connects (and keeps reconnecting until ``disconnect()`` or a terminal close). Photo
@@ -58,11 +78,39 @@ public final class CircleClient: Sendable {
         await self.transfers.startWorker()
     }
 
+    /// Opens one connection to the first server with a token from the provider, and closes it
+    /// again: no retries, no joins. For tools and sign-in screens that must tell at once whether
+    /// the server can be reached and takes the token, before ``connect()`` starts its patient
+    /// reconnect loop.
+    ///
+    /// - Parameter timeout: for the TCP connect, TLS and the upgrade, name resolution included.
+    /// - Throws: the transport's ``WebSocketError`` as it is (`connectionFailed`, `tlsFailed`,
+    ///   `pinMismatch`, `handshakeRefused` with the HTTP status and body, …);
+    ///   ``CircleClientError`` `timed_out` when nothing was decided within `timeout`; and what
+    ///   the token provider throws.
+    public func checkConnection(timeout: Duration) async throws {
+        let configuration = self.configuration
+        let token = try await configuration.tokenProvider()
+        var socket = configuration.socket
+        socket.subprotocols = [circleSubprotocol]
+        socket.headers.replaceOrAdd(name: "Authorization", value: "Bearer \(token)")
+        socket.connectTimeout = TimeAmount(timeout)
+        let probe: WebSocket
+        do {
+            // A second more than the connect timeout: that one's own sentence wins when it fires.
+            probe = try await WebSocket.connect(to: configuration.servers[0], configuration: socket, logger: configuration.logger, deadline: timeout + .seconds(1))
+        } catch let error as WebSocketConnectDeadlineExceeded {
+            throw CircleClientError(.timedOut, "no answer from \(configuration.servers[0]) within \(error.deadline)")
+        }
+        await probe.close(code: .normalClosure, reason: "")
+    }
+
     /// Closes the connection and stops reconnecting. Waiting posts throw ``CircleClientError/Code/stopped``;
     /// with a state file their entries stay in the outbox and are sent after the next ``connect()``.
     /// Photo uploads stop too (resumed from the server's offset after the next ``connect()``).
     public func disconnect() async {
         await self.transfers.stop()
+        await self.pool.closeAll()
         await self.core.stop()
     }
 
@@ -151,9 +199,26 @@ public final class CircleClient: Sendable {
     /// Leaves a circle: no more events, and its cursor is kept for a later join.
     public func leave(_ circle: String) async throws { try await self.core.leave(circle) }
 
-    /// A page of stored posts before `before` (the newest when `nil`), oldest first, and whether more exist.
+    /// A page of stored posts before `before` (the newest when `nil`), oldest first, and whether
+    /// older ones exist. Needs a connection (the `history` request of `circle.v1`).
     public func history(of circle: String, before: Int64? = nil, limit: Int = 50) async throws -> (posts: [CirclePost], more: Bool) {
-        try await self.core.history(circle, before: before, limit: limit)
+        try await self.core.history(circle, before: before, after: nil, limit: limit)
+    }
+
+    /// Paging forwards: the oldest `limit` posts with `seq > after`, oldest first, and whether
+    /// newer ones exist. To read on, pass the last post's `seq`. Needs a connection.
+    ///
+    /// ```swift
+    /// var cursor: Int64 = 0
+    /// while true {
+    ///     let page = try await client.history(of: "general", after: cursor, limit: 200)
+    ///     page.posts.forEach(show)
+    ///     cursor = page.posts.last?.seq ?? cursor
+    ///     if !page.more { break }
+    /// }
+    /// ```
+    public func history(of circle: String, after: Int64, limit: Int = 50) async throws -> (posts: [CirclePost], more: Bool) {
+        try await self.core.history(circle, before: nil, after: after, limit: limit)
     }
 
     /// Tells the circle this user is typing.
@@ -172,6 +237,7 @@ public final class CircleClient: Sendable {
     /// Stops and releases the state file.
     public func shutdown() async {
         await self.transfers.stop()
+        await self.pool.closeAll()
         await self.core.stop()
         await self.core.closeStore()
     }

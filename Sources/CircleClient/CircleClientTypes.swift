@@ -108,16 +108,30 @@ public struct CircleClientError: Error, Sendable, Hashable, CustomStringConverti
         public static let corrupt = Code(rawValue: "corrupt")
         /// The server's certificate is not trusted, or its key matches none of the pins.
         public static let tlsFailed = Code(rawValue: "tls_failed")
+        /// The server refused the token (HTTP 401) of an API call.
+        public static let unauthorized = server(.unauthorized)
+        /// The name is taken (creating a circle that exists).
+        public static let conflict = server(.conflict)
         public var description: String { self.rawValue }
     }
 
     public var code: Code
     public var message: String
-    public var description: String { "\(self.code): \(self.message)" }
+    /// The HTTP status of the answer, when the error is the server's answer to an HTTP call
+    /// (the API calls, transfers, ``CircleClient/developmentToken(for:server:tls:)``).
+    public var httpStatus: Int?
+    public var description: String { "\(self.code): \(self.message)" + (self.httpStatus.map { " (HTTP \($0))" } ?? "") }
 
-    public init(_ code: Code, _ message: String) {
+    /// Creates an error.
+    ///
+    /// - Parameters:
+    ///   - code: what to switch on.
+    ///   - message: the sentence (the server's `message` when it refused).
+    ///   - httpStatus: the HTTP status, for errors of HTTP calls.
+    public init(_ code: Code, _ message: String, httpStatus: Int? = nil) {
         self.code = code
         self.message = message
+        self.httpStatus = httpStatus
     }
 }
 

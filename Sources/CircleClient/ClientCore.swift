@@ -492,8 +492,8 @@ actor ClientCore {
         _ = try await self.request { .leave(circle, id: $0) }
     }
 
-    func history(_ circle: String, before: Int64?, limit: Int) async throws -> (posts: [CirclePost], more: Bool) {
-        let reply = try await self.request { .history(of: circle, id: $0, before: before, limit: limit) }
+    func history(_ circle: String, before: Int64?, after: Int64?, limit: Int) async throws -> (posts: [CirclePost], more: Bool) {
+        let reply = try await self.request { .history(of: circle, id: $0, before: before, after: after, limit: limit) }
         guard case .history(_, _, let posts, let more) = reply else {
             throw CircleClientError(.badRequest, "unexpected reply \(reply)")
         }

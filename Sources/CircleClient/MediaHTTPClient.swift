@@ -1,37 +1,8 @@
-import CircleSocket
+import CircleHTTPClient
 import Foundation
 import NIOCore
 import NIOHTTP1
 import NIOPosix
-
-/// Kept-alive connections per server, so consecutive requests skip TCP and TLS setup.
-actor HTTPConnectionPool {
-    private var idle: [HTTPConnection.Target: [HTTPConnection]] = [:]
-    private let maxIdlePerTarget = 4
-
-    func take(_ target: HTTPConnection.Target) -> HTTPConnection? {
-        while var list = self.idle[target], !list.isEmpty {
-            let connection = list.removeLast()
-            self.idle[target] = list
-            if connection.isReusable { return connection }
-            connection.close()
-        }
-        return nil
-    }
-
-    func give(_ connection: HTTPConnection) {
-        guard connection.isReusable, self.idle[connection.target, default: []].count < self.maxIdlePerTarget else {
-            connection.close()
-            return
-        }
-        self.idle[connection.target, default: []].append(connection)
-    }
-
-    func closeAll() {
-        for connection in self.idle.values.joined() { connection.close() }
-        self.idle = [:]
-    }
-}
 
 /// What a request sends as its body.
 enum RequestBody: Sendable {
@@ -102,12 +73,23 @@ final class BlockingFile: @unchecked Sendable {
     }
 }
 
-/// HTTP requests of media transfers over ``HTTPConnection``s from a pool.
+/// HTTP requests of media transfers through the shared ``HTTPClient``, with their metrics.
 struct MediaHTTPClient: Sendable {
-    let target: HTTPConnection.Target
-    let pool: HTTPConnectionPool
-    let tls: WebSocketTLSConfiguration
+    let target: HTTPTarget
+    /// Put before every path: where the server is mounted (empty at the root).
+    let prefix: String
+    let http: HTTPClient
     let configuration: TransferConfiguration
+
+    init(target: HTTPTarget, prefix: String, tls: ClientTLSConfiguration, configuration: TransferConfiguration, pool: HTTPConnectionPool) {
+        self.target = target
+        self.prefix = prefix
+        self.configuration = configuration
+        self.http = HTTPClient(
+            configuration: .init(connectTimeout: configuration.connectTimeout, idleTimeout: configuration.requestTimeout, tls: tls),
+            pool: pool
+        )
+    }
 
     /// One request. Small answers are collected and returned; with `onBody`, body chunks go
     /// there instead. `progress` gets the body bytes sent so far.
@@ -118,161 +100,82 @@ struct MediaHTTPClient: Sendable {
         body: RequestBody = .none,
         progress: (@Sendable (Int64) -> Void)? = nil,
         onHead: (@Sendable (HTTPResponseHead) async throws -> Void)? = nil,
-        onBody: (@Sendable (ByteBuffer) async throws -> Void)? = nil,
-        newConnection: Bool = false
+        onBody: (@Sendable (ByteBuffer) async throws -> Void)? = nil
     ) async throws(RequestFailure) -> (head: HTTPResponseHead, body: [UInt8], metrics: RequestMetrics) {
-        let started = ContinuousClock.now
-        var metrics = RequestMetrics(
-            method: method.rawValue,
-            path: String(uri.split(separator: "?", maxSplits: 1).first ?? ""),
-            status: nil,
-            connect: nil,
-            tls: nil,
-            timeToFirstByte: nil,
-            total: .zero,
-            bytesSent: 0,
-            bytesReceived: 0,
-            reusedConnection: false,
-            error: nil
-        )
-        var connection: HTTPConnection?
+        let path = String(uri.split(separator: "?", maxSplits: 1).first ?? "")
+        let httpBody: HTTPClient.Body
+        switch body {
+        case .none:
+            httpBody = .none
+        case .bytes(let bytes):
+            httpBody = .bytes(bytes)
+            progress?(Int64(bytes.count))
+        case .file(let path, let offset, let length):
+            let configuration = self.configuration
+            httpBody = .stream(length: length) { writer in
+                try await Self.send(path: path, offset: offset, length: length, configuration: configuration, writer: writer, progress: progress)
+            }
+        }
         do {
-            if !newConnection, let pooled = await self.pool.take(self.target) {
-                connection = pooled
-                metrics.reusedConnection = true
-            } else {
-                do {
-                    let (opened, setup) = try await HTTPConnection.connect(
-                        to: self.target,
-                        tls: self.tls,
-                        timeout: self.configuration.connectTimeout,
-                        writeTimeout: self.configuration.requestTimeout
-                    )
-                    connection = opened
-                    metrics.connect = setup.connect
-                    metrics.tls = setup.tls
-                } catch let error as WebSocketError where error.code == .tlsFailed || error.code == .pinMismatch {
-                    // Not a network hiccup: retrying will not make the certificate trusted.
-                    metrics.total = ContinuousClock.now - started
-                    metrics.error = "\(error)"
-                    throw RequestFailure(error: CircleClientError(.tlsFailed, "\(error)"), metrics: metrics, unreachable: false)
-                } catch {
-                    metrics.total = ContinuousClock.now - started
-                    metrics.error = "\(error)"
-                    throw RequestFailure(error: error, metrics: metrics, unreachable: true)
-                }
-            }
-            guard let connection else { throw CircleClientError(.notConnected, "no connection") }
-            var requestHeaders = headers
-            switch body {
-            case .none: if method == .POST || method == .PATCH { requestHeaders.replaceOrAdd(name: "Content-Length", value: "0") }
-            case .bytes(let bytes): requestHeaders.replaceOrAdd(name: "Content-Length", value: "\(bytes.count)")
-            case .file(_, _, let length): requestHeaders.replaceOrAdd(name: "Content-Length", value: "\(length)")
-            }
-            let sendStarted = ContinuousClock.now
-            var sendFailure: (any Error)?
-            do {
-                try await connection.sendHead(method: method, uri: uri, headers: requestHeaders)
-                try await self.sendBody(body, on: connection, metrics: &metrics, progress: progress)
-                try await connection.sendEnd()
-            } catch is CancellationError {
-                throw CancellationError()
-            } catch let error as CircleClientError {
-                // The local file failed; the server waits for bytes that will not come.
-                throw error
-            } catch {
-                // The connection failed while sending: the server may have answered early
-                // (413, 415) and closed. Its answer, if it is there, says more than the failure.
-                sendFailure = error
-            }
-            var answer: HTTPResponseHead?
-            var collected: [UInt8] = []
-            reading: while true {
-                let part: HTTPClientResponsePart
-                do {
-                    part = try await connection.next(idleTimeout: self.configuration.requestTimeout)
-                } catch {
-                    throw sendFailure ?? error
-                }
-                switch part {
-                case .head(let head):
-                    // 1xx answers are not sent by this server; a stray one is skipped.
-                    if head.status.code < 200 { continue }
-                    metrics.timeToFirstByte = ContinuousClock.now - sendStarted
-                    metrics.status = Int(head.status.code)
-                    answer = head
-                    try await onHead?(head)
-                case .body(let buffer):
-                    metrics.bytesReceived += Int64(buffer.readableBytes)
-                    if let onBody, let status = answer?.status, status == .ok || status == .partialContent {
-                        try await onBody(buffer)
-                    } else if collected.count < 1 << 20 {
-                        collected += buffer.readableBytesView
-                    }
-                case .end:
-                    break reading
-                }
-            }
-            guard let answer else { throw CircleClientError(.notConnected, "no answer") }
-            if sendFailure == nil {
-                await self.pool.give(connection)
-            } else {
-                connection.close()
-            }
-            metrics.total = ContinuousClock.now - started
-            return (answer, collected, metrics)
-        } catch let failure as RequestFailure {
-            throw failure
+            let answer = try await self.http.exchange(method, target: self.target, uri: self.prefix + uri, headers: headers, body: httpBody, onHead: onHead, onBody: onBody)
+            return (answer.head, answer.body, Self.metrics(method, path, answer.timings, error: nil))
         } catch {
-            connection?.close()
-            if metrics.reusedConnection, metrics.status == nil, !(error is CancellationError), !(error is CircleClientError) {
-                // A kept-alive connection the server had given up on: once more on a new one.
-                return try await self.exchange(method, uri, headers: headers, body: body, progress: progress, onHead: onHead, onBody: onBody, newConnection: true)
+            let metrics = Self.metrics(method, path, error.timings, error: "\(error.error)")
+            if let failure = error.error as? HTTPClientError, failure.code == .tlsFailed || failure.code == .pinMismatch {
+                throw RequestFailure(error: CircleClientError(.tlsFailed, "\(failure)"), metrics: metrics, unreachable: false)
             }
-            metrics.total = ContinuousClock.now - started
-            metrics.error = "\(error)"
-            throw RequestFailure(error: error, metrics: metrics, unreachable: false)
+            throw RequestFailure(error: error.error, metrics: metrics, unreachable: error.unreachable)
         }
     }
 
-    private func sendBody(
-        _ body: RequestBody,
-        on connection: HTTPConnection,
-        metrics: inout RequestMetrics,
+    private static func metrics(_ method: HTTPMethod, _ path: String, _ timings: HTTPClient.Timings, error: String?) -> RequestMetrics {
+        RequestMetrics(
+            method: method.rawValue,
+            path: path,
+            status: timings.status,
+            connect: timings.connect,
+            tls: timings.tls,
+            timeToFirstByte: timings.timeToFirstByte,
+            total: timings.total,
+            bytesSent: timings.bytesSent,
+            bytesReceived: timings.bytesReceived,
+            reusedConnection: timings.reusedConnection,
+            error: error
+        )
+    }
+
+    /// Sends `length` bytes of a file from `offset`, a chunk at a time, stopping early when the
+    /// server has answered already (a refusal) and pacing to the configured rate.
+    private static func send(
+        path: String,
+        offset: Int64,
+        length: Int64,
+        configuration: TransferConfiguration,
+        writer: HTTPBodyWriter,
         progress: (@Sendable (Int64) -> Void)?
     ) async throws {
-        switch body {
-        case .none:
-            return
-        case .bytes(let bytes):
-            if !bytes.isEmpty { try await connection.sendBody(ByteBuffer(bytes: bytes)) }
-            metrics.bytesSent += Int64(bytes.count)
-            progress?(metrics.bytesSent)
-        case .file(let path, let offset, let length):
-            let file = try await BlockingFile.reading(path)
-            let started = ContinuousClock.now
-            do {
-                var sent: Int64 = 0
-                while sent < length {
-                    try Task.checkCancellation()
-                    if await connection.hasEarlyAnswer() { break }
-                    let count = Int(min(Int64(self.configuration.chunkSize), length - sent))
-                    let chunk = try await file.read(at: offset + sent, count: count)
-                    guard !chunk.isEmpty else { throw CircleClientError(.fileError, "\(path) is shorter than expected") }
-                    try await connection.sendBody(ByteBuffer(bytes: chunk))
-                    sent += Int64(chunk.count)
-                    metrics.bytesSent = sent
-                    progress?(sent)
-                    if let rate = self.configuration.maxUploadBytesPerSecond, rate > 0 {
-                        let due = started + .seconds(Double(sent) / Double(rate))
-                        if due > .now { try await Task.sleep(until: due, clock: .continuous) }
-                    }
+        let file = try await BlockingFile.reading(path)
+        let started = ContinuousClock.now
+        do {
+            var sent: Int64 = 0
+            while sent < length {
+                try Task.checkCancellation()
+                if await writer.serverAnsweredEarly() { break }
+                let count = Int(min(Int64(configuration.chunkSize), length - sent))
+                let chunk = try await file.read(at: offset + sent, count: count)
+                guard !chunk.isEmpty else { throw CircleClientError(.fileError, "\(path) is shorter than expected") }
+                try await writer.write(ByteBuffer(bytes: chunk))
+                sent += Int64(chunk.count)
+                progress?(sent)
+                if let rate = configuration.maxUploadBytesPerSecond, rate > 0 {
+                    let due = started + .seconds(Double(sent) / Double(rate))
+                    if due > .now { try await Task.sleep(until: due, clock: .continuous) }
                 }
-                await file.close()
-            } catch {
-                await file.close()
-                throw error
             }
+            await file.close()
+        } catch {
+            await file.close()
+            throw error
         }
     }
 }

@@ -1,3 +1,4 @@
+import CircleHTTPClient
 import CircleSocket
 import Crypto
 import Foundation
@@ -16,7 +17,7 @@ actor MediaTransfers {
     private let store: any ClientStateStore
     private let core: ClientCore
     private let http: MediaHTTPClient
-    private let pool = HTTPConnectionPool()
+    private let pool: HTTPConnectionPool
     private let spool: String?
     private let cache: MediaCache?
     private let logger: Logger
@@ -37,14 +38,15 @@ actor MediaTransfers {
     }
     private nonisolated let listeners = NIOLockedValueBox(Listeners())
 
-    init(configuration: CircleClientConfiguration, store: any ClientStateStore, core: ClientCore, jobs: [PhotoJob]) throws {
+    init(configuration: CircleClientConfiguration, store: any ClientStateStore, core: ClientCore, jobs: [PhotoJob], pool: HTTPConnectionPool) throws {
         self.configuration = configuration
         self.store = store
         self.core = core
         self.jobs = jobs
         self.logger = configuration.logger
-        let base = try Self.baseURL(configuration)
-        self.http = MediaHTTPClient(target: try HTTPConnection.Target(url: base), pool: self.pool, tls: configuration.socket.tls, configuration: configuration.transfers)
+        self.pool = pool
+        let base = try Self.base(configuration)
+        self.http = MediaHTTPClient(target: base.target, prefix: base.prefix, tls: configuration.socket.tls, configuration: configuration.transfers, pool: pool)
         // Both directories are made when first needed.
         self.spool = configuration.stateFile.map { $0 + "-spool" }
         self.cache = (configuration.transfers.cacheDirectory ?? configuration.stateFile.map { $0 + "-media" }).map {
@@ -52,17 +54,24 @@ actor MediaTransfers {
         }
     }
 
-    /// `https://host:port` from the transfers' base URL or the first WebSocket URL.
-    static func baseURL(_ configuration: CircleClientConfiguration) throws -> URL {
-        if let base = configuration.transfers.baseURL, let url = URL(string: base) { return url }
-        guard var components = URLComponents(string: configuration.servers[0]) else {
-            throw CircleClientError(.badRequest, "\(configuration.servers[0]) is not a URL")
+    /// The HTTP server and path prefix of the transfers' base URL, or else of the first
+    /// WebSocket URL (`wss://host:port/v1/ws` → `https://host:port`, and
+    /// `wss://host/chat/v1/ws` → `https://host` with the prefix `/chat`, for a server mounted
+    /// under a prefix).
+    static func base(_ configuration: CircleClientConfiguration) throws(CircleClientError) -> (target: HTTPTarget, prefix: String) {
+        let url = configuration.transfers.baseURL ?? configuration.servers[0]
+        let parsed: (target: HTTPTarget, uri: String)
+        do {
+            parsed = try HTTPTarget.parse(url)
+        } catch {
+            throw CircleClientError(.badRequest, "\(url) is not an http(s):// or ws(s):// URL with a host")
         }
-        components.scheme = components.scheme?.lowercased() == "wss" ? "https" : "http"
-        components.path = ""
-        components.query = nil
-        guard let url = components.url else { throw CircleClientError(.badRequest, "\(configuration.servers[0]) is not a URL") }
-        return url
+        var prefix = String(parsed.uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? "")
+        if configuration.transfers.baseURL == nil, prefix.hasSuffix(HTTPAPI.Path.webSocket) {
+            prefix.removeLast(HTTPAPI.Path.webSocket.count)
+        }
+        while prefix.hasSuffix("/") { prefix.removeLast() }
+        return (parsed.target, prefix)
     }
 
     // MARK: Events
@@ -308,11 +317,13 @@ actor MediaTransfers {
                 var headers = HTTPHeaders()
                 headers.add(name: "Authorization", value: "Bearer \(token)")
                 if uploadID == nil {
-                    let body = #"{"length":\#(size),"contentType":"\#(contentType)"}"#
-                    let answer = try await self.http.exchange(.POST, "/v1/media/uploads", headers: headers, body: .bytes(Array(body.utf8)))
+                    var createHeaders = headers
+                    createHeaders.add(name: "Content-Type", value: "application/json")
+                    let body = HTTPAPI.encode(HTTPAPI.CreateUpload(length: size, contentType: contentType))
+                    let answer = try await self.http.exchange(.POST, HTTPAPI.Path.uploads, headers: createHeaders, body: .bytes(Array(body)))
                     metrics.requests.append(answer.metrics)
                     retries.reachedServer()
-                    guard answer.head.status == .created, let json = try? JSONDecoder().decode(UploadAnswer.self, from: Data(answer.body)) else {
+                    guard answer.head.status == .created, let json = HTTPAPI.decode(HTTPAPI.Upload.self, from: answer.body) else {
                         try self.check(answer.head.status, answer.body, refreshedToken: &refreshedToken)
                         continue
                     }
@@ -325,7 +336,7 @@ actor MediaTransfers {
                 if let knownOffset {
                     offset = knownOffset
                 } else {
-                    let answer = try await self.http.exchange(.GET, "/v1/media/uploads/\(upload)", headers: headers)
+                    let answer = try await self.http.exchange(.GET, HTTPAPI.Path.upload(upload), headers: headers)
                     metrics.requests.append(answer.metrics)
                     retries.reachedServer()
                     if answer.head.status == .notFound {
@@ -333,7 +344,7 @@ actor MediaTransfers {
                         uploadID = nil
                         continue
                     }
-                    guard answer.head.status == .ok, let json = try? JSONDecoder().decode(UploadAnswer.self, from: Data(answer.body)) else {
+                    guard answer.head.status == .ok, let json = HTTPAPI.decode(HTTPAPI.Upload.self, from: answer.body) else {
                         try self.check(answer.head.status, answer.body, refreshedToken: &refreshedToken)
                         continue
                     }
@@ -347,7 +358,7 @@ actor MediaTransfers {
                 patchHeaders.add(name: "Content-Type", value: "application/offset+octet-stream")
                 let answer = try await self.http.exchange(
                     .PATCH,
-                    "/v1/media/uploads/\(upload)",
+                    HTTPAPI.Path.upload(upload),
                     headers: patchHeaders,
                     body: .file(path: path, offset: offset, length: size - offset),
                     progress: { [weak self] sent in
@@ -357,7 +368,7 @@ actor MediaTransfers {
                 metrics.requests.append(answer.metrics)
                 switch answer.head.status {
                 case .created:
-                    guard let media = try? JSONDecoder().decode(MediaAnswer.self, from: Data(answer.body)) else {
+                    guard let media = HTTPAPI.decode(HTTPAPI.Media.self, from: answer.body) else {
                         throw fail(CircleClientError(.httpError, "the server's answer to the upload is not media JSON"))
                     }
                     metrics.total = ContinuousClock.now - started
@@ -368,24 +379,18 @@ actor MediaTransfers {
                 default:
                     try self.check(answer.head.status, answer.body, refreshedToken: &refreshedToken)
                 }
-            } catch let failure as RequestFailure {
-                metrics.requests.append(failure.metrics)
-                do { try retries.absorb(failure) } catch { throw fail(error) }
-            } catch let error as TransferError {
-                throw error
             } catch {
-                throw fail(error as? CircleClientError ?? CircleClientError(.fileError, "\(error)"))
+                try retries.absorb(error, metrics: &metrics, started: started)
             }
-            metrics.retries += 1
-            do { try await retries.backOff(after: "the upload", lastError: metrics.requests.last?.error) } catch { throw fail(error) }
+            try await retries.retry(after: "the upload", metrics: &metrics, started: started)
         }
     }
 
     /// Turns an unexpected answer into a thrown error: permanent ones as ``CircleClientError``
     /// (so the caller stops), retryable ones as a ``RequestFailure`` with a transient error.
     private func check(_ status: HTTPResponseStatus, _ body: [UInt8], refreshedToken: inout Bool) throws(RequestFailure) {
-        let detail = (try? JSONDecoder().decode(ErrorAnswer.self, from: Data(body)))?.error
-        let message = detail?.message ?? "HTTP \(status.code)"
+        let refusal = ServerAPI.refusal(status, body: body)
+        let message = refusal.message
         let noMetrics = RequestMetrics(method: "", path: "", status: Int(status.code), connect: nil, tls: nil, timeToFirstByte: nil, total: .zero, bytesSent: 0, bytesReceived: 0, reusedConnection: false, error: message)
         switch status.code {
         case 401 where !refreshedToken:
@@ -395,8 +400,7 @@ actor MediaTransfers {
         case 408, 409, 423, 429, 500...599:
             throw RequestFailure(error: Retry(), metrics: noMetrics, unreachable: false)
         default:
-            let code = detail.map { CircleClientError.Code.server(CircleErrorCode(rawValue: $0.code)) } ?? .httpError
-            throw RequestFailure(error: CircleClientError(code, message), metrics: noMetrics, unreachable: false)
+            throw RequestFailure(error: refusal, metrics: noMetrics, unreachable: false)
         }
     }
 
@@ -415,24 +419,6 @@ actor MediaTransfers {
                 unreachable: true
             )
         }
-    }
-
-    private struct UploadAnswer: Decodable {
-        var upload: String
-        var offset: Int64
-    }
-
-    private struct MediaAnswer: Decodable {
-        var id: String
-        var size: Int64
-    }
-
-    private struct ErrorAnswer: Decodable {
-        struct Detail: Decodable {
-            var code: String
-            var message: String
-        }
-        var error: Detail
     }
 
     /// The size and content type of a file to upload: the declared type, else by extension,
@@ -535,7 +521,7 @@ actor MediaTransfers {
                 }
                 let answer = try await self.http.exchange(
                     .GET,
-                    "/v1/media/\(id)",
+                    HTTPAPI.Path.mediaItem(id),
                     headers: headers,
                     onHead: { head in try await sink.begin(head) },
                     onBody: { buffer in try await sink.write(buffer) }
@@ -588,16 +574,10 @@ actor MediaTransfers {
                 default:
                     try self.check(head.status, answer.body, refreshedToken: &refreshedToken)
                 }
-            } catch let failure as RequestFailure {
-                metrics.requests.append(failure.metrics)
-                do { try retries.absorb(failure) } catch { throw fail(error) }
-            } catch let error as TransferError {
-                throw error
             } catch {
-                throw fail(error as? CircleClientError ?? CircleClientError(.fileError, "\(error)"))
+                try retries.absorb(error, metrics: &metrics, started: started)
             }
-            metrics.retries += 1
-            do { try await retries.backOff(after: "the download", lastError: metrics.requests.last?.error) } catch { throw fail(error) }
+            try await retries.retry(after: "the download", metrics: &metrics, started: started)
         }
     }
 
@@ -715,6 +695,36 @@ struct RetryState {
         guard ContinuousClock.now - since < self.transfer.connectivityTimeout else {
             throw CircleClientError(.notConnected, "the server stayed unreachable for \(self.transfer.connectivityTimeout): \(failure.error)")
         }
+    }
+
+    /// After a failed attempt of a transfer: a ``RequestFailure`` is recorded in `metrics` and,
+    /// when it may be retried, absorbed (the caller goes on to ``retry(after:metrics:started:)``);
+    /// anything else ends the transfer, thrown as a `TransferError` with the metrics so far.
+    mutating func absorb(_ error: any Error, metrics: inout TransferMetrics, started: ContinuousClock.Instant) throws(MediaTransfers.TransferError) {
+        switch error {
+        case let failure as RequestFailure:
+            metrics.requests.append(failure.metrics)
+            do { try self.absorb(failure) } catch { throw Self.end(error, metrics: &metrics, started: started) }
+        case let error as MediaTransfers.TransferError:
+            throw error
+        default:
+            throw Self.end(error as? CircleClientError ?? CircleClientError(.fileError, "\(error)"), metrics: &metrics, started: started)
+        }
+    }
+
+    /// Counts a retry of `what` and waits its backoff delay; throws what ends the transfer
+    /// (attempts used up, or stopped).
+    mutating func retry(after what: String, metrics: inout TransferMetrics, started: ContinuousClock.Instant) async throws(MediaTransfers.TransferError) {
+        metrics.retries += 1
+        do { try await self.backOff(after: what, lastError: metrics.requests.last?.error) } catch {
+            throw Self.end(error, metrics: &metrics, started: started)
+        }
+    }
+
+    /// The error that ends a transfer, with its total time.
+    private static func end(_ error: CircleClientError, metrics: inout TransferMetrics, started: ContinuousClock.Instant) -> MediaTransfers.TransferError {
+        metrics.total = ContinuousClock.now - started
+        return MediaTransfers.TransferError(error: error, metrics: metrics)
     }
 
     /// Counts the attempt and sleeps the backoff delay; throws when the attempts are used up

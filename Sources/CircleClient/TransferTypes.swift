@@ -3,8 +3,10 @@ import Foundation
 
 /// How media transfers (photo uploads, downloads) behave; part of ``CircleClientConfiguration``.
 public struct TransferConfiguration: Sendable {
-    /// The server's HTTP base URL (`https://chat.example.com`). `nil` derives it from the first
-    /// of ``CircleClientConfiguration/servers`` (`wss://h:p/v1/ws` → `https://h:p`).
+    /// The server's HTTP base URL (`https://chat.example.com`, or with the path prefix the
+    /// server is mounted under, `https://example.com/chat`), for transfers and the API calls.
+    /// `nil` derives it from the first of ``CircleClientConfiguration/servers``
+    /// (`wss://h:p/v1/ws` → `https://h:p`; `wss://h/chat/v1/ws` → `https://h/chat`).
     public var baseURL: String?
     /// Per request: no bytes from the server for this long fails the request (it is retried).
     public var requestTimeout: Duration

@@ -1,5 +1,7 @@
+import CircleHTTPClient
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import NIOPosix
@@ -82,20 +84,24 @@ public final class WebSocket: Sendable {
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         logger: Logger = Logger(label: "circle.socket")
     ) async throws -> WebSocket {
-        let target = try Target(url: url)
-        let sslContext = target.usesTLS ? try configuration.tls.makeContext(host: target.host) : nil
-        let pins = target.usesTLS ? try configuration.tls.decodedPins() : []
+        let target: HTTPTarget
+        let uri: String
+        let sslContext: NIOSSLContext?
+        let pins: [[UInt8]]
+        do {
+            (target, uri) = try HTTPTarget.parse(url, schemes: ["ws", "wss"])
+            sslContext = target.usesTLS ? try configuration.tls.makeContext(host: target.host) : nil
+            pins = target.usesTLS ? try configuration.tls.decodedPins() : []
+        } catch let error as HTTPClientError {
+            throw WebSocketError(error)
+        }
         let eventLoop = eventLoopGroup.next()
         let upgraded = eventLoop.makePromise(of: WebSocketUpgradeResult.self)
-        let request = WebSocketClientHandshakeHandler.Request(
-            host: target.host,
-            port: target.port,
-            defaultPort: target.usesTLS ? 443 : 80,
-            uri: target.uri,
-            configuration: configuration,
-            pins: pins,
-            usesTLS: target.usesTLS
-        )
+        // The TLS gate's own promise is not needed: its failure reaches the handshake handler too.
+        let tlsHandshake = eventLoop.makePromise(of: Void.self)
+        tlsHandshake.futureResult.whenFailure { _ in }
+        defer { tlsHandshake.succeed() }  // completes it when no channel (or no TLS) ever did; else a no-op
+        let request = WebSocketClientHandshakeHandler.Request(target: target, uri: uri, configuration: configuration)
         var logger = logger
         logger[metadataKey: "ws.url"] = "\(url.absoluteString)"
         let handshakeLogger = logger
@@ -106,8 +112,7 @@ public final class WebSocket: Sendable {
                 channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
                     if let sslContext {
-                        let serverName = target.isIPLiteral ? nil : target.host
-                        try sync.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: serverName))
+                        try sync.addHandlers(ClientTLSConfiguration.handlers(context: sslContext, pins: pins, target: target, handshake: tlsHandshake))
                     }
                     try sync.addHandler(
                         WebSocketClientHandshakeHandler(request: request, promise: upgraded, logger: handshakeLogger)
@@ -132,9 +137,9 @@ public final class WebSocket: Sendable {
                 throw handshakeError
             } catch {}
             if case ChannelError.connectTimeout = error {
-                throw WebSocketError(.connectTimeout, "no TCP connection to \(target.host):\(target.port) within the connect timeout", underlying: error)
+                throw WebSocketError(.connectTimeout, "no TCP connection to \(target.address) within the connect timeout", underlying: error)
             }
-            throw WebSocketError(.connectionFailed, "could not connect to \(target.host):\(target.port)", underlying: error)
+            throw WebSocketError(.connectionFailed, "could not connect to \(target.address)", underlying: error)
         }
         // A reconnect loop aimed at a loopback port where nothing listens can connect the socket
         // to itself (TCP simultaneous open), which would also keep the server from binding the
@@ -142,7 +147,7 @@ public final class WebSocket: Sendable {
         if let local = channel.localAddress, let remote = channel.remoteAddress, local == remote {
             channel.close(promise: nil)
             _ = try? await upgraded.futureResult.get()
-            throw WebSocketError(.connectionFailed, "could not connect to \(target.host):\(target.port) (the socket connected to itself)")
+            throw WebSocketError(.connectionFailed, "could not connect to \(target.address) (the socket connected to itself)")
         }
         let result = try await upgraded.futureResult.get()
         logger.debug("connected", metadata: ["ws.subprotocol": "\(result.subprotocol ?? "")"])
@@ -247,38 +252,53 @@ extension WebSocket {
     }
 }
 
-extension TimeAmount {
-    init(_ duration: Duration) {
-        let (seconds, attoseconds) = duration.components
-        self = .nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
+/// No connection within the deadline of ``WebSocket/connect(to:configuration:logger:deadline:)``.
+package struct WebSocketConnectDeadlineExceeded: Error, CustomStringConvertible {
+    package var deadline: Duration
+    package var description: String { "no WebSocket connection within \(self.deadline)" }
+
+    package init(deadline: Duration) {
+        self.deadline = deadline
     }
 }
 
-/// Where a `ws://` or `wss://` URL points.
-struct Target {
-    var host: String
-    var port: Int
-    var uri: String
-    var usesTLS: Bool
-    var isIPLiteral: Bool
-
-    init(url: URL) throws {
-        switch url.scheme?.lowercased() {
-        case "ws": self.usesTLS = false
-        case "wss": self.usesTLS = true
-        default:
-            throw WebSocketError(.invalidURL, "\"\(url.absoluteString)\" is not a ws:// or wss:// URL")
+extension WebSocket {
+    /// Opens a connection like ``connect(to:configuration:eventLoopGroup:logger:)-(String,_,_,_)``,
+    /// but gives up at `deadline` even while a host name is still being resolved (which the
+    /// connect timeout does not bound): throws ``WebSocketConnectDeadlineExceeded`` then. A
+    /// connection that completes after the deadline is dropped.
+    package static func connect(
+        to url: String,
+        configuration: WebSocketConfiguration,
+        logger: Logger,
+        deadline: Duration
+    ) async throws -> WebSocket {
+        // Unstructured tasks on purpose: a task group would wait for a resolver that does not
+        // return; the continuation is resumed by whichever finishes first.
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<WebSocket, any Error>) in
+            let pending = NIOLockedValueBox<CheckedContinuation<WebSocket, any Error>?>(continuation)
+            let resume: @Sendable (Result<WebSocket, any Error>) -> Void = { result in
+                let continuation = pending.withLockedValue { pending in
+                    defer { pending = nil }
+                    return pending
+                }
+                if let continuation {
+                    continuation.resume(with: result)
+                } else if case .success(let socket) = result {
+                    socket.abort()  // connected after the deadline was reported: nobody uses it
+                }
+            }
+            Task {
+                do {
+                    resume(.success(try await WebSocket.connect(to: url, configuration: configuration, logger: logger)))
+                } catch {
+                    resume(.failure(error))
+                }
+            }
+            Task {
+                try? await Task.sleep(for: deadline)
+                resume(.failure(WebSocketConnectDeadlineExceeded(deadline: deadline)))
+            }
         }
-        guard var host = url.host, !host.isEmpty else {
-            throw WebSocketError(.invalidURL, "\"\(url.absoluteString)\" has no host")
-        }
-        if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
-        self.host = host
-        self.port = url.port ?? (self.usesTLS ? 443 : 80)
-        var uri = url.path(percentEncoded: true)
-        if uri.isEmpty { uri = "/" }
-        if let query = url.query(percentEncoded: true) { uri += "?" + query }
-        self.uri = uri
-        self.isIPLiteral = (try? SocketAddress(ipAddress: host, port: 0)) != nil
     }
 }

@@ -1,3 +1,4 @@
+import CircleHTTPClient
 import Crypto
 import Foundation
 import Logging
@@ -17,28 +18,28 @@ struct WebSocketUpgradeResult: Sendable {
     var closed: EventLoopFuture<WebSocketCloseInfo>
 }
 
-/// Sends the HTTP upgrade request (after TLS and the pin check, if any), reads the response
-/// and puts the WebSocket handlers in its place.
+/// Sends the HTTP upgrade request (after TLS and the pin check of CircleHTTPClient's
+/// `TLSHandshakeGate`, if any), reads the response and puts the WebSocket handlers in its place.
+/// The target, `Host` header, TLS context and pins come from CircleHTTPClient, as for every
+/// other client connection.
 ///
 /// It speaks the few lines of HTTP/1.1 a handshake needs itself, on raw bytes, instead of
-/// NIO's HTTP codec and `NIOWebSocketClientUpgrader`: those give no hook to hold the request
-/// until a certificate pin is checked, drop the body of a refused handshake, and — because
-/// removing the HTTP decoder takes an extra event-loop turn — lose frames that arrive in the
-/// same read as the 101 when the server closes right after them (the Autobahn suite's
-/// `/getCaseCount` does exactly that).
+/// NIO's HTTP codec and `NIOWebSocketClientUpgrader`: those drop the body of a refused
+/// handshake, and — because `ByteToMessageHandler.removeHandler` finishes one event-loop turn
+/// later (NIOCore `Codec.swift`) — lose frames that arrive in the same read as the 101 when the
+/// server closes right after them (the Autobahn suite's `/getCaseCount` does exactly that).
 final class WebSocketClientHandshakeHandler: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
     typealias InboundOut = ByteBuffer
     typealias OutboundOut = ByteBuffer
 
     struct Request {
-        var host: String
-        var port: Int
-        var defaultPort: Int
+        var target: HTTPTarget
         var uri: String
         var configuration: WebSocketConfiguration
-        var pins: [[UInt8]]
-        var usesTLS: Bool
+        var host: String { self.target.host }
+        var port: Int { self.target.port }
+        var usesTLS: Bool { self.target.usesTLS }
     }
 
     private enum State {
@@ -105,36 +106,11 @@ final class WebSocketClientHandshakeHandler: ChannelInboundHandler, RemovableCha
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        // The TLS gate in front passes this event on only once the key matched the pins.
         if case TLSUserEvent.handshakeCompleted = event {
-            if self.checkPins(context: context) {
-                self.sendRequest(context: context)
-            } else {
-                context.close(promise: nil)
-            }
+            self.sendRequest(context: context)
         }
         context.fireUserInboundEventTriggered(event)
-    }
-
-    private func checkPins(context: ChannelHandlerContext) -> Bool {
-        guard !self.request.pins.isEmpty else { return true }
-        let certificate = try? context.pipeline.syncOperations.handler(type: NIOSSLClientHandler.self).peerCertificate
-        guard let certificate, let digest = try? WebSocketTLSConfiguration.spkiSHA256(of: certificate) else {
-            self.finish(.failure(WebSocketError(.pinMismatch, "the server presented no certificate to check against the pins")))
-            return false
-        }
-        guard self.request.pins.contains(digest) else {
-            let seen = (try? WebSocketTLSConfiguration.publicKeyPin(of: certificate)) ?? "?"
-            self.finish(
-                .failure(
-                    WebSocketError(
-                        .pinMismatch,
-                        "the certificate of \(self.request.host) is trusted but its key (\(seen)) matches none of the \(self.request.pins.count) pinned keys"
-                    )
-                )
-            )
-            return false
-        }
-        return true
     }
 
     private func sendRequest(context: ChannelHandlerContext) {
@@ -142,11 +118,7 @@ final class WebSocketClientHandshakeHandler: ChannelInboundHandler, RemovableCha
         self.state = .requestSent
         let configuration = self.request.configuration
         var headers = HTTPHeaders()
-        let hostLiteral = self.request.host.contains(":") ? "[\(self.request.host)]" : self.request.host
-        headers.add(
-            name: "Host",
-            value: self.request.port == self.request.defaultPort ? hostLiteral : "\(hostLiteral):\(self.request.port)"
-        )
+        headers.add(name: "Host", value: self.request.target.hostHeader)
         headers.add(name: "Upgrade", value: "websocket")
         headers.add(name: "Connection", value: "Upgrade")
         headers.add(name: "Sec-WebSocket-Key", value: self.key)
@@ -363,7 +335,9 @@ final class WebSocketClientHandshakeHandler: ChannelInboundHandler, RemovableCha
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        if error is NIOSSLError || error is BoringSSLError || error is NIOSSLExtraError {
+        if let error = error as? HTTPClientError {
+            self.finish(.failure(WebSocketError(error)))
+        } else if error is NIOSSLError || error is BoringSSLError || error is NIOSSLExtraError {
             self.finish(.failure(WebSocketError(.tlsFailed, "the TLS handshake with \(self.request.host) failed", underlying: error)))
         } else {
             self.finish(.failure(WebSocketError(.connectionFailed, "the connection to \(self.request.host) failed", underlying: error)))

@@ -70,9 +70,7 @@ struct FailureContext: Sendable {
 
     /// `host:port` of the server URL, for sentences.
     var address: String {
-        guard let url = URL(string: self.server), let host = url.host else { return self.server }
-        let port = url.port ?? (url.scheme == "wss" ? 443 : 80)
-        return host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+        (try? HTTPTarget.parse(self.server))?.target.address ?? self.server
     }
 
     /// How the user name shows in suggested commands.
@@ -131,7 +129,7 @@ extension CLIFailure {
                 )
             }
             if error.underlying is SocketAddressError || detail.contains("UnknownHost") {
-                let host = URL(string: context.server)?.host ?? context.server
+                let host = (try? HTTPTarget.parse(context.server))?.target.host ?? context.server
                 return CLIFailure(.unreachable, "cannot find the host \"\(host)\" (the name does not resolve) — check --server", detail: detail)
             }
             return CLIFailure(
@@ -146,7 +144,11 @@ extension CLIFailure {
 
     /// A refused WebSocket upgrade or HTTP request, by its status.
     static func refusedUpgrade(status: Int, body: String, detail: String, _ context: FailureContext) -> CLIFailure {
-        let reason = Self.serverMessage(body)
+        self.refusedUpgrade(status: status, reason: Self.serverMessage(body), detail: detail, context)
+    }
+
+    /// A refused WebSocket upgrade or HTTP request, by its status, with the server's `message`.
+    static func refusedUpgrade(status: Int, reason: String?, detail: String, _ context: FailureContext) -> CLIFailure {
         switch status {
         case 401:
             return CLIFailure(
@@ -259,10 +261,7 @@ extension CLIFailure {
 
     /// The `message` of a JSON error body (`{"error":{"message":…}}`), if it has one.
     static func serverMessage(_ body: String) -> String? {
-        guard let object = try? JSONSerialization.jsonObject(with: Data(body.utf8)) as? [String: Any],
-            let error = object["error"] as? [String: Any], let message = error["message"] as? String
-        else { return nil }
-        return message
+        HTTPAPI.decode(HTTPAPI.ErrorBody.self, from: Array(body.utf8))?.error.message
     }
 
     /// Whether the connect failed with ECONNREFUSED (nothing listening).
@@ -299,7 +298,7 @@ extension CLIFailure {
         case .connectionFailed:
             message = "\(prefix): \(error.underlying.flatMap(Self.reason(for:)) ?? error.message)"
         case .tlsFailed:
-            let host = URL(string: url)?.host ?? url
+            let host = (try? HTTPTarget.parse(url))?.target.host ?? url
             if let reason = error.underlying.flatMap({ Self.tlsReason(for: $0, host: host) }) {
                 message = "\(prefix): \(reason)"
             } else {

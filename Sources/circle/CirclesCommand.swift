@@ -1,4 +1,5 @@
 import ArgumentParser
+import CircleClient
 import Foundation
 
 struct CirclesCommand: AsyncParsableCommand {
@@ -18,14 +19,21 @@ struct CirclesCommand: AsyncParsableCommand {
         subcommands: [Create.self, List.self, AddMember.self, RemoveMember.self]
     )
 
-    /// Runs one API call of a subcommand; a refusal prints the server's reason and exits 1.
+    /// Runs the SDK calls of a subcommand; a refusal prints `refusal(server's message)` and exits 1.
     static func call(
         _ command: String,
         _ client: ClientOptions,
         circle: String? = nil,
-        _ body: () async throws -> Void
+        refusal: @escaping @Sendable (String) -> String,
+        _ body: @escaping @Sendable (CircleClient) async throws -> Void
     ) async throws {
-        try await reportingFailures("circle \(command)", verbose: client.verbose, context: client.context(circle: circle), body)
+        try await reportingFailures("circle \(command)", verbose: client.verbose, context: client.context(circle: circle)) {
+            do {
+                try await client.withAPI(body)
+            } catch let error as CircleClientError where error.httpStatus != nil {
+                throw CLIFailure(.refused, refusal(error.message), detail: "HTTP \(error.httpStatus ?? 0): \(error.code)")
+            }
+        }
     }
 
     struct Create: AsyncParsableCommand {
@@ -45,12 +53,10 @@ struct CirclesCommand: AsyncParsableCommand {
         @OptionGroup var client: ClientOptions
 
         func run() async throws {
-            try await CirclesCommand.call("create", self.client, circle: self.name) {
-                let (status, body) = try await self.client.http("POST", "/v1/circles", json: #"{"name":"\#(self.name)","private":\#(self.private)}"#)
-                guard status == 201 else {
-                    throw CLIFailure(.refused, "\"\(self.name)\" was not created: \(apiErrorMessage(body))", detail: "HTTP \(status)")
-                }
-                Console.line("created \(self.private ? "private" : "public") circle \(self.name)")
+            let (name, isPrivate) = (self.name, self.private)
+            try await CirclesCommand.call("create", self.client, circle: name, refusal: { "\"\(name)\" was not created: \($0)" }) { api in
+                let circle = try await api.createCircle(name, private: isPrivate)
+                Console.line("created \(circle.private ? "private" : "public") circle \(circle.name)")
             }
         }
     }
@@ -70,18 +76,9 @@ struct CirclesCommand: AsyncParsableCommand {
         @OptionGroup var client: ClientOptions
 
         func run() async throws {
-            try await CirclesCommand.call("list", self.client) {
-                let (status, body) = try await self.client.http("GET", "/v1/circles")
-                guard status == 200, let object = try? JSONSerialization.jsonObject(with: body) as? [String: Any],
-                    let circles = object["circles"] as? [[String: Any]]
-                else {
-                    throw CLIFailure(.refused, "the server did not list the circles: \(apiErrorMessage(body))", detail: "HTTP \(status)")
-                }
-                for circle in circles {
-                    let name = circle["name"] as? String ?? "?"
-                    let isPrivate = circle["private"] as? Bool ?? false
-                    let lastSeq = circle["lastSeq"] as? Int ?? 0
-                    Console.line("\(name)\t\(isPrivate ? "private" : "public")\towner \(circle["owner"] as? String ?? "?")\t\(lastSeq) posts")
+            try await CirclesCommand.call("list", self.client, refusal: { "the server did not list the circles: \($0)" }) { api in
+                for circle in try await api.circles() {
+                    Console.line("\(circle.name)\t\(circle.private ? "private" : "public")\towner \(circle.owner)\t\(circle.lastSeq) posts")
                 }
             }
         }
@@ -104,12 +101,10 @@ struct CirclesCommand: AsyncParsableCommand {
         @OptionGroup var client: ClientOptions
 
         func run() async throws {
-            try await CirclesCommand.call("add-member", self.client, circle: self.circle) {
-                let (status, body) = try await self.client.http("POST", "/v1/circles/\(self.circle)/members", json: #"{"user":"\#(self.user)"}"#)
-                guard status == 200 else {
-                    throw CLIFailure(.refused, "\(self.user) was not added to \(self.circle): \(apiErrorMessage(body))", detail: "HTTP \(status)")
-                }
-                Console.line("\(self.user) is a member of \(self.circle)")
+            let (circle, user) = (self.circle, self.user)
+            try await CirclesCommand.call("add-member", self.client, circle: circle, refusal: { "\(user) was not added to \(circle): \($0)" }) { api in
+                try await api.addMember(user, to: circle)
+                Console.line("\(user) is a member of \(circle)")
             }
         }
     }
@@ -131,12 +126,10 @@ struct CirclesCommand: AsyncParsableCommand {
         @OptionGroup var client: ClientOptions
 
         func run() async throws {
-            try await CirclesCommand.call("remove-member", self.client, circle: self.circle) {
-                let (status, body) = try await self.client.http("DELETE", "/v1/circles/\(self.circle)/members/\(self.user)")
-                guard status == 200 else {
-                    throw CLIFailure(.refused, "\(self.user) was not removed from \(self.circle): \(apiErrorMessage(body))", detail: "HTTP \(status)")
-                }
-                Console.line("\(self.user) is no longer a member of \(self.circle)")
+            let (circle, user) = (self.circle, self.user)
+            try await CirclesCommand.call("remove-member", self.client, circle: circle, refusal: { "\(user) was not removed from \(circle): \($0)" }) { api in
+                try await api.removeMember(user, from: circle)
+                Console.line("\(user) is no longer a member of \(circle)")
             }
         }
     }

@@ -6,10 +6,6 @@ import CircleWire
 import Foundation
 import Logging
 
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
-
 /// How `send`, `tail`, `chat`, `circle`, `upload` and `download` reach a server and who they are.
 struct ClientOptions: ParsableArguments {
     @Option(help: "The server's WebSocket URL. Env: CIRCLE_SERVER.")
@@ -26,16 +22,8 @@ struct ClientOptions: ParsableArguments {
     @Flag(name: .shortAndLong, help: "On failure, print the technical details too; log the connection's events to stderr.")
     var verbose = false
 
-    /// The HTTP base URL of the same server (`ws://host:port/v1/ws` → `http://host:port`).
-    var httpBase: String {
-        var base = self.server
-        if base.hasPrefix("wss://") { base = "https://" + base.dropFirst(6) } else if base.hasPrefix("ws://") { base = "http://" + base.dropFirst(5) }
-        if let range = base.range(of: "/v1/ws") { base = String(base[..<range.lowerBound]) }
-        return base
-    }
-
     func validate() throws {
-        guard self.server.hasPrefix("ws://") || self.server.hasPrefix("wss://"), URL(string: self.server)?.host != nil else {
+        guard (try? HTTPTarget.parse(self.server, schemes: ["ws", "wss"])) != nil else {
             throw ValidationError("--server takes a ws:// or wss:// URL, e.g. ws://127.0.0.1:8080/v1/ws")
         }
         if let user, !TokenAuthority.isValidUserName(user) {
@@ -58,10 +46,13 @@ struct ClientOptions: ParsableArguments {
         guard parts.count == 3 else { return nil }
         var payload = String(parts[1]).replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
         while payload.count % 4 != 0 { payload += "=" }
-        guard let data = Data(base64Encoded: payload),
-            let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
-        else { return nil }
-        return object["sub"] as? String
+        guard let data = Data(base64Encoded: payload) else { return nil }
+        return (try? JSONDecoder().decode(TokenClaims.self, from: data))?.sub
+    }
+
+    /// The one claim of a token the CLI reads.
+    private struct TokenClaims: Decodable {
+        var sub: String?
     }
 
     /// Who the commands act as: `--user`, or the `sub` of the token.
@@ -81,32 +72,24 @@ struct ClientOptions: ParsableArguments {
                 return try await authority.mint(user: user, ttl: .seconds(3600))
             }
         }
-        let base = self.httpBase
+        let server = self.server
         let data = self.keys.data
         return {
-            guard let url = URL(string: "\(base)/v1/dev/token?user=\(user)") else {
-                throw CLIFailure(.usage, "\(base) is not a usable server address")
-            }
-            let answer: (Data, URLResponse)
             do {
-                answer = try await URLSession.shared.data(from: url)
+                return try await CircleClient.developmentToken(for: user, server: server)
+            } catch let error as CircleClientError where error.httpStatus == nil {
+                throw CLIFailure(
+                    .unauthorized,
+                    "no key to mint a token for \(user): \(data)/jwt-secret does not exist here, and \(FailureContext(server: server).address) could not be asked for a development token — run this where the server keeps its data (or give --data DIR, --jwt-secret, or --token)",
+                    detail: "\(error)"
+                )
             } catch {
                 throw CLIFailure(
                     .unauthorized,
-                    "no key to mint a token for \(user): \(data)/jwt-secret does not exist here, and \(base) could not be asked for a development token — run this where the server keeps its data (or give --data DIR, --jwt-secret, or --token)",
+                    "no key to mint a token for \(user): \(data)/jwt-secret does not exist here and the server does not hand out development tokens — give --data pointing at the server's data directory, --jwt-secret, or --token (or start the server with --dev)",
                     detail: "\(error)"
                 )
             }
-            guard (answer.1 as? HTTPURLResponse)?.statusCode == 200,
-                let object = try? JSONSerialization.jsonObject(with: answer.0) as? [String: Any],
-                let token = object["token"] as? String
-            else {
-                throw CLIFailure(
-                    .unauthorized,
-                    "no key to mint a token for \(user): \(data)/jwt-secret does not exist here and the server does not hand out development tokens — give --data pointing at the server's data directory, --jwt-secret, or --token (or start the server with --dev)"
-                )
-            }
-            return token
         }
     }
 
@@ -133,21 +116,16 @@ struct ClientOptions: ParsableArguments {
     /// a wrong URL are told apart within `timeout`, without retries), then the client itself;
     /// with `circle`, it also checks that the circle exists and may be read.
     func connect(_ configuration: CircleClientConfiguration, circle: String?, timeout: Duration) async throws -> CircleClient {
-        let token = try await configuration.tokenProvider()
-        var socketConfiguration = configuration.socket
-        socketConfiguration.subprotocols = [circleSubprotocol]
-        socketConfiguration.headers.replaceOrAdd(name: "Authorization", value: "Bearer \(token)")
-        socketConfiguration.connectTimeout = .nanoseconds(max(1, Int64(timeout.components.seconds) * 1_000_000_000 + timeout.components.attoseconds / 1_000_000_000))
-        // WSCommand.connect gives up at its deadline even when a host name never resolves.
-        let probe = try await WSCommand.connect(
-            to: self.server,
-            configuration: socketConfiguration,
-            logger: configuration.logger,
-            deadline: timeout + .seconds(1)
-        )
-        await probe.close(code: .normalClosure, reason: "")
-
         let client = try await CircleClient(configuration: configuration)
+        do {
+            try await client.checkConnection(timeout: timeout)
+        } catch let error as CircleClientError where error.code == .timedOut {
+            await client.shutdown()
+            throw CLIFailure.from(WSCommand.ConnectDeadlineExceeded(deadline: timeout), self.context())
+        } catch {
+            await client.shutdown()
+            throw error
+        }
         await client.connect()
         let deadline = ContinuousClock.now + timeout
         while await client.state != .connected {
@@ -168,41 +146,35 @@ struct ClientOptions: ParsableArguments {
         return client
     }
 
-    /// One authenticated HTTP request to the server's API.
-    func http(_ method: String, _ path: String, json: String? = nil) async throws -> (status: Int, body: Data) {
-        guard let url = URL(string: self.httpBase + path) else {
-            throw CLIFailure(.usage, "\(self.httpBase + path) is not a usable URL")
-        }
-        var request = URLRequest(url: url)
-        request.httpMethod = method
-        request.timeoutInterval = 10
-        request.setValue("Bearer \(try await self.tokenProvider()())", forHTTPHeaderField: "Authorization")
-        if let json {
-            request.httpBody = Data(json.utf8)
-            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
-        }
-        let data: Data
-        let status: Int
+    /// Runs calls of the SDK's HTTP API (``CircleClient/circles()`` and the rest) with a client
+    /// that does not open its WebSocket. A refusal with 401 or 5xx, no answer, or a TLS failure
+    /// becomes the CLI's failure here; other refusals are the caller's to word.
+    func withAPI<Result: Sendable>(_ body: (CircleClient) async throws -> Result) async throws -> Result {
+        let client = try await CircleClient(configuration: try self.clientConfiguration())
         do {
-            let (body, response) = try await URLSession.shared.data(for: request)
-            data = body
-            status = (response as? HTTPURLResponse)?.statusCode ?? 0
+            let result = try await body(client)
+            await client.shutdown()
+            return result
+        } catch let error as CircleClientError {
+            await client.shutdown()
+            let detail = "\(error)"
+            switch error.httpStatus {
+            case .some(let status) where status == 401 || status >= 500:
+                throw CLIFailure.refusedUpgrade(status: status, reason: error.message, detail: detail, self.context())
+            case .some:
+                throw error
+            case .none where error.code == .tlsFailed:
+                throw CLIFailure.from(error, self.context())
+            case .none:
+                throw CLIFailure(
+                    .unreachable,
+                    "cannot reach \(self.context().address) — is `circle serve` running there? Start it, or point --server at it",
+                    detail: detail
+                )
+            }
         } catch {
-            let address = self.context().address
-            throw CLIFailure(
-                .unreachable,
-                "cannot reach \(address) — is `circle serve` running there? Start it, or point --server at it",
-                detail: "\(error)"
-            )
+            await client.shutdown()
+            throw error
         }
-        if status == 401 || status >= 500 {
-            throw CLIFailure.refusedUpgrade(status: status, body: String(decoding: data, as: UTF8.self), detail: "HTTP \(status)", self.context())
-        }
-        return (status, data)
     }
-}
-
-/// The `message` of an API error body, or the body itself.
-func apiErrorMessage(_ data: Data) -> String {
-    CLIFailure.serverMessage(String(decoding: data, as: UTF8.self)) ?? String(decoding: data, as: UTF8.self)
 }

@@ -82,10 +82,7 @@ struct TailCommand: AsyncParsableCommand {
     }
 
     private func page(_ client: CircleClient, after: Int64) async throws -> (posts: [CirclePost], more: Bool) {
-        // history(before:) pages backwards; walk forwards by asking for the page that ends 200 later.
-        let page = try await client.history(of: self.circle, before: after + 201, limit: 200)
-        let posts = page.posts.filter { $0.seq > after }
-        return (posts, posts.count == 200)
+        try await client.history(of: self.circle, after: after, limit: 200)
     }
 
     private func print(_ post: CirclePost) {

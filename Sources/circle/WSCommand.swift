@@ -2,7 +2,6 @@ import ArgumentParser
 import CircleSocket
 import Foundation
 import Logging
-import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import NIOPosix
@@ -203,44 +202,16 @@ struct WSCommand: AsyncParsableCommand {
     }
 
     /// The connect took longer than the connect timeout plus a grace period.
-    struct ConnectDeadlineExceeded: Error {}
+    typealias ConnectDeadlineExceeded = WebSocketConnectDeadlineExceeded
 
-    /// `WebSocket.connect`, but giving up at `deadline` even if the library does not return.
-    ///
-    /// CircleSocket's connect never returns when the host name does not resolve (no channel is
-    /// created, so its handshake promise is never completed) and cannot be cancelled. The connect
-    /// therefore runs in an unstructured task that may be left behind; the process exits soon after.
+    /// `WebSocket.connect`, but giving up at `deadline` even while a host name is being resolved.
     static func connect(
         to url: String,
         configuration: WebSocketConfiguration,
         logger: Logger,
         deadline: Duration
     ) async throws -> WebSocket {
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<WebSocket, any Error>) in
-            let pending = NIOLockedValueBox<CheckedContinuation<WebSocket, any Error>?>(continuation)
-            let resume: @Sendable (Result<WebSocket, any Error>) -> Void = { result in
-                let continuation = pending.withLockedValue { pending in
-                    defer { pending = nil }
-                    return pending
-                }
-                if let continuation {
-                    continuation.resume(with: result)
-                } else if case .success(let socket) = result {
-                    socket.abort()  // connected after the deadline was reported: nobody uses it
-                }
-            }
-            Task {
-                do {
-                    resume(.success(try await WebSocket.connect(to: url, configuration: configuration, logger: logger)))
-                } catch {
-                    resume(.failure(error))
-                }
-            }
-            Task {
-                try? await Task.sleep(for: deadline)
-                resume(.failure(ConnectDeadlineExceeded()))
-            }
-        }
+        try await WebSocket.connect(to: url, configuration: configuration, logger: logger, deadline: deadline)
     }
 
     // MARK: Configuration

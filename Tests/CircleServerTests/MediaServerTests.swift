@@ -1,3 +1,4 @@
+import CircleHTTPClient
 import CircleServer
 import CircleSocket
 import CircleTestSupport

@@ -10,41 +10,11 @@ import NIOTLS
 /// body chunk awaited, so a large upload never sits in memory) and the response is read part
 /// by part (the socket is read only when the caller asks for the next part).
 ///
-/// Written on SwiftNIO instead of using `URLSession` or async-http-client because transfers
-/// report exact timings — TCP connect, TLS handshake, time to first byte — and whether the
-/// connection was reused: `URLSessionTaskMetrics` is empty on Linux's FoundationNetworking and
-/// async-http-client exposes neither connect nor TLS times. It also shares the WebSocket
-/// transport's TLS trust and SPKI pinning (``WebSocketTLSConfiguration``), which neither offers
-/// on Linux.
+/// Opening one reports how long the TCP connect and the TLS handshake took (``Setup``), which is
+/// why it is hand-written (see the top of `HTTPClientError.swift`).
 package final class HTTPConnection: Sendable {
-    /// Where a connection goes: scheme, host and port of an `http(s)://` URL.
-    package struct Target: Hashable, Sendable {
-        package var host: String
-        package var port: Int
-        package var usesTLS: Bool
-
-        package init(host: String, port: Int, usesTLS: Bool) {
-            self.host = host
-            self.port = port
-            self.usesTLS = usesTLS
-        }
-
-        /// The target of an `http`, `https`, `ws` or `wss` URL.
-        package init(url: URL) throws {
-            guard let scheme = url.scheme?.lowercased(), ["http", "https", "ws", "wss"].contains(scheme), let host = url.host, !host.isEmpty else {
-                throw WebSocketError(.invalidURL, "\"\(url.absoluteString)\" is not an http(s) URL with a host")
-            }
-            self.usesTLS = scheme == "https" || scheme == "wss"
-            self.host = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
-            self.port = url.port ?? (self.usesTLS ? 443 : 80)
-        }
-
-        /// The `Host` header value.
-        package var hostHeader: String {
-            let literal = self.host.contains(":") ? "[\(self.host)]" : self.host
-            return self.port == (self.usesTLS ? 443 : 80) ? literal : "\(literal):\(self.port)"
-        }
-    }
+    /// Where a connection goes (see ``HTTPTarget``).
+    package typealias Target = HTTPTarget
 
     /// How long opening the connection took.
     package struct Setup: Sendable {
@@ -76,7 +46,7 @@ package final class HTTPConnection: Sendable {
     /// the server does not take within `writeTimeout` closes the connection.
     package static func connect(
         to target: Target,
-        tls: WebSocketTLSConfiguration = .init(),
+        tls: ClientTLSConfiguration = .init(),
         timeout: Duration,
         writeTimeout: Duration = .seconds(30),
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
@@ -87,20 +57,18 @@ package final class HTTPConnection: Sendable {
         let eventLoop = eventLoopGroup.next()
         let handshake = eventLoop.makePromise(of: Void.self)
         let started = ContinuousClock.now
-        let isIPLiteral = target.host.contains(":") || target.host.split(separator: ".").allSatisfy { UInt8($0) != nil }
         let bootstrap = ClientBootstrap(group: eventLoop)
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
             .channelOption(.autoRead, value: false)
             // A server that answers early (413, 415) half-closes and keeps reading; the request
             // may still be sent and the answer read after the server's EOF.
             .channelOption(.allowRemoteHalfClosure, value: true)
-            .connectTimeout(.nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000 + timeout.components.attoseconds / 1_000_000_000))
+            .connectTimeout(TimeAmount(timeout))
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
                     if let sslContext {
-                        try sync.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: isIPLiteral ? nil : target.host))
-                        try sync.addHandler(TLSHandshakeWatcher(promise: handshake, pins: pins, host: target.host))
+                        try sync.addHandlers(ClientTLSConfiguration.handlers(context: sslContext, pins: pins, target: target, handshake: handshake))
                     }
                     try sync.addHTTPClientHandlers()
                     try sync.addHandler(ResponseReader(ended: ended))
@@ -112,14 +80,14 @@ package final class HTTPConnection: Sendable {
         } catch {
             handshake.fail(error)
             if case ChannelError.connectTimeout = error {
-                throw WebSocketError(.connectTimeout, "no TCP connection to \(target.host):\(target.port) within \(timeout)", underlying: error)
+                throw HTTPClientError(.connectTimeout, "no TCP connection to \(target.address) within \(timeout)", underlying: error)
             }
-            throw WebSocketError(.connectionFailed, "could not connect to \(target.host):\(target.port)", underlying: error)
+            throw HTTPClientError(.connectFailed, "could not connect to \(target.address)", underlying: error)
         }
         if let local = channel.localAddress, let remote = channel.remoteAddress, local == remote {
-            handshake.fail(WebSocketError(.connectionFailed, "self-connected"))
+            handshake.fail(HTTPClientError(.connectFailed, "self-connected"))
             channel.close(promise: nil)
-            throw WebSocketError(.connectionFailed, "could not connect to \(target.host):\(target.port) (the socket connected to itself)")
+            throw HTTPClientError(.connectFailed, "could not connect to \(target.address) (the socket connected to itself)")
         }
         let connected = ContinuousClock.now
         var setup = Setup(connect: connected - started, tls: nil)
@@ -129,7 +97,7 @@ package final class HTTPConnection: Sendable {
             // TLS needs reads while it shakes hands; the reader asks for them only later.
             channel.read()
             let timer = eventLoop.scheduleTask(in: .seconds(Int64(max(1, timeout.components.seconds)))) {
-                handshake.fail(WebSocketError(.connectTimeout, "no TLS handshake with \(target.host) within \(timeout)"))
+                handshake.fail(HTTPClientError(.connectTimeout, "no TLS handshake with \(target.host) within \(timeout)"))
             }
             do {
                 try await handshake.futureResult.get()
@@ -137,8 +105,8 @@ package final class HTTPConnection: Sendable {
             } catch {
                 timer.cancel()
                 channel.close(promise: nil)
-                if error is WebSocketError { throw error }
-                throw WebSocketError(.tlsFailed, "TLS with \(target.host) failed", underlying: error)
+                if error is HTTPClientError { throw error }
+                throw HTTPClientError(.tlsFailed, "TLS with \(target.host) failed", underlying: error)
             }
             setup.tls = ContinuousClock.now - connected
         }
@@ -175,7 +143,7 @@ package final class HTTPConnection: Sendable {
     private func write(_ part: HTTPClientRequestPart) async throws {
         let channel = self.channel
         let timeout = self.writeTimeout
-        let timer = channel.eventLoop.scheduleTask(in: .nanoseconds(timeout.components.seconds * 1_000_000_000 + timeout.components.attoseconds / 1_000_000_000)) {
+        let timer = channel.eventLoop.scheduleTask(in: TimeAmount(timeout)) {
             // The server stopped taking bytes: give up on the connection (the write fails).
             channel.close(promise: nil)
         }
@@ -183,12 +151,12 @@ package final class HTTPConnection: Sendable {
         do {
             try await channel.writeAndFlush(part).get()
         } catch {
-            throw WebSocketError(.connectionFailed, "the connection to \(self.target.host):\(self.target.port) failed while sending", underlying: error)
+            throw HTTPClientError(.connectionClosed, "the connection to \(self.target.address) failed while sending", underlying: error)
         }
     }
 
     /// The next response part; waits at most `idleTimeout` for bytes from the server, then closes
-    /// the connection and throws ``HTTPIdleTimeout``.
+    /// the connection and throws ``HTTPClientError`` with ``HTTPClientError/Code/idleTimeout``.
     package func next(idleTimeout: Duration) async throws -> HTTPClientResponsePart {
         let eventLoop = self.channel.eventLoop
         let promise = eventLoop.makePromise(of: HTTPClientResponsePart.self)
@@ -196,9 +164,8 @@ package final class HTTPConnection: Sendable {
         let channel = self.channel
         let target = self.target
         eventLoop.execute { reader.value.next(promise) }
-        let nanoseconds = idleTimeout.components.seconds * 1_000_000_000 + idleTimeout.components.attoseconds / 1_000_000_000
-        let timer = eventLoop.scheduleTask(in: .nanoseconds(nanoseconds)) {
-            promise.fail(HTTPIdleTimeout(description: "no bytes from \(target.host):\(target.port) for \(idleTimeout)"))
+        let timer = eventLoop.scheduleTask(in: TimeAmount(idleTimeout)) {
+            promise.fail(HTTPClientError(.idleTimeout, "no bytes from \(target.address) for \(idleTimeout)"))
             channel.close(promise: nil)
         }
         defer { timer.cancel() }
@@ -221,11 +188,6 @@ package final class HTTPConnection: Sendable {
     package func close() {
         self.channel.close(promise: nil)
     }
-}
-
-/// No bytes arrived from the server within the idle timeout.
-package struct HTTPIdleTimeout: Error, CustomStringConvertible {
-    package var description: String
 }
 
 /// Hands out response parts one at a time, reading the socket only when asked.
@@ -283,19 +245,19 @@ private final class ResponseReader: ChannelInboundHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        self.fail(WebSocketError(.connectionFailed, "the connection failed", underlying: error))
+        self.fail(HTTPClientError(.connectionClosed, "the connection failed", underlying: error))
         context.close(promise: nil)
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        self.fail(WebSocketError(.connectionFailed, "the server closed the connection"))
+        self.fail(HTTPClientError(.connectionClosed, "the server closed the connection"))
         context.fireChannelInactive()
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if case ChannelEvent.inputClosed = event {
             // Everything the server sent has been read; what is not a whole response never will be.
-            self.fail(WebSocketError(.connectionFailed, "the server closed the connection"))
+            self.fail(HTTPClientError(.connectionClosed, "the server closed the connection"))
         }
         context.fireUserInboundEventTriggered(event)
     }
@@ -307,47 +269,5 @@ private final class ResponseReader: ChannelInboundHandler {
             self.waiter = nil
             waiter.fail(self.failure!)
         }
-    }
-}
-
-/// Completes `promise` when the TLS handshake is done and the server's key matches the pins.
-private final class TLSHandshakeWatcher: ChannelInboundHandler {
-    typealias InboundIn = NIOAny
-
-    private let promise: EventLoopPromise<Void>
-    private let pins: [[UInt8]]
-    private let host: String
-
-    init(promise: EventLoopPromise<Void>, pins: [[UInt8]], host: String) {
-        self.promise = promise
-        self.pins = pins
-        self.host = host
-    }
-
-    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if case TLSUserEvent.handshakeCompleted = event {
-            if self.pins.isEmpty {
-                self.promise.succeed()
-            } else {
-                let certificate = try? context.pipeline.syncOperations.handler(type: NIOSSLClientHandler.self).peerCertificate
-                if let certificate, let digest = try? WebSocketTLSConfiguration.spkiSHA256(of: certificate), self.pins.contains(digest) {
-                    self.promise.succeed()
-                } else {
-                    self.promise.fail(WebSocketError(.pinMismatch, "the key of \(self.host) matches none of the \(self.pins.count) pinned keys"))
-                    context.close(promise: nil)
-                }
-            }
-        }
-        context.fireUserInboundEventTriggered(event)
-    }
-
-    func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        self.promise.fail(error)
-        context.fireErrorCaught(error)
-    }
-
-    func channelInactive(context: ChannelHandlerContext) {
-        self.promise.fail(WebSocketError(.tlsFailed, "the connection closed during the TLS handshake"))
-        context.fireChannelInactive()
     }
 }
