@@ -11,8 +11,8 @@ the wire. Checks:
 - a large post event arrives with RSV1 set and fewer bytes on the wire than its JSON;
 - small events and acks (under the threshold) arrive with RSV1 clear;
 - every message decodes to the post that was sent (websockets inflates and validates it);
-- with context takeover, the same large post sent again is smaller on the wire the second time;
-  without it, both copies are the same size;
+- with context takeover, the same large post sent again is less than half as large on the wire
+  the second time; without it, both copies cost about the same;
 - the client that did not offer compression gets no compressed frame.
 
 Usage: compression_check.py PATH_TO_CIRCLE_BINARY. Exits non-zero with a message on failure.
@@ -87,12 +87,12 @@ def wait_until_up(port: int, server: subprocess.Popen) -> None:
         if server.poll() is not None:
             fail(f"the server exited with {server.returncode}")
         try:
-            if http("GET", port, "/v1/health")[0] == 200:
+            if http("GET", port, "/healthz")[0] == 200:
                 return
         except OSError:
             pass
         time.sleep(0.1)
-    fail("the server did not answer /v1/health within 30 s")
+    fail("the server did not answer /healthz within 30 s")
 
 
 class Client:
@@ -104,7 +104,7 @@ class Client:
 
     async def request(self, request: dict) -> dict:
         await self.ws.send(json.dumps(request))
-        return await self.until(lambda m: m.get("id") == request["id"] and m.get("type") in ("ack", "error"))
+        return await self.until(lambda m: m.get("id") == request["id"] and m.get("type") in ("ack", "error", "history"))
 
     async def until(self, match) -> dict:
         """Reads messages until one matches; returns it (with its frame's rsv1 and wire size)."""
@@ -192,10 +192,12 @@ async def check(port: int) -> None:
                 fail(f"{client.name}: the {big['_size']}-byte post event arrived uncompressed (RSV1 clear)")
             if big["_wire"] >= big["_size"]:
                 fail(f"{client.name}: {big['_wire']} bytes on the wire for a {big['_size']}-byte message")
-        if client is takeover and big2["_wire"] >= big1["_wire"]:
-            fail(f"context takeover: the repeated post was not smaller ({big1['_wire']} then {big2['_wire']} bytes)")
-        if client is independent and big2["_wire"] != big1["_wire"]:
-            fail(f"no context takeover: the same post compressed to {big1['_wire']} then {big2['_wire']} bytes")
+        # The two copies differ only in seq, id and time: with the context kept, the second one
+        # refers back to the first and shrinks to a fraction; without it, it costs about the same.
+        if client is takeover and big2["_wire"] * 2 >= big1["_wire"]:
+            fail(f"context takeover: the repeated post was not much smaller ({big1['_wire']} then {big2['_wire']} bytes)")
+        if client is independent and big2["_wire"] * 2 < big1["_wire"]:
+            fail(f"no context takeover: the repeated post shrank from {big1['_wire']} to {big2['_wire']} bytes")
 
     # A history reply over the threshold is compressed too (a reply, not a fanned-out event).
     reply = await takeover.request({"action": "history", "id": "h", "circle": "squeeze", "limit": 3})
@@ -218,6 +220,7 @@ def main() -> None:
         [binary, "serve", "--port", str(port), "--data", data, "--dev", "--log-level", "warning",
          "--compression", "--compression-min-bytes", str(THRESHOLD)],
         stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
     )
     try:
         wait_until_up(port, server)
