@@ -21,20 +21,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
+from pathlib import Path
 
 from websockets.asyncio.client import connect
 from websockets.extensions.base import Extension
 from websockets.extensions.permessage_deflate import ClientPerMessageDeflateFactory
 from websockets.frames import Frame, Opcode
+
+# The benchmarks' helpers (standard library only): free_port, http_json, dev_token.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from benchlib import dev_token, free_port, http_json  # noqa: E402
 
 THRESHOLD = 512
 TIMEOUT = 30.0
@@ -61,33 +62,13 @@ def fail(message: str) -> None:
     sys.exit(f"compression check FAILED: {message}")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def http(method: str, port: int, path: str, token: str | None = None, body: object = None) -> tuple[int, object]:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method)
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    if data is not None:
-        request.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, json.loads(response.read() or b"null")
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode(errors="replace")
-
-
 def wait_until_up(port: int, server: subprocess.Popen) -> None:
     deadline = time.monotonic() + TIMEOUT
     while time.monotonic() < deadline:
         if server.poll() is not None:
             fail(f"the server exited with {server.returncode}")
         try:
-            if http("GET", port, "/healthz")[0] == 200:
+            if http_json("GET", port, "/healthz")[0] == 200:
                 return
         except OSError:
             pass
@@ -135,8 +116,8 @@ async def open_client(port: int, token: str, name: str, extensions) -> Client:
 
 
 async def check(port: int) -> None:
-    tokens = {user: http("GET", port, f"/v1/dev/token?user={user}")[1]["token"] for user in ("ann", "bob", "cat", "dan")}
-    status, body = http("POST", port, "/v1/circles", tokens["ann"], {"name": "squeeze"})
+    tokens = {user: dev_token(port, user) for user in ("ann", "bob", "cat", "dan")}
+    status, body = http_json("POST", port, "/v1/circles", tokens["ann"], {"name": "squeeze"})
     if status not in (200, 201):
         fail(f"creating the circle: {status} {body}")
 
