@@ -228,6 +228,8 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 if let subscriber { self.services.hub.unregister(subscriber, circles: circles) }
             }
         }
+        // A write that could not be compressed closes the connection in the framing itself.
+        if self.framing.isClosing && !self.state.isClosing { self.state.closeStarted() }
     }
 
     /// Writes a reply. Replies go out past the writability mark (the request was taken while

@@ -397,7 +397,8 @@ struct SessionState {
             }
             self.handle(request, now: now, into: &actions)
         }
-        if self.readPending, !self.isClosing, self.hasCapacity, !self.hasQueuedRequests {
+        // Reading goes on while closing too: the peer's close frame must still be read.
+        if self.readPending, self.hasCapacity, !self.hasQueuedRequests {
             self.readPending = false
             actions.append(.read)
         }
