@@ -9,7 +9,7 @@ final class EchoHandler: ChannelInboundHandler {
     typealias InboundIn = WebSocketFrame
     typealias OutboundOut = WebSocketFrame
 
-    private var framing: ServerWebSocketFraming
+    private let framing: ServerWebSocketFraming
     private var needsFlush = false
 
     init(maxMessageSize: Int, deflate: PerMessageDeflate?) {

@@ -8,8 +8,10 @@ import NIOWebSocket
 /// errors to close codes, and writes messages, compressed when permessage-deflate was agreed.
 /// So the Autobahn server run against `/v1/echo` exercises the framing chat connections use.
 ///
-/// A value owned by the channel handler; its methods take the handler's context.
-struct ServerWebSocketFraming {
+/// Owned by one channel handler and used only on its event loop; its methods take the handler's
+/// context. A class rather than a struct: writing to the context can re-enter the handler
+/// (writability changes, close), which must not find the framing in the middle of a mutation.
+final class ServerWebSocketFraming {
     /// What an inbound frame means for the session.
     enum Inbound {
         /// Nothing for the session (a pong, a control frame already answered, a partial message).
@@ -23,7 +25,7 @@ struct ServerWebSocketFraming {
     static let closeGrace: TimeAmount = .seconds(2)
     static let closeHardCap: TimeAmount = .seconds(30)
 
-    private(set) var protocolState: WebSocketProtocolState
+    private var protocolState: WebSocketProtocolState
     private(set) var isClosing = false
     /// Why the connection ended, for the log: the close this side started, the peer's close, or
     /// the transport's error.
@@ -38,7 +40,7 @@ struct ServerWebSocketFraming {
 
     // MARK: Inbound
 
-    mutating func receive(_ frame: WebSocketFrame, context: ChannelHandlerContext) -> Inbound {
+    func receive(_ frame: WebSocketFrame, context: ChannelHandlerContext) -> Inbound {
         switch self.protocolState.receive(frame, allocator: context.channel.allocator) {
         case .none, .pong:
             return .none
@@ -65,7 +67,7 @@ struct ServerWebSocketFraming {
 
     /// Handles an error from the pipeline (the frame decoder's, or the transport's). Returns
     /// the close code when the error was the peer's breach of the protocol.
-    mutating func errorCaught(_ error: any Error, context: ChannelHandlerContext) -> WebSocketCloseCode? {
+    func errorCaught(_ error: any Error, context: ChannelHandlerContext) -> WebSocketCloseCode? {
         if case let (code, failure)? = self.protocolState.closeCode(forDecoderError: error) {
             self.close(code: code, reason: failure.message, context: context)
             return code
@@ -87,7 +89,7 @@ struct ServerWebSocketFraming {
     // MARK: Outbound
 
     /// Starts the close handshake; drops the connection if the peer does not answer in time.
-    mutating func close(code: WebSocketCloseCode, reason: String, context: ChannelHandlerContext) {
+    func close(code: WebSocketCloseCode, reason: String, context: ChannelHandlerContext) {
         guard !self.isClosing else { return }
         self.isClosing = true
         self.endReason = "closed by the server: \(code.rawValue) \(reason)"
@@ -109,7 +111,7 @@ struct ServerWebSocketFraming {
 
     /// Writes one whole message, compressed when compression was agreed and the message is
     /// large enough. A message that cannot be compressed fails the connection (1011).
-    mutating func write(message: WebSocketMessage, context: ChannelHandlerContext) {
+    func write(message: WebSocketMessage, context: ChannelHandlerContext) {
         let frames: [WebSocketFrame]
         do {
             frames = try self.protocolState.frames(for: message, fragmentSize: nil, allocator: context.channel.allocator)
@@ -121,7 +123,7 @@ struct ServerWebSocketFraming {
     }
 
     /// Writes one text message whose payload is encoded already.
-    mutating func write(text payload: ByteBuffer, flush: Bool, context: ChannelHandlerContext) {
+    func write(text payload: ByteBuffer, flush: Bool, context: ChannelHandlerContext) {
         let frame: WebSocketFrame?
         do {
             frame = try self.protocolState.frame(opcode: .text, payload: payload, allocator: context.channel.allocator)
@@ -139,7 +141,7 @@ struct ServerWebSocketFraming {
 
     /// Writes an event from the hub: its shared compressed copy when the hub made one for this
     /// connection's setting, otherwise compressed (or not) here.
-    mutating func write(_ payload: HubPayload, flush: Bool, context: ChannelHandlerContext) {
+    func write(_ payload: HubPayload, flush: Bool, context: ChannelHandlerContext) {
         if let setting = self.sharedCompression, let deflated = payload.deflated(for: setting) {
             guard let frame = self.protocolState.frame(opcode: .text, deflated: deflated) else { return }
             if flush {

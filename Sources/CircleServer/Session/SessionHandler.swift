@@ -26,7 +26,7 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     private let services: ServerServices
     private let user: AuthenticatedUser
-    private var framing: ServerWebSocketFraming
+    private let framing: ServerWebSocketFraming
     private var state: SessionState
     private var logger: Logger
     private var context: ChannelHandlerContext?
