@@ -266,6 +266,23 @@ struct SessionStateTests {
             == ["error p1 forbidden: join \"general\" before posting in it"])
     }
 
+    @Test("removal while a join is checked answers the join and its held posts once; the late check sends nothing")
+    func revokeDuringJoin() {
+        var state = Self.makeState()
+        let clock = Clock()
+        let join = Self.request(.join, "j1", "team")
+        _ = state.received(.success(join), now: clock.now)
+        _ = state.received(.success(Self.request(.post, "p1", "team")), now: clock.now)
+        #expect(Self.describe(state.hubEvent(.revoke(circle: "team"))) == [
+            "unsubscribe team",
+            "error j1 forbidden: \"team\" is private and you are not a member",
+            "error p1 forbidden: the join of \"team\" was refused: \"team\" is private and you are not a member",
+            "send left team ann",
+        ])
+        #expect(Self.describe(state.accessChecked(join, .allowed(Self.info("team", lastSeq: 1)), now: clock.now)).isEmpty)
+        #expect(state.requestsInFlight == 0)
+    }
+
     @Test("a connection that ends leaves the hub and tells the circles it had confirmed")
     func ended() {
         var state = Self.makeState()
