@@ -164,6 +164,25 @@ package enum PerMessageDeflateNegotiation {
 
 /// Compression state of one connection for permessage-deflate. Lives on the channel's event loop.
 package final class PerMessageDeflate {
+    /// What a connection's compressed messages depend on when each is compressed on its own
+    /// (`server_no_context_takeover` on the server): the same payload deflated once with these
+    /// settings is valid for every connection that has them.
+    package struct SharedCompression: Sendable, Hashable {
+        package var windowBits: Int
+        package var compressionLevel: Int
+        /// Payloads smaller than this go uncompressed.
+        package var minimumCompressedSize: Int
+
+        package init(windowBits: Int, compressionLevel: Int, minimumCompressedSize: Int) {
+            self.windowBits = windowBits
+            self.compressionLevel = compressionLevel
+            self.minimumCompressedSize = minimumCompressedSize
+        }
+    }
+
+    /// Set when this side compresses every message independently; `nil` with context takeover
+    /// (each message depends on the connection's earlier ones) or when it sends uncompressed.
+    package let sharedCompression: SharedCompression?
     private let compressor: (any NIOCompressor)?
     private let decompressor: any NIODecompressor
     private let resetCompressor: Bool
@@ -181,15 +200,20 @@ package final class PerMessageDeflate {
         self.minimumCompressedSize = minimumCompressedSize
         // zlib cannot deflate with a 256-byte window (it silently uses 512), which a peer that
         // asked for 8 bits could not inflate; with 8 bits this side sends uncompressed messages.
+        let clampedLevel = min(max(compressionLevel, 1), 9)
         if ownWindow >= 9, let window = ZlibConfiguration.WindowSize(rawValue: Int32(ownWindow)) {
-            let level = ZlibConfiguration.CompressionLevel(rawValue: Int32(min(max(compressionLevel, 1), 9)))
+            let level = ZlibConfiguration.CompressionLevel(rawValue: Int32(clampedLevel))
             let compressor = CompressionAlgorithm.deflate(
                 configuration: .init(windowSize: window, compressionLevel: level ?? .defaultCompressionLevel)
             ).compressor
             try compressor.startStream()
             self.compressor = compressor
+            self.sharedCompression = self.resetCompressor
+                ? SharedCompression(windowBits: ownWindow, compressionLevel: clampedLevel, minimumCompressedSize: minimumCompressedSize)
+                : nil
         } else {
             self.compressor = nil
+            self.sharedCompression = nil
         }
         // Inflating with the largest window accepts data made with any smaller one.
         self.decompressor = CompressionAlgorithm.deflate(configuration: .init(windowSize: .window128k)).decompressor
@@ -202,7 +226,7 @@ package final class PerMessageDeflate {
     }
 
     /// Compresses one message's payload, or returns `nil` when it should go uncompressed.
-    func compress(_ payload: ByteBuffer, allocator: ByteBufferAllocator) throws -> ByteBuffer? {
+    package func compress(_ payload: ByteBuffer, allocator: ByteBufferAllocator) throws -> ByteBuffer? {
         guard let compressor, payload.readableBytes >= self.minimumCompressedSize else { return nil }
         var input = payload
         var output = allocator.buffer(capacity: compressor.maxSize(from: input) + 16)

@@ -148,21 +148,14 @@ final class WebSocketChannelHandler: ChannelDuplexHandler, RemovableChannelHandl
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        switch error {
-        case NIOWebSocketError.invalidFrameLength:
-            self.fail(
-                context: context,
-                code: .messageTooBig,
-                error: WebSocketError(.messageTooBig, "a frame exceeded the limit of \(self.state.maxMessageSize) bytes")
-            )
-        case let error as NIOWebSocketError:
-            self.fail(context: context, code: .protocolError, error: WebSocketError(.protocolViolation, "\(error)"))
-        default:
-            if self.failure == nil {
-                self.failure = WebSocketError(.connectionLost, "the connection failed", underlying: error)
-            }
-            context.close(promise: nil)
+        if case let (code, failure)? = self.state.closeCode(forDecoderError: error) {
+            self.fail(context: context, code: code, error: failure)
+            return
         }
+        if self.failure == nil {
+            self.failure = WebSocketError(.connectionLost, "the connection failed", underlying: error)
+        }
+        context.close(promise: nil)
     }
 
     func channelInactive(context: ChannelHandlerContext) {

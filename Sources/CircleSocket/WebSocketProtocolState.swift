@@ -239,6 +239,52 @@ package struct WebSocketProtocolState {
             payload = output
             compressed = true
         }
+        return self.fragment(payload, opcode: opcode, compressed: compressed, fragmentSize: fragmentSize)
+    }
+
+    /// The frame for one whole outbound message whose payload is already encoded, compressed
+    /// when compression was negotiated and the payload is at or over the threshold; `nil` once
+    /// the close handshake has begun.
+    package mutating func frame(
+        opcode: WebSocketOpcode,
+        payload: ByteBuffer,
+        allocator: ByteBufferAllocator
+    ) throws -> WebSocketFrame? {
+        guard self.canSend else { return nil }
+        if let deflate, let output = try deflate.compress(payload, allocator: allocator) {
+            return self.makeFrame(fin: true, opcode: opcode, rsv1: true, data: output)
+        }
+        return self.makeFrame(fin: true, opcode: opcode, data: payload)
+    }
+
+    /// A frame for a payload that was deflated elsewhere, once for many connections (see
+    /// ``PerMessageDeflate/sharedCompression``); `nil` once the close handshake has begun.
+    package func frame(opcode: WebSocketOpcode, deflated payload: ByteBuffer) -> WebSocketFrame? {
+        guard self.canSend else { return nil }
+        return self.makeFrame(fin: true, opcode: opcode, rsv1: true, data: payload)
+    }
+
+    /// How this connection's compressor could share its output with others: the window size
+    /// when every message is compressed on its own (no context takeover), else `nil`.
+    package var sharedCompression: PerMessageDeflate.SharedCompression? {
+        self.deflate?.sharedCompression
+    }
+
+    /// The close code and reason for an error the frame decoder raised in the pipeline, or `nil`
+    /// when the error is not about the WebSocket protocol (the transport failed).
+    package func closeCode(forDecoderError error: any Error) -> (WebSocketCloseCode, WebSocketError)? {
+        switch error {
+        case NIOWebSocketError.invalidFrameLength:
+            return (.messageTooBig, WebSocketError(.messageTooBig, "message larger than \(self.maxMessageSize) bytes"))
+        case let error as NIOWebSocketError:
+            return (.protocolError, WebSocketError(.protocolViolation, "\(error)"))
+        default:
+            return nil
+        }
+    }
+
+    private func fragment(_ payload: ByteBuffer, opcode: WebSocketOpcode, compressed: Bool, fragmentSize: Int?) -> [WebSocketFrame] {
+        var payload = payload
         guard let fragmentSize, fragmentSize > 0, payload.readableBytes > fragmentSize else {
             return [self.makeFrame(fin: true, opcode: opcode, rsv1: compressed, data: payload)]
         }

@@ -34,7 +34,7 @@ enum WebSocketSessionInstaller {
                         try PerMessageDeflate(parameters: $0, isClient: false, compressionLevel: 6, minimumCompressedSize: services.configuration.compressionMinimumBytes)
                     }
                     : nil
-                try sync.addHandler(CircleSessionHandler(services: services, user: user, deflate: deflate, logger: services.logger))
+                try sync.addHandler(SessionHandler(services: services, user: user, deflate: deflate, logger: services.logger))
             } catch {
                 // The session never started, so it will not release the slot reserved for it.
                 services.releaseConnection(for: user.name)

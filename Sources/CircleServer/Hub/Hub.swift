@@ -1,13 +1,34 @@
+import CircleSocket
 import CircleWire
 import NIOConcurrencyHelpers
 import NIOCore
 
+/// An event as the hub hands it out: the encoded JSON of a text frame and, for subscribers
+/// that compress every message on its own (RFC 7692 without context takeover), the same bytes
+/// deflated once per compression setting, so that a fan-out to many such subscribers compresses
+/// once instead of once per subscriber.
+struct HubPayload: Sendable {
+    var text: ByteBuffer
+    var deflated: [(setting: PerMessageDeflate.SharedCompression, payload: ByteBuffer)] = []
+
+    init(text: ByteBuffer, deflated: [(setting: PerMessageDeflate.SharedCompression, payload: ByteBuffer)] = []) {
+        self.text = text
+        self.deflated = deflated
+    }
+
+    /// The deflated copy made for `setting`, if the hub made one.
+    func deflated(for setting: PerMessageDeflate.SharedCompression) -> ByteBuffer? {
+        for copy in self.deflated where copy.setting == setting { return copy.payload }
+        return nil
+    }
+}
+
 /// What the hub hands to a subscribed session, on the session's event loop.
-enum HubEvent {
+enum HubEvent: Sendable {
     /// A committed post, already encoded as the payload of a text frame.
-    case post(circle: String, seq: Int64, payload: ByteBuffer)
+    case post(circle: String, seq: Int64, payload: HubPayload)
     /// An ephemeral event (typing, joined, left), already encoded.
-    case ephemeral(circle: String, payload: ByteBuffer)
+    case ephemeral(circle: String, payload: HubPayload)
     /// The user lost access to the circle (removed from a private circle).
     case revoke(circle: String)
 }
@@ -16,6 +37,9 @@ enum HubEvent {
 final class HubSubscriber: Sendable, Hashable {
     let eventLoop: any EventLoop
     let user: String
+    /// Set when the session compresses each message on its own: the hub then deflates posts for
+    /// it once per setting, shared with every subscriber that has the same.
+    let sharedCompression: PerMessageDeflate.SharedCompression?
     private let deliver: NIOLoopBound<(HubEvent) -> Void>
     private let endBatch: NIOLoopBound<() -> Void>
     private let goAway: NIOLoopBound<() -> Void>
@@ -26,12 +50,14 @@ final class HubSubscriber: Sendable, Hashable {
     init(
         eventLoop: any EventLoop,
         user: String,
+        sharedCompression: PerMessageDeflate.SharedCompression? = nil,
         deliver: @escaping (HubEvent) -> Void,
         endBatch: @escaping () -> Void,
         goAway: @escaping () -> Void
     ) {
         self.eventLoop = eventLoop
         self.user = user
+        self.sharedCompression = sharedCompression
         self.deliver = NIOLoopBound(deliver, eventLoop: eventLoop)
         self.endBatch = NIOLoopBound(endBatch, eventLoop: eventLoop)
         self.goAway = NIOLoopBound(goAway, eventLoop: eventLoop)
@@ -61,6 +87,7 @@ final class Hub: Sendable {
     /// announced (not quiet). Presence is per user: the first announces `joined`, the last `left`.
     private let presence = NIOLockedValueBox([String: [String: Int]]())
     private let allocator = ByteBufferAllocator()
+    private let deflaters = SharedDeflaters()
 
     func register(_ subscriber: HubSubscriber) {
         self.connections.withLockedValue { $0[subscriber] = () }
@@ -123,17 +150,27 @@ final class Hub: Sendable {
     @discardableResult
     func publish(_ posts: [CirclePost]) -> Int {
         guard !posts.isEmpty else { return 0 }
-        var perLoop: [ObjectIdentifier: (loop: any EventLoop, deliveries: [(HubSubscriber, HubEvent)])] = [:]
-        var count = 0
+        // Under the lock only the lookup; encoding and compressing happen outside it.
+        var targets: [(post: CirclePost, subscribers: Set<HubSubscriber>, shared: [PerMessageDeflate.SharedCompression])] = []
         self.subscriptions.withLockedValue { table in
             for post in posts {
                 guard let subscribers = table[post.circle], !subscribers.isEmpty else { continue }
-                let event = HubEvent.post(circle: post.circle, seq: post.seq, payload: self.encode(.post(post)))
+                var shared: [PerMessageDeflate.SharedCompression] = []
                 for subscriber in subscribers {
-                    perLoop[ObjectIdentifier(subscriber.eventLoop), default: (subscriber.eventLoop, [])].deliveries.append((subscriber, event))
+                    if let setting = subscriber.sharedCompression, !shared.contains(setting) { shared.append(setting) }
                 }
-                count += subscribers.count
+                targets.append((post, subscribers, shared))
             }
+        }
+        var perLoop: [ObjectIdentifier: (loop: any EventLoop, deliveries: [(HubSubscriber, HubEvent)])] = [:]
+        var count = 0
+        for target in targets {
+            let payload = self.payload(for: .post(target.post), sharedCompression: target.shared)
+            let event = HubEvent.post(circle: target.post.circle, seq: target.post.seq, payload: payload)
+            for subscriber in target.subscribers {
+                perLoop[ObjectIdentifier(subscriber.eventLoop), default: (subscriber.eventLoop, [])].deliveries.append((subscriber, event))
+            }
+            count += target.subscribers.count
         }
         for (_, group) in perLoop {
             let deliveries = group.deliveries
@@ -156,7 +193,7 @@ final class Hub: Sendable {
             }
         }
         guard !perLoop.isEmpty else { return }
-        let event = HubEvent.ephemeral(circle: circle, payload: self.encode(message))
+        let event = HubEvent.ephemeral(circle: circle, payload: HubPayload(text: self.encode(message)))
         for (_, group) in perLoop {
             let subscribers = group.subscribers
             group.loop.execute {
@@ -186,5 +223,53 @@ final class Hub: Sendable {
 
     func encode(_ message: CircleServerMessage) -> ByteBuffer {
         self.allocator.buffer(string: message.encodedJSON())
+    }
+
+    /// `message` encoded, and deflated once for each of `sharedCompression` whose threshold it reaches.
+    func payload(for message: CircleServerMessage, sharedCompression: [PerMessageDeflate.SharedCompression]) -> HubPayload {
+        var payload = HubPayload(text: self.encode(message))
+        for setting in sharedCompression where payload.text.readableBytes >= setting.minimumCompressedSize {
+            if let deflated = self.deflaters.deflate(payload.text, setting: setting, allocator: self.allocator) {
+                payload.deflated.append((setting, deflated))
+            }
+        }
+        return payload
+    }
+}
+
+/// One compressor per shared compression setting, reset after every message, for the hub's
+/// fan-outs. `@unchecked Sendable`: the compressors are only touched under `lock`.
+final class SharedDeflaters: @unchecked Sendable {
+    private let lock = NIOLock()
+    private var compressors: [PerMessageDeflate.SharedCompression: PerMessageDeflate] = [:]
+
+    /// The payload deflated as a connection with `setting` would (RFC 7692, no context
+    /// takeover), or `nil` when that fails (the subscribers then compress for themselves).
+    func deflate(_ payload: ByteBuffer, setting: PerMessageDeflate.SharedCompression, allocator: ByteBufferAllocator) -> ByteBuffer? {
+        self.lock.withLock {
+            let compressor: PerMessageDeflate
+            if let existing = self.compressors[setting] {
+                compressor = existing
+            } else {
+                var parameters = PerMessageDeflateParameters()
+                parameters.serverNoContextTakeover = true
+                parameters.serverMaxWindowBits = setting.windowBits
+                guard let made = try? PerMessageDeflate(
+                    parameters: parameters,
+                    isClient: false,
+                    compressionLevel: setting.compressionLevel,
+                    minimumCompressedSize: setting.minimumCompressedSize
+                ) else { return nil }
+                self.compressors[setting] = made
+                compressor = made
+            }
+            do {
+                return try compressor.compress(payload, allocator: allocator)
+            } catch {
+                // A failed stream is not reused; the next message starts a fresh one.
+                self.compressors[setting] = nil
+                return nil
+            }
+        }
     }
 }

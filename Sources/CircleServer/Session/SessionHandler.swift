@@ -1,0 +1,344 @@
+import CircleSocket
+import CircleWire
+import Foundation
+import Logging
+import NIOCore
+import NIOWebSocket
+
+/// One authenticated `circle.v1` connection, entirely on its event loop: it decodes requests,
+/// feeds them and every other event to its ``SessionState``, and performs the actions that come
+/// back. The framing (close handshake, errors, compression) is ``ServerWebSocketFraming``, shared
+/// with `/v1/echo`. No task per frame and no buffers of its own while idle, so that an idle
+/// joined connection costs a few KiB.
+///
+/// A reply that finds more than `slowConsumerFactor` × `outboundQueueBytes` still unsent closes
+/// the connection as a slow consumer (1013), as live posts do, so that a client that does not
+/// read cannot grow the server.
+final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = WebSocketFrame
+    typealias OutboundIn = WebSocketFrame
+    typealias OutboundOut = WebSocketFrame
+
+    /// Replies are written past the writability mark, up to this many times the outbound queue bound.
+    private static let slowConsumerFactor = 4
+    /// Tokens that expire later than this are treated as not expiring during the connection.
+    private static let expiryHorizon: TimeAmount = .hours(24 * 365)
+
+    private let services: ServerServices
+    private let user: AuthenticatedUser
+    private let framing: ServerWebSocketFraming
+    private var state: SessionState
+    private var logger: Logger
+    private var context: ChannelHandlerContext?
+    private var subscriber: HubSubscriber?
+    private var idleTimer: RepeatedTask?
+    private var expiryTimer: Scheduled<Void>?
+    /// Hub deliveries written but not yet flushed (see `HubSubscriber`).
+    private var unflushed = false
+
+    init(services: ServerServices, user: AuthenticatedUser, deflate: PerMessageDeflate?, logger: Logger) {
+        self.services = services
+        self.user = user
+        let limits = services.configuration.limits
+        self.framing = ServerWebSocketFraming(maxMessageSize: limits.maxMessageBytes, deflate: deflate)
+        let now = SessionInstant.now()
+        // The expiry comes from a signed but foreign claim: "never expires" tokens carry exp
+        // values like 1e16 or 1e300, which no timer (and no Int64) can hold. Beyond the horizon
+        // the connection simply has no expiry.
+        let expires = TimeAmount(clampedSeconds: user.expires.timeIntervalSinceNow, horizon: Self.expiryHorizon).map { now.uptime + $0 }
+        self.state = SessionState(settings: .init(user: user.name, limits: limits), now: now, expires: expires)
+        self.logger = logger
+        self.logger[metadataKey: "circle.user"] = "\(user.name)"
+    }
+
+    // MARK: Lifecycle
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+        let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        let subscriber = HubSubscriber(
+            eventLoop: context.eventLoop,
+            user: self.user.name,
+            sharedCompression: self.framing.sharedCompression,
+            deliver: { loopBound.value.receive($0) },
+            endBatch: { loopBound.value.flushDeliveries() },
+            goAway: { loopBound.value.feed { $0.shutDown() } }
+        )
+        self.subscriber = subscriber
+        self.services.hub.register(subscriber)
+        self.services.metrics.connections.increment()
+        self.services.metrics.connectionsOpened.increment()
+
+        let idleTimeout = self.services.configuration.limits.idleTimeout
+        let interval = TimeAmount.nanoseconds(max(idleTimeout.nanoseconds / 4, 1_000_000))
+        self.idleTimer = context.eventLoop.scheduleRepeatedTask(initialDelay: interval, delay: interval) { _ in
+            loopBound.value.feed { $0.timerFired(now: .now()) }
+        }
+        if let untilExpiry = TimeAmount(clampedSeconds: self.user.expires.timeIntervalSinceNow, horizon: Self.expiryHorizon) {
+            self.expiryTimer = context.eventLoop.scheduleTask(in: untilExpiry) {
+                loopBound.value.feed { $0.timerFired(now: .now()) }
+            }
+        }
+        self.logger.info("connected", metadata: ["circle.address": "\(context.channel.remoteAddress.logDescription)"])
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        self.tearDown()
+        context.fireChannelInactive()
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        self.tearDown()
+        self.context = nil
+    }
+
+    private func tearDown() {
+        guard self.subscriber != nil else { return }
+        self.idleTimer?.cancel()
+        self.expiryTimer?.cancel()
+        self.perform(self.state.ended())
+        self.subscriber = nil
+        self.services.releaseConnection(for: self.user.name)
+        self.services.metrics.connections.decrement()
+        self.logger.info("disconnected", metadata: ["circle.reason": "\(self.framing.endReason)"])
+    }
+
+    // MARK: Inbound
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let now = SessionInstant.now()
+        self.state.frameArrived(now: now)
+        switch self.framing.receive(self.unwrapInboundIn(data), context: context) {
+        case .none:
+            break
+        case .message(.text(let text)):
+            let request = CircleRequest.decode(text.utf8)
+            self.feed { $0.received(request, now: now) }
+        case .message(.binary):
+            self.feed { $0.receivedBinary() }
+        case .closing(let failure):
+            self.state.closeStarted()
+            if case let (code, error)? = failure {
+                self.logger.debug("protocol failure", metadata: ["error": "\(error)"])
+                self.services.metrics.error("ws_\(code.rawValue)")
+            }
+        }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if let code = self.framing.errorCaught(error, context: context) {
+            self.state.closeStarted()
+            if code == .messageTooBig { self.services.metrics.error("ws_1009") }
+        } else if self.framing.isClosing {
+            self.state.closeStarted()
+        }
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        let isWritable = context.channel.isWritable
+        self.feed { $0.writabilityChanged(isWritable: isWritable, now: .now()) }
+        context.fireChannelWritabilityChanged()
+    }
+
+    func read(context: ChannelHandlerContext) {
+        self.state.isWritable = context.channel.isWritable
+        if self.state.readRequested() { context.read() }
+    }
+
+    /// From the hub, on this event loop.
+    private func receive(_ event: HubEvent) {
+        guard let context else { return }
+        // Deliveries of a batch wait for one flush at its end, but a large batch must not look
+        // like a slow consumer: hand what is buffered to the socket first.
+        if !context.channel.isWritable { self.flushDeliveries() }
+        self.feed { $0.hubEvent(event) }
+    }
+
+    private func flushDeliveries() {
+        guard self.unflushed else { return }
+        self.unflushed = false
+        self.context?.flush()
+    }
+
+    // MARK: Performing actions
+
+    /// Feeds one event to the state with the socket's writability, then performs the actions.
+    private func feed(_ event: (inout SessionState) -> [SessionState.Action]) {
+        guard let context else { return }
+        self.state.isWritable = context.channel.isWritable
+        let actions = event(&self.state)
+        if !actions.isEmpty { self.perform(actions) }
+    }
+
+    private func perform(_ actions: [SessionState.Action]) {
+        guard let context else { return }
+        for action in actions {
+            switch action {
+            case .send(let message):
+                self.reply(message, context: context)
+            case .fail(let id, let code, let message):
+                self.services.metrics.error(code.rawValue)
+                self.reply(.error(id: id, code: code, message: message), context: context)
+            case .writePost(let post):
+                self.framing.write(text: self.services.hub.encode(.post(post)), flush: false, context: context)
+            case .write(let payload):
+                self.framing.write(payload, flush: false, context: context)
+                self.unflushed = true
+            case .flush:
+                self.unflushed = false
+                context.flush()
+            case .subscribe(let circle):
+                if let subscriber { self.services.hub.subscribe(subscriber, to: circle) }
+            case .unsubscribe(let circle):
+                if let subscriber { self.services.hub.unsubscribe(subscriber, from: circle) }
+            case .arrive(let circle):
+                if self.services.hub.arrive(self.user.name, in: circle) {
+                    self.announce(.joined(circle: circle, user: self.user.name), in: circle)
+                }
+            case .depart(let circle):
+                if self.services.hub.depart(self.user.name, from: circle) {
+                    self.announce(.left(circle: circle, user: self.user.name), in: circle)
+                }
+            case .broadcastTyping(let circle):
+                self.services.hub.broadcast(.typing(circle: circle, user: self.user.name), in: circle, except: self.subscriber)
+            case .checkAccess(let request):
+                self.checkAccess(request)
+            case .readReplay(let circle, let after, let limit):
+                self.readReplay(circle, after: after, limit: limit)
+            case .readHistory(let request):
+                self.readHistory(request)
+            case .submit(let post):
+                self.submit(post, eventLoop: context.eventLoop)
+            case .read:
+                context.read()
+            case .close(let code, let reason):
+                self.framing.close(code: code, reason: reason, context: context)
+            case .count(.join):
+                self.services.metrics.joins.increment()
+            case .count(.duplicatePost):
+                self.services.metrics.duplicatePosts.increment()
+            case .count(.slowConsumer):
+                self.services.metrics.error("slow_consumer")
+                if !self.framing.isClosing { self.logger.info("closing a slow consumer") }
+            case .count(.requestQueueFull):
+                self.services.metrics.limitHit("ws_request_queue")
+            case .logReplayFailure(let circle, let error):
+                self.logger.error("replay failed", metadata: ["circle": "\(circle)", "error": "\(error)"])
+            case .unregister(let circles):
+                if let subscriber { self.services.hub.unregister(subscriber, circles: circles) }
+            }
+        }
+        // A write that could not be compressed closes the connection in the framing itself.
+        if self.framing.isClosing && !self.state.isClosing { self.state.closeStarted() }
+    }
+
+    /// Writes a reply. Replies go out past the writability mark (the request was taken while
+    /// there was room), but not without bound: past the slow-consumer mark the connection closes.
+    private func reply(_ message: CircleServerMessage, context: ChannelHandlerContext) {
+        if !context.channel.isWritable {
+            let buffered = (try? context.channel.syncOptions?.getOption(.bufferedWritableBytes)) ?? 0
+            if buffered > Self.slowConsumerFactor * self.services.configuration.limits.outboundQueueBytes {
+                self.perform(self.state.slowConsumer())
+                return
+            }
+        }
+        self.framing.write(text: self.services.hub.encode(message), flush: true, context: context)
+    }
+
+    /// Tells the circle's other members that this user joined or left (already subscribed or
+    /// unsubscribed), in circles small enough for presence (`Limits.presenceLimit`). A leaver
+    /// counts as still there, so that circles on the limit announce the leaves of the members
+    /// whose joins they announced.
+    private func announce(_ message: CircleServerMessage, in circle: String) {
+        var limit = self.services.configuration.limits.presenceLimit
+        if case .left = message { limit -= 1 }
+        self.services.hub.broadcast(message, in: circle, except: self.subscriber, limit: limit)
+    }
+
+    // MARK: Store and committer
+
+    private func checkAccess(_ request: CircleRequest) {
+        let circle = request.circle
+        let user = self.user.name
+        let store = self.services.store
+        self.onLoop({ () async throws -> JoinAccess in
+            guard let info = try await store.circle(named: circle) else { return .noSuchCircle }
+            if info.isPrivate, try await !store.isMember(user, of: circle) { return .notMember }
+            return .allowed(info)
+        }) { handler, result in
+            let access: JoinAccess
+            switch result {
+            case .success(let value): access = value
+            case .failure(let error): access = .failed("\(error)")
+            }
+            handler.feed { $0.accessChecked(request, access, now: .now()) }
+        }
+    }
+
+    private func readReplay(_ circle: String, after: Int64, limit: Int) {
+        let store = self.services.store
+        self.onLoop({ try await store.posts(in: circle, after: after, limit: limit) }) { handler, result in
+            handler.feed { $0.replayRead(circle: circle, after: after, result) }
+        }
+    }
+
+    private func readHistory(_ request: CircleRequest) {
+        let circle = request.circle
+        let user = self.user.name
+        let limit = request.limit ?? 50
+        let store = self.services.store
+        self.onLoop({ () async throws -> HistoryAnswer in
+            guard let info = try await store.circle(named: circle) else { return .notFound }
+            if info.isPrivate, try await !store.isMember(user, of: circle) { return .forbidden }
+            if let after = request.after {
+                let page = try await store.posts(in: circle, after: after, limit: limit + 1)
+                return .page(Array(page.prefix(limit)), more: page.count > limit)
+            }
+            let page = try await store.posts(in: circle, before: request.before, limit: limit + 1)
+            return .page(Array(page.suffix(limit)), more: page.count > limit)
+        }) { handler, result in
+            handler.feed { $0.historyRead(request, result, now: .now()) }
+        }
+    }
+
+    private func submit(_ post: NewPost, eventLoop: any EventLoop) {
+        let loopBound = NIOLoopBound(self, eventLoop: eventLoop)
+        let id = post.clientID
+        self.services.committer.submit(post) { result in
+            eventLoop.execute { loopBound.value.feed { $0.postCommitted(id: id, result) } }
+        }
+    }
+
+    /// Runs store work off the event loop and continues on it with the result.
+    private func onLoop<T: Sendable>(
+        _ work: @escaping @Sendable () async throws -> T,
+        then: @escaping (SessionHandler, Result<T, any Error>) -> Void
+    ) {
+        guard let eventLoop = self.context?.eventLoop else { return }
+        let loopBound = NIOLoopBound((self, then), eventLoop: eventLoop)
+        Task {
+            let result: Result<T, any Error>
+            do { result = .success(try await work()) } catch { result = .failure(error) }
+            eventLoop.execute {
+                let (handler, then) = loopBound.value
+                then(handler, result)
+            }
+        }
+    }
+}
+
+extension SessionInstant {
+    /// The current time on both clocks.
+    static func now() -> SessionInstant {
+        SessionInstant(uptime: .now(), wallMilliseconds: Int64(Date().timeIntervalSince1970 * 1000))
+    }
+}
+
+extension TimeAmount {
+    /// `seconds` as a time amount when it is within `0...horizon` (negative counts as zero);
+    /// `nil` beyond the horizon or when not finite. Never traps, whatever the input.
+    init?(clampedSeconds seconds: Double, horizon: TimeAmount) {
+        guard seconds.isFinite, seconds <= Double(horizon.nanoseconds) / 1e9 else { return nil }
+        self = .nanoseconds(Int64(max(seconds, 0) * 1e9))
+    }
+}

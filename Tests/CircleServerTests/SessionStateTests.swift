@@ -1,0 +1,499 @@
+@testable import CircleServer
+import CircleSocket
+@testable import CircleWire
+import NIOCore
+import Testing
+
+/// The `circle.v1` session as a value, driven through the orderings that carry the promises
+/// (gapless resume, every request answered once, bounded queues) without a socket or a store.
+@Suite("Session state machine")
+struct SessionStateTests {
+    // MARK: Fixtures
+
+    /// A clock the tests move by hand.
+    struct Clock {
+        var seconds: Double = 1000
+        var now: SessionInstant {
+            SessionInstant(uptime: .uptimeNanoseconds(UInt64(self.seconds * 1e9)), wallMilliseconds: 1_700_000_000_000 + Int64(self.seconds * 1000))
+        }
+        mutating func advance(_ seconds: Double) { self.seconds += seconds }
+    }
+
+    static func settings(_ change: (inout SessionState.Settings) -> Void = { _ in }) -> SessionState.Settings {
+        var settings = SessionState.Settings(user: "ann", limits: .init())
+        change(&settings)
+        return settings
+    }
+
+    static func makeState(
+        _ change: (inout SessionState.Settings) -> Void = { _ in },
+        clock: Clock = Clock(),
+        expires: NIODeadline? = nil
+    ) -> SessionState {
+        SessionState(settings: settings(change), now: clock.now, expires: expires)
+    }
+
+    static func request(_ action: CircleAction, _ id: String, _ circle: String = "general", since: Int64? = nil, text: String? = "hi", quiet: Bool? = nil) -> CircleRequest {
+        CircleRequest(action: action, id: id, circle: circle, since: since, text: action == .post ? text : nil, quiet: quiet)
+    }
+
+    static func info(_ circle: String = "general", lastSeq: Int64, isPrivate: Bool = false) -> CircleInfo {
+        CircleInfo(name: circle, owner: "bob", isPrivate: isPrivate, createdAt: 0, lastSeq: lastSeq)
+    }
+
+    static func post(_ seq: Int64, _ circle: String = "general") -> CirclePost {
+        CirclePost(circle: circle, seq: seq, author: "bob", text: "post \(seq)", attachment: nil, time: seq, id: "c\(seq)")
+    }
+
+    /// A live post as the hub delivers it; its payload text is `live <seq>`.
+    static func live(_ seq: Int64, _ circle: String = "general") -> HubEvent {
+        .post(circle: circle, seq: seq, payload: HubPayload(text: ByteBuffer(string: "live \(seq)")))
+    }
+
+    /// Actions as short strings, so that a test states the exact sequence it expects.
+    static func describe(_ actions: [SessionState.Action]) -> [String] {
+        actions.map { action in
+            switch action {
+            case .send(let message): return "send " + describe(message)
+            case .fail(let id, let code, let message): return "error \(id ?? "-") \(code.rawValue): \(message)"
+            case .writePost(let post): return "replay \(post.seq)"
+            case .write(let payload): return "write \(String(buffer: payload.text))"
+            case .flush: return "flush"
+            case .subscribe(let circle): return "subscribe \(circle)"
+            case .unsubscribe(let circle): return "unsubscribe \(circle)"
+            case .arrive(let circle): return "arrive \(circle)"
+            case .depart(let circle): return "depart \(circle)"
+            case .broadcastTyping(let circle): return "typing \(circle)"
+            case .checkAccess(let request): return "check \(request.id)"
+            case .readReplay(let circle, let after, let limit): return "read \(circle) after \(after) limit \(limit)"
+            case .readHistory(let request): return "history \(request.id)"
+            case .submit(let post): return "submit \(post.clientID) at \(post.time)"
+            case .read: return "read"
+            case .close(let code, let reason): return "close \(code.rawValue) \(reason)"
+            case .count(let metric): return "count \(metric)"
+            case .logReplayFailure(let circle, _): return "log replay failure \(circle)"
+            case .unregister(let circles): return "unregister \(circles.sorted())"
+            }
+        }
+    }
+
+    static func describe(_ message: CircleServerMessage) -> String {
+        switch message {
+        case .ack(let id, let seq, _, let duplicate): return "ack \(id)\(seq.map { " seq \($0)" } ?? "")\(duplicate ? " duplicate" : "")"
+        case .error(let id, let code, _): return "error \(id ?? "-") \(code.rawValue)"
+        case .left(let circle, let user): return "left \(circle) \(user)"
+        case .history(let id, _, let posts, let more): return "history \(id) \(posts.map(\.seq)) more \(more)"
+        default: return "\(message)"
+        }
+    }
+
+    /// Joins `general` and confirms it with `lastSeq` stored posts; returns the actions of the confirmation.
+    @discardableResult
+    static func joinConfirmed(_ state: inout SessionState, since: Int64? = nil, lastSeq: Int64, clock: Clock = Clock()) -> [String] {
+        let request = request(.join, "j1", since: since)
+        _ = state.received(.success(request), now: clock.now)
+        return describe(state.accessChecked(request, .allowed(info(lastSeq: lastSeq)), now: clock.now))
+    }
+
+    // MARK: Gapless resume
+
+    @Test("a join subscribes before it reads the store")
+    func joinSubscribesFirst() {
+        var state = Self.makeState()
+        let actions = state.received(.success(Self.request(.join, "j1", since: 2)), now: Clock().now)
+        #expect(Self.describe(actions) == ["subscribe general", "check j1"])
+        #expect(state.requestsInFlight == 1)
+    }
+
+    @Test("live posts during a replay are held, then sent after it, in order, none lost or duplicated")
+    func livePostsDuringReplay() {
+        var state = Self.makeState()
+        #expect(Self.joinConfirmed(&state, since: 1, lastSeq: 3) == ["count join", "send ack j1 seq 3", "arrive general", "read general after 1 limit 256"])
+        // Committed while the store is read; 4 arrives after 5 would never happen, but the order must not matter.
+        #expect(Self.describe(state.hubEvent(Self.live(5))).isEmpty)
+        #expect(Self.describe(state.hubEvent(Self.live(4))).isEmpty)
+        // The store already has 4 too (it was committed before the read ran): it goes out once.
+        let page = state.replayRead(circle: "general", after: 1, .success([Self.post(2), Self.post(3), Self.post(4)]))
+        #expect(Self.describe(page) == ["replay 2", "replay 3", "replay 4", "flush", "write live 5", "flush"])
+        // After the replay, live posts go straight out; an old one is not repeated.
+        #expect(Self.describe(state.hubEvent(Self.live(5))).isEmpty)
+        #expect(Self.describe(state.hubEvent(Self.live(6))) == ["write live 6"])
+    }
+
+    @Test("a replay longer than a page reads page after page")
+    func replayPages() {
+        var state = Self.makeState { $0.replayPage = 2 }
+        #expect(Self.joinConfirmed(&state, since: 0, lastSeq: 5).last == "read general after 0 limit 2")
+        #expect(Self.describe(state.replayRead(circle: "general", after: 0, .success([Self.post(1), Self.post(2)])))
+            == ["replay 1", "replay 2", "flush", "read general after 2 limit 2"])
+        // A page for a position that was passed already (a stale read) changes nothing.
+        #expect(Self.describe(state.replayRead(circle: "general", after: 0, .success([Self.post(1), Self.post(2)]))).isEmpty)
+        #expect(Self.describe(state.replayRead(circle: "general", after: 2, .success([Self.post(3), Self.post(4)])))
+            == ["replay 3", "replay 4", "flush", "read general after 4 limit 2"])
+        #expect(Self.describe(state.replayRead(circle: "general", after: 4, .success([Self.post(5)]))) == ["replay 5", "flush", "flush"])
+        #expect(Self.describe(state.hubEvent(Self.live(6))) == ["write live 6"])
+    }
+
+    @Test("a live-only join starts after the newest stored post; a cursor from the future too")
+    func liveOnlyAndFutureCursor() {
+        for since: Int64? in [nil, 99] {
+            var state = Self.makeState()
+            #expect(Self.joinConfirmed(&state, since: since, lastSeq: 7) == ["count join", "send ack j1 seq 7", "arrive general", "read general after 7 limit 256"])
+            #expect(Self.describe(state.replayRead(circle: "general", after: 7, .success([]))) == ["flush", "flush"])
+            #expect(Self.describe(state.hubEvent(Self.live(8))) == ["write live 8"])
+        }
+    }
+
+    @Test("a hole in the live posts is filled from the store, never skipped")
+    func holeInLivePosts() {
+        var state = Self.makeState()
+        Self.joinConfirmed(&state, lastSeq: 5)
+        _ = state.replayRead(circle: "general", after: 5, .success([]))
+        #expect(Self.describe(state.hubEvent(Self.live(7))) == ["read general after 5 limit 256"])
+        #expect(Self.describe(state.replayRead(circle: "general", after: 5, .success([Self.post(6), Self.post(7)])))
+            == ["replay 6", "replay 7", "flush", "flush"])
+        #expect(Self.describe(state.hubEvent(Self.live(8))) == ["write live 8"])
+    }
+
+    @Test("a failed replay closes with 1011 so the client resumes elsewhere")
+    func replayFailure() {
+        struct Broken: Error {}
+        var state = Self.makeState()
+        Self.joinConfirmed(&state, since: 0, lastSeq: 2)
+        #expect(Self.describe(state.replayRead(circle: "general", after: 0, .failure(Broken())))
+            == ["log replay failure general", "close 1011 could not replay the circle; reconnect with since"])
+        #expect(state.isClosing)
+    }
+
+    // MARK: Joins, holds and leaves
+
+    @Test("posts pipelined behind a join wait for its check, then go to the committer in order")
+    func postsHeldBehindJoin() {
+        var state = Self.makeState()
+        let clock = Clock()
+        let join = Self.request(.join, "j1")
+        _ = state.received(.success(join), now: clock.now)
+        #expect(Self.describe(state.received(.success(Self.request(.post, "p1")), now: clock.now)).isEmpty)
+        #expect(Self.describe(state.received(.success(Self.request(.post, "p2")), now: clock.now)).isEmpty)
+        // typing is not held.
+        #expect(Self.describe(state.received(.success(Self.request(.typing, "t1")), now: clock.now))
+            == ["error t1 forbidden: join \"general\" first"])
+        let confirmed = state.accessChecked(join, .allowed(Self.info(lastSeq: 0)), now: clock.now)
+        #expect(Self.describe(confirmed) == [
+            "count join", "send ack j1 seq 0", "arrive general", "read general after 0 limit 256",
+            "submit p1 at 1700001000000", "submit p2 at 1700001000000",
+        ])
+    }
+
+    @Test("a refused join answers the join, repeated joins and the held posts, and unsubscribes")
+    func refusedJoin() {
+        var state = Self.makeState()
+        let clock = Clock()
+        let join = Self.request(.join, "j1", "team")
+        _ = state.received(.success(join), now: clock.now)
+        _ = state.received(.success(Self.request(.join, "j2", "team")), now: clock.now)
+        _ = state.received(.success(Self.request(.post, "p1", "team")), now: clock.now)
+        #expect(Self.describe(state.accessChecked(join, .notMember, now: clock.now)) == [
+            "unsubscribe team",
+            "error j1 forbidden: \"team\" is private and you are not a member",
+            "error j2 forbidden: \"team\" is private and you are not a member",
+            "error p1 forbidden: the join of \"team\" was refused: \"team\" is private and you are not a member",
+        ])
+        #expect(state.circles.isEmpty)
+        #expect(Self.describe(state.received(.success(Self.request(.post, "p2", "team")), now: clock.now))
+            == ["error p2 forbidden: join \"team\" before posting in it"])
+        #expect(Self.describe(state.hubEvent(Self.live(1, "team"))).isEmpty)
+        let missing = Self.request(.join, "j3", "nope")
+        _ = state.received(.success(missing), now: clock.now)
+        #expect(Self.describe(state.accessChecked(missing, .noSuchCircle, now: clock.now)) == ["unsubscribe nope", "error j3 not_found: no circle \"nope\""])
+    }
+
+    @Test("leave before the join's ack answers every waiting request once, and the late check is ignored")
+    func leaveBeforeJoinAck() {
+        var state = Self.makeState()
+        let clock = Clock()
+        let join = Self.request(.join, "j1")
+        _ = state.received(.success(join), now: clock.now)
+        _ = state.received(.success(Self.request(.join, "j2")), now: clock.now)
+        _ = state.received(.success(Self.request(.post, "p1")), now: clock.now)
+        #expect(Self.describe(state.received(.success(Self.request(.leave, "l1")), now: clock.now)) == [
+            "unsubscribe general",
+            "error j1 bad_request: left \"general\" before the join completed",
+            "error j2 bad_request: left \"general\" before the join completed",
+            "error p1 forbidden: left \"general\" before the join was confirmed",
+            "send ack l1",
+        ])
+        // No `depart`: the join was never confirmed, so the circle never heard `joined`.
+        #expect(Self.describe(state.accessChecked(join, .allowed(Self.info(lastSeq: 3)), now: clock.now)).isEmpty)
+        #expect(state.requestsInFlight == 0)
+        #expect(Self.describe(state.hubEvent(Self.live(4))).isEmpty)
+    }
+
+    @Test("rejoin: a leave and a new join before the first check returns; only the new check counts")
+    func rejoin() {
+        var state = Self.makeState()
+        let clock = Clock()
+        let first = Self.request(.join, "j1")
+        let second = Self.request(.join, "j2", since: 2)
+        _ = state.received(.success(first), now: clock.now)
+        _ = state.received(.success(Self.request(.leave, "l1")), now: clock.now)
+        #expect(Self.describe(state.received(.success(second), now: clock.now)) == ["subscribe general", "check j2"])
+        #expect(Self.describe(state.accessChecked(first, .allowed(Self.info(lastSeq: 3)), now: clock.now)).isEmpty)
+        #expect(Self.describe(state.accessChecked(second, .allowed(Self.info(lastSeq: 3)), now: clock.now))
+            == ["count join", "send ack j2 seq 3", "arrive general", "read general after 2 limit 256"])
+        // Joining again while joined acks where it stands, without a replay.
+        _ = state.replayRead(circle: "general", after: 2, .success([Self.post(3)]))
+        #expect(Self.describe(state.received(.success(Self.request(.join, "j3", since: 0)), now: clock.now)) == ["send ack j3 seq 3"])
+        // A confirmed leave tells the circle.
+        #expect(Self.describe(state.received(.success(Self.request(.leave, "l2")), now: clock.now)) == ["unsubscribe general", "send ack l2", "depart general"])
+    }
+
+    @Test("a quiet join is not announced, on arrival or departure")
+    func quietJoin() {
+        var state = Self.makeState()
+        let join = Self.request(.join, "j1", quiet: true)
+        _ = state.received(.success(join), now: Clock().now)
+        #expect(!Self.describe(state.accessChecked(join, .allowed(Self.info(lastSeq: 0)), now: Clock().now)).contains("arrive general"))
+        #expect(Self.describe(state.ended()) == ["unregister [\"general\"]"])
+    }
+
+    @Test("removal from a private circle while connected: a left event, and posts there refused")
+    func revoke() {
+        var state = Self.makeState()
+        Self.joinConfirmed(&state, lastSeq: 0)
+        #expect(Self.describe(state.hubEvent(.revoke(circle: "general"))) == ["unsubscribe general", "send left general ann", "depart general"])
+        #expect(Self.describe(state.received(.success(Self.request(.post, "p1")), now: Clock().now))
+            == ["error p1 forbidden: join \"general\" before posting in it"])
+    }
+
+    @Test("removal while a join is checked answers the join and its held posts once; the late check sends nothing")
+    func revokeDuringJoin() {
+        var state = Self.makeState()
+        let clock = Clock()
+        let join = Self.request(.join, "j1", "team")
+        _ = state.received(.success(join), now: clock.now)
+        _ = state.received(.success(Self.request(.post, "p1", "team")), now: clock.now)
+        #expect(Self.describe(state.hubEvent(.revoke(circle: "team"))) == [
+            "unsubscribe team",
+            "error j1 forbidden: \"team\" is private and you are not a member",
+            "error p1 forbidden: the join of \"team\" was refused: \"team\" is private and you are not a member",
+            "send left team ann",
+        ])
+        #expect(Self.describe(state.accessChecked(join, .allowed(Self.info("team", lastSeq: 1)), now: clock.now)).isEmpty)
+        #expect(state.requestsInFlight == 0)
+    }
+
+    @Test("a connection that ends leaves the hub and tells the circles it had confirmed")
+    func ended() {
+        var state = Self.makeState()
+        Self.joinConfirmed(&state, lastSeq: 0)
+        _ = state.received(.success(Self.request(.join, "j9", "other")), now: Clock().now)
+        #expect(Self.describe(state.ended()) == ["unregister [\"general\", \"other\"]", "depart general"])
+    }
+
+    // MARK: Posts and their results
+
+    @Test("commit results become acks, duplicates and errors; after close they send nothing")
+    func commitResults() {
+        var state = Self.makeState()
+        #expect(Self.describe(state.postCommitted(id: "p1", .success(.stored(Self.post(4))))) == ["send ack p1 seq 4"])
+        #expect(Self.describe(state.postCommitted(id: "p1", .success(.duplicate(Self.post(4))))) == ["count duplicatePost", "send ack p1 seq 4 duplicate"])
+        #expect(Self.describe(state.postCommitted(id: "p2", .success(.noSuchCircle))) == ["error p2 not_found: the circle no longer exists"])
+        #expect(Self.describe(state.postCommitted(id: "p3", .failure(StoreError(.unavailable, "the store is busy"))))
+            == ["error p3 unavailable: the store is busy; retry"])
+        var clock = Clock()
+        clock.advance(76)
+        #expect(Self.describe(state.timerFired(now: clock.now)) == ["close 4002 idle timeout"])
+        #expect(Self.describe(state.postCommitted(id: "p4", .success(.stored(Self.post(5))))).isEmpty)
+        #expect(Self.describe(state.received(.success(Self.request(.ping, "x")), now: clock.now)).isEmpty)
+    }
+
+    @Test("posts are rate limited by the token bucket on the injected clock")
+    func rateLimit() {
+        var state = Self.makeState { $0.postBurst = 2; $0.postsPerSecond = 1 }
+        var clock = Clock()
+        Self.joinConfirmed(&state, lastSeq: 0, clock: clock)
+        #expect(Self.describe(state.received(.success(Self.request(.post, "p1")), now: clock.now)) == ["submit p1 at 1700001000000"])
+        #expect(Self.describe(state.received(.success(Self.request(.post, "p2")), now: clock.now)) == ["submit p2 at 1700001000000"])
+        #expect(Self.describe(state.received(.success(Self.request(.post, "p3")), now: clock.now))
+            == ["error p3 rate_limited: more than 1 posts per second; slow down and retry"])
+        clock.advance(1)
+        #expect(Self.describe(state.received(.success(Self.request(.post, "p4")), now: clock.now)) == ["submit p4 at 1700001001000"])
+        let long = String(repeating: "x", count: 8 * 1024 + 1)
+        #expect(Self.describe(state.received(.success(Self.request(.post, "p5", text: long)), now: clock.now))
+            == ["error p5 too_large: the text has 8193 bytes; the limit is 8192"])
+    }
+
+    @Test("typing reaches the others at most once a second; every typing is acked")
+    func typingThrottle() {
+        var state = Self.makeState()
+        var clock = Clock()
+        Self.joinConfirmed(&state, lastSeq: 0, clock: clock)
+        #expect(Self.describe(state.received(.success(Self.request(.typing, "t1")), now: clock.now)) == ["typing general", "send ack t1"])
+        clock.advance(0.5)
+        #expect(Self.describe(state.received(.success(Self.request(.typing, "t2")), now: clock.now)) == ["send ack t2"])
+        clock.advance(0.6)
+        #expect(Self.describe(state.received(.success(Self.request(.typing, "t3")), now: clock.now)) == ["typing general", "send ack t3"])
+    }
+
+    // MARK: Backpressure and limits
+
+    @Test("at most maxRequestsInFlight store reads; the rest wait in order and reads pause")
+    func requestsInFlight() {
+        var state = Self.makeState { $0.maxRequestsInFlight = 2 }
+        let clock = Clock()
+        let h1 = Self.request(.history, "h1")
+        #expect(Self.describe(state.received(.success(h1), now: clock.now)) == ["history h1"])
+        #expect(Self.describe(state.received(.success(Self.request(.history, "h2")), now: clock.now)) == ["history h2"])
+        #expect(state.readRequested() == false)
+        #expect(Self.describe(state.received(.success(Self.request(.history, "h3")), now: clock.now)).isEmpty)
+        // A decoding failure waits its turn too, so replies keep the order of requests.
+        #expect(Self.describe(state.received(.failure(.init(id: "bad", code: .badRequest, message: "nope")), now: clock.now)).isEmpty)
+        #expect(state.queuedRequestCount == 2)
+        #expect(Self.describe(state.historyRead(h1, .success(.page([Self.post(1)], more: false)), now: clock.now))
+            == ["send history h1 [1] more false", "history h3"])
+        // h2 and h3 are under way: the failed decode still waits, and reading stays paused.
+        #expect(state.queuedRequestCount == 1)
+        #expect(Self.describe(state.historyRead(Self.request(.history, "h2"), .success(.forbidden), now: clock.now))
+            == ["error h2 forbidden: \"general\" is private and you are not a member", "error bad bad_request: nope", "read"])
+    }
+
+    @Test("requests wait while the socket is not writable, and too many waiting close with 1013")
+    func requestQueueLimit() {
+        var state = Self.makeState { $0.maxQueuedRequests = 2 }
+        let clock = Clock()
+        state.isWritable = false
+        #expect(Self.describe(state.received(.success(Self.request(.ping, "a")), now: clock.now)).isEmpty)
+        #expect(Self.describe(state.received(.success(Self.request(.ping, "b")), now: clock.now)).isEmpty)
+        #expect(Self.describe(state.received(.success(Self.request(.ping, "c")), now: clock.now))
+            == ["count requestQueueFull", "close 1013 too many requests waiting; read the replies"])
+        #expect(Self.describe(state.writabilityChanged(isWritable: true, now: clock.now)).isEmpty)
+    }
+
+    @Test("writability: waiting requests and a paused replay resume when the socket drains")
+    func writabilityResumes() {
+        var state = Self.makeState()
+        let clock = Clock()
+        let join = Self.request(.join, "j1", since: 0)
+        _ = state.received(.success(join), now: clock.now)
+        state.isWritable = false
+        #expect(Self.describe(state.accessChecked(join, .allowed(Self.info(lastSeq: 2)), now: clock.now)) == ["count join", "send ack j1 seq 2", "arrive general"])
+        #expect(Self.describe(state.received(.success(Self.request(.ping, "x")), now: clock.now)).isEmpty)
+        #expect(state.readRequested() == false)
+        #expect(Self.describe(state.writabilityChanged(isWritable: true, now: clock.now))
+            == ["read general after 0 limit 256", "send ack x", "read"])
+    }
+
+    @Test("a live post that finds the socket full closes the connection as a slow consumer")
+    func slowConsumerLive() {
+        var state = Self.makeState()
+        Self.joinConfirmed(&state, lastSeq: 0)
+        _ = state.replayRead(circle: "general", after: 0, .success([]))
+        state.isWritable = false
+        #expect(Self.describe(state.hubEvent(Self.live(1))) == ["count slowConsumer", "close 1013 too slow to keep up; reconnect with since"])
+        #expect(Self.describe(state.hubEvent(Self.live(2))).isEmpty)
+    }
+
+    @Test("more live posts behind a replay than allowed closes as a slow consumer")
+    func slowConsumerDuringReplay() {
+        var state = Self.makeState { $0.maxPendingDuringReplay = 2 }
+        Self.joinConfirmed(&state, since: 0, lastSeq: 10)
+        #expect(Self.describe(state.hubEvent(Self.live(11))).isEmpty)
+        #expect(Self.describe(state.hubEvent(Self.live(12))).isEmpty)
+        #expect(Self.describe(state.hubEvent(Self.live(13))) == ["count slowConsumer", "close 1013 too slow to keep up; reconnect with since"])
+    }
+
+    @Test("a connection joins at most maxJoinedCircles circles")
+    func joinLimit() {
+        var state = Self.makeState { $0.maxJoinedCircles = 1 }
+        _ = state.received(.success(Self.request(.join, "j1", "a")), now: Clock().now)
+        #expect(Self.describe(state.received(.success(Self.request(.join, "j2", "b")), now: Clock().now))
+            == ["error j2 bad_request: one connection may join at most 1 circles"])
+    }
+
+    // MARK: Timers and other input
+
+    @Test("idle timeout and token expiry on the injected clock")
+    func timers() {
+        var clock = Clock()
+        var state = Self.makeState(clock: clock, expires: clock.now.uptime + .seconds(150))
+        clock.advance(60)
+        #expect(Self.describe(state.timerFired(now: clock.now)).isEmpty)
+        state.frameArrived(now: clock.now)
+        clock.advance(60)
+        #expect(Self.describe(state.timerFired(now: clock.now)).isEmpty)
+        clock.advance(40)
+        #expect(Self.describe(state.timerFired(now: clock.now)) == ["close 4001 token expired"])
+        // Once closing, nothing closes twice.
+        clock.advance(100)
+        #expect(Self.describe(state.timerFired(now: clock.now)).isEmpty)
+    }
+
+    @Test("binary messages and ping requests")
+    func binaryAndPing() {
+        var state = Self.makeState()
+        #expect(Self.describe(state.receivedBinary()) == ["send error - bad_request"])
+        let actions = state.received(.success(Self.request(.ping, "p")), now: Clock().now)
+        guard case .send(.ack(let id, nil, let time?, false))? = actions.first else {
+            Issue.record("expected a ping ack, got \(Self.describe(actions))")
+            return
+        }
+        #expect(id == "p" && time == 1_700_001_000_000)
+    }
+
+    @Test("shutting down closes with 1001 and stops delivering")
+    func shutDown() {
+        var state = Self.makeState()
+        Self.joinConfirmed(&state, lastSeq: 0)
+        #expect(Self.describe(state.shutDown()) == ["close 1001 server shutting down"])
+        #expect(Self.describe(state.hubEvent(Self.live(1))).isEmpty)
+    }
+}
+
+@Suite("Hub: one compression per setting")
+struct HubCompressionTests {
+    static func post(_ text: String) -> CirclePost {
+        CirclePost(circle: "general", seq: 1, author: "ann", text: text, attachment: nil, time: 1, id: "c1")
+    }
+
+    @Test("a post is deflated once per setting, exactly as each connection would, and inflates back")
+    func sharedDeflate() throws {
+        var parameters = PerMessageDeflateParameters()
+        parameters.serverNoContextTakeover = true
+        parameters.serverMaxWindowBits = 12
+        let connection = try PerMessageDeflate(parameters: parameters, isClient: false, compressionLevel: 6, minimumCompressedSize: 64)
+        let setting = try #require(connection.sharedCompression)
+        #expect(setting == .init(windowBits: 12, compressionLevel: 6, minimumCompressedSize: 64))
+
+        let hub = Hub()
+        let text = String(repeating: "circles all the way down; ", count: 40)
+        let payload = hub.payload(for: .post(Self.post(text)), sharedCompression: [setting])
+        let deflated = try #require(payload.deflated(for: setting))
+        #expect(deflated.readableBytes < payload.text.readableBytes / 4)
+        // The same bytes the connection's own compressor makes, every time (no context carried over).
+        #expect(try connection.compress(payload.text, allocator: .init()) == deflated)
+        #expect(try connection.compress(payload.text, allocator: .init()) == deflated)
+        #expect(hub.payload(for: .post(Self.post(text)), sharedCompression: [setting]).deflated(for: setting) == deflated)
+
+        // A client that agreed to these parameters inflates it to the JSON of the post.
+        let client = try PerMessageDeflate(parameters: parameters, isClient: true, compressionLevel: 6, minimumCompressedSize: 64)
+        var state = WebSocketProtocolState(role: .client, maxMessageSize: 1 << 20, deflate: client)
+        let frame = WebSocketProtocolState(role: .server, maxMessageSize: 1 << 20, deflate: nil).frame(opcode: .text, deflated: deflated)
+        let received = try #require(frame)
+        #expect(received.rsv1)
+        guard case .deliver(.text(let json)) = state.receive(received, allocator: .init()) else {
+            Issue.record("the shared deflated payload did not inflate")
+            return
+        }
+        #expect(json == String(buffer: payload.text))
+    }
+
+    @Test("small payloads and context-takeover connections get no shared copy")
+    func noSharedCopy() throws {
+        let hub = Hub()
+        let setting = PerMessageDeflate.SharedCompression(windowBits: 15, compressionLevel: 6, minimumCompressedSize: 4096)
+        #expect(hub.payload(for: .post(Self.post("short")), sharedCompression: [setting]).deflated.isEmpty)
+        let takeover = try PerMessageDeflate(parameters: .init(), isClient: false, compressionLevel: 6, minimumCompressedSize: 64)
+        #expect(takeover.sharedCompression == nil)
+    }
+}
