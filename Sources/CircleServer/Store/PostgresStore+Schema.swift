@@ -1,0 +1,114 @@
+import Logging
+import PostgresNIO
+
+extension PostgresStore {
+    /// The schema's history, oldest first; the table `circle_schema` records how many steps have
+    /// been applied. Append new steps at the end and never change one that has shipped.
+    ///
+    /// Names compare by bytes (`COLLATE "C"`), as in ``SQLiteStore``, whatever the database's
+    /// default collation: a circle list comes back in the same order from both stores.
+    static let migrations: [[PostgresQuery]] = [
+        [
+            """
+            CREATE TABLE circles (
+                name text COLLATE "C" PRIMARY KEY,
+                owner text COLLATE "C" NOT NULL,
+                private boolean NOT NULL DEFAULT false,
+                created_at bigint NOT NULL,
+                last_seq bigint NOT NULL DEFAULT 0
+            )
+            """,
+            """
+            CREATE TABLE members (
+                circle text COLLATE "C" NOT NULL REFERENCES circles (name) ON DELETE CASCADE,
+                user_name text COLLATE "C" NOT NULL,
+                PRIMARY KEY (circle, user_name)
+            )
+            """,
+            """
+            CREATE TABLE posts (
+                circle text COLLATE "C" NOT NULL REFERENCES circles (name),
+                seq bigint NOT NULL,
+                author bytea NOT NULL,
+                client_id bytea NOT NULL,
+                text bytea,
+                attachment text COLLATE "C",
+                time bigint NOT NULL,
+                PRIMARY KEY (circle, seq)
+            )
+            """,
+            // The idempotency key: a retried post finds its original through this index.
+            "CREATE UNIQUE INDEX posts_by_client_id ON posts (circle, author, client_id)",
+            """
+            CREATE TABLE media (
+                id text COLLATE "C" PRIMARY KEY,
+                size bigint NOT NULL,
+                content_type text NOT NULL,
+                created_at bigint NOT NULL
+            )
+            """,
+            """
+            CREATE TABLE media_uploaders (
+                media text COLLATE "C" NOT NULL REFERENCES media (id),
+                user_name text COLLATE "C" NOT NULL,
+                PRIMARY KEY (media, user_name)
+            )
+            """,
+            """
+            CREATE TABLE uploads (
+                id text COLLATE "C" PRIMARY KEY,
+                owner text COLLATE "C" NOT NULL,
+                length bigint NOT NULL,
+                content_type text NOT NULL,
+                created_at bigint NOT NULL,
+                media text COLLATE "C"
+            )
+            """,
+            // Who may fetch a media id: the posts that have it as their attachment.
+            "CREATE INDEX posts_by_attachment ON posts (attachment) WHERE attachment IS NOT NULL",
+        ]
+    ]
+
+    /// The schema version this build writes and understands.
+    static var schemaVersion: Int { Self.migrations.count }
+
+    /// A fixed key for `pg_advisory_xact_lock`: nodes that start at once migrate one after another.
+    static let migrationLockKey: Int64 = 0x4369_7263_6C65  // "Circle"
+
+    /// Applies the steps the database lacks, each in one transaction that holds the migration
+    /// lock and records the new version, so several nodes starting at once apply nothing twice
+    /// and a crash leaves a whole version.
+    static func applyMigrations(client: PostgresClient, logger: Logger) async throws {
+        while true {
+            let done = try await client.withTransaction(logger: logger) { connection -> Bool in
+                try await connection.query("SELECT pg_advisory_xact_lock(\(Self.migrationLockKey))", logger: logger)
+                try await connection.query("CREATE TABLE IF NOT EXISTS circle_schema (version integer NOT NULL)", logger: logger)
+                var version: Int?
+                for try await value in try await connection.query("SELECT version FROM circle_schema", logger: logger).decode(Int.self) {
+                    version = value
+                }
+                let current = version ?? 0
+                if current == Self.schemaVersion {
+                    return true
+                }
+                guard current >= 0, current < Self.schemaVersion else {
+                    throw StoreError(
+                        .unavailable,
+                        "the database has schema version \(current), newer than this server's \(Self.schemaVersion)"
+                    )
+                }
+                for statement in Self.migrations[current] {
+                    try await connection.query(statement, logger: logger)
+                }
+                if version == nil {
+                    try await connection.query("INSERT INTO circle_schema (version) VALUES (\(current + 1))", logger: logger)
+                } else {
+                    try await connection.query("UPDATE circle_schema SET version = \(current + 1)", logger: logger)
+                }
+                logger.info("migrated the database schema", metadata: ["circle.store.schema_version": "\(current + 1)"])
+                return false
+            }
+            if done { return }
+        }
+    }
+}
