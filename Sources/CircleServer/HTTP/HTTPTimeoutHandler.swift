@@ -138,6 +138,28 @@ final class HTTPTimeoutHandler: ChannelDuplexHandler, RemovableChannelHandler {
         context.write(data, promise: promise)
     }
 
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if error is HTTPParserError, context.channel.isActive {
+            // NIO's HTTPServerProtocolErrorHandler has written a 400 with "Connection: close" and
+            // the decoder reads nothing more: shut the connection once the 400 is out.
+            Self.close(afterAnswerOn: context.channel)
+        }
+        context.fireErrorCaught(error)
+    }
+
+    /// Half-closes once everything written has gone out, keeps reading (and dropping) what the
+    /// client still sends for a moment, so its unread request does not turn the answer into a
+    /// reset before it is read, then closes.
+    static func close(afterAnswerOn channel: any Channel) {
+        channel.close(mode: .output).whenComplete { result in
+            if case .failure = result {
+                channel.close(promise: nil)
+            } else {
+                channel.eventLoop.scheduleTask(in: .seconds(5)) { channel.close(promise: nil) }
+            }
+        }
+    }
+
     func channelWritabilityChanged(context: ChannelHandlerContext) {
         self.state.writabilityChanged(context.channel.isWritable, now: .now())
         self.rearm(context: context)
