@@ -91,6 +91,15 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "With permessage-deflate, send messages shorter than this many bytes uncompressed.")
     var compressionMinBytes = 64
 
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "Let pages from this browser origin call the HTTP API (CORS), e.g. https://app.example.com; * for any. Env: CIRCLE_CORS_ORIGIN.",
+            valueName: "origin"
+        )
+    )
+    var corsOrigin: String?
+
     @Flag(name: .shortAndLong, help: "When the server cannot start, print the technical details too.")
     var verbose = false
 
@@ -172,7 +181,8 @@ struct ServeCommand: AsyncParsableCommand {
             developmentTokens: self.dev,
             echoEndpoint: self.echo,
             compression: self.compression,
-            compressionMinimumBytes: self.compressionMinBytes
+            compressionMinimumBytes: self.compressionMinBytes,
+            corsOrigin: self.corsOrigin ?? ProcessInfo.processInfo.environment["CIRCLE_CORS_ORIGIN"]
         )
         let server: CircleServer
         do {

@@ -88,7 +88,7 @@ public struct CircleHTTPChannel: ServerChildChannel, HTTPChannelHandler {
             services.track(channel)
             let sync = channel.pipeline.syncOperations
             if let tls = self.tls { try sync.addHandler(NIOSSLServerHandler(context: tls)) }
-            let future = try self.configureHTTP1(channel: channel, ticket: ticket)
+            let future = try self.configureHTTP1(channel: channel, ticket: ticket, logger: logger)
             return Value(connection: future, channel: channel)
         }
     }
@@ -105,7 +105,7 @@ public struct CircleHTTPChannel: ServerChildChannel, HTTPChannelHandler {
     }
 
     /// The HTTP/1.1 pipeline with the WebSocket upgrade.
-    func configureHTTP1(channel: any Channel, ticket: AdmissionTicketHolder) throws -> EventLoopFuture<Connection> {
+    func configureHTTP1(channel: any Channel, ticket: AdmissionTicketHolder, logger: Logger) throws -> EventLoopFuture<Connection> {
         let services = self.services
         let limits = services.configuration.limits
         let metrics = services.metrics
@@ -158,6 +158,9 @@ public struct CircleHTTPChannel: ServerChildChannel, HTTPChannelHandler {
                 notUpgradingCompletionHandler: { channel in
                     channel.eventLoop.makeCompletedFuture {
                         try channel.pipeline.syncOperations.addHandler(HTTP1ToHTTPServerCodec(secure: secure))
+                        // Hummingbird's: on a mounting app's graceful shutdown an idle connection
+                        // closes, a busy one after its answer (timeouts are HTTPTimeoutHandler's).
+                        try channel.pipeline.syncOperations.addHandler(HTTPConnectionStateHandler(idleTimeout: nil, logger: logger))
                         let asyncChannel = try NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>(
                             wrappingChannelSynchronously: channel,
                             configuration: .init(isOutboundHalfClosureEnabled: true)
