@@ -64,7 +64,7 @@ public final class CircleServer: Service, Sendable {
         do {
             try await opened.migrate()
             let authority = try await TokenAuthority(configuration.tokenKeys)
-            self.sslContext = try configuration.tls.map { try NIOSSLContext(configuration: $0) }
+            self.sslContext = try configuration.tls.map { try CircleHTTPChannel.tlsContext($0) }
             self.services = ServerServices(configuration: configuration, store: opened, authority: authority, logger: logger)
             self.media = MediaService(services: self.services, files: MediaFiles(dataDirectory: configuration.dataDirectory))
             try self.media.files.prepare()

@@ -3,12 +3,14 @@ import CircleWire
 import HTTPTypes
 import Hummingbird
 import HummingbirdCore
+import HummingbirdHTTP2
 import Logging
 import NIOCore
 import NIOHTTP1
 import NIOHTTPTypes
 import NIOHTTPTypesHTTP1
 import NIOSSL
+import NIOTLS
 import NIOWebSocket
 
 /// Circle's connection: HTTP/1.1 for the API (answered by a Hummingbird responder, the router),
@@ -37,6 +39,14 @@ public struct CircleHTTPChannel: ServerChildChannel, HTTPChannelHandler {
         case http(NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>, upgradeRequest: HTTPRequest?, refusal: APIError?)
         /// A WebSocket session is installed and owns the channel.
         case upgraded
+        /// HTTP/2 (TLS with ALPN `h2`): Hummingbird's HTTP/2 channel answers its streams.
+        case http2(HTTP2Channel.Value)
+    }
+
+    /// What ALPN chose; HTTP/1.1 then still waits for its first request.
+    private enum Negotiated: Sendable {
+        case http1(EventLoopFuture<Connection>)
+        case http2(HTTP2Channel.Value)
     }
 
     /// What the upgrade decided, for the handlers that run after it.
@@ -64,11 +74,31 @@ public struct CircleHTTPChannel: ServerChildChannel, HTTPChannelHandler {
         }
     }
 
+    /// Streams of HTTP/2 connections (API and media; WebSockets stay on HTTP/1.1).
+    let http2: HTTP2Channel
+
     init(responder: @escaping HTTPChannelHandler.Responder, services: ServerServices, paths: UpgradePaths, tls: NIOSSLContext?) {
         self.responder = responder
         self.services = services
         self.paths = paths
         self.tls = tls
+        let limits = services.configuration.limits
+        self.http2 = HTTP2Channel(
+            responder: responder,
+            configuration: .init(idleTimeout: Self.duration(limits.keepAliveTimeout), gracefulCloseTimeout: .seconds(5))
+        )
+    }
+
+    private static func duration(_ amount: TimeAmount) -> Duration {
+        .nanoseconds(amount.nanoseconds)
+    }
+
+    /// TLS settings for Circle's listener: ALPN offers `h2` and `http/1.1` (a client that offers
+    /// neither gets HTTP/1.1).
+    static func tlsContext(_ configuration: TLSConfiguration) throws -> NIOSSLContext {
+        var configuration = configuration
+        configuration.applicationProtocols = ["h2", "http/1.1"]
+        return try NIOSSLContext(configuration: configuration)
     }
 
     public func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
@@ -87,9 +117,28 @@ public struct CircleHTTPChannel: ServerChildChannel, HTTPChannelHandler {
             try Self.setOptions(channel, limits: services.configuration.limits)
             services.track(channel)
             let sync = channel.pipeline.syncOperations
-            if let tls = self.tls { try sync.addHandler(NIOSSLServerHandler(context: tls)) }
-            let future = try self.configureHTTP1(channel: channel, ticket: ticket, logger: logger)
-            return Value(connection: future, channel: channel)
+            guard let tls = self.tls else {
+                return Value(connection: try self.configureHTTP1(channel: channel, ticket: ticket, logger: logger), channel: channel)
+            }
+            try sync.addHandler(NIOSSLServerHandler(context: tls))
+            let alpn = NIOTypedApplicationProtocolNegotiationHandler<Negotiated> { result in
+                switch result {
+                case .negotiated("h2"):
+                    return self.http2.setup(channel: channel, logger: logger).map { .http2($0) }
+                default:
+                    return channel.eventLoop.makeCompletedFuture {
+                        .http1(try self.configureHTTP1(channel: channel, ticket: ticket, logger: logger))
+                    }
+                }
+            }
+            try sync.addHandler(alpn)
+            let connection = alpn.protocolNegotiationResult.flatMap { negotiated -> EventLoopFuture<Connection> in
+                switch negotiated {
+                case .http1(let connection): return connection
+                case .http2(let value): return channel.eventLoop.makeSucceededFuture(.http2(value))
+                }
+            }
+            return Value(connection: connection, channel: channel)
         }
     }
 
@@ -193,6 +242,8 @@ public struct CircleHTTPChannel: ServerChildChannel, HTTPChannelHandler {
             case .upgraded:
                 // The session owns the channel on its event loop from here.
                 return
+            case .http2(let value):
+                await self.http2.handle(value: value, logger: logger)
             case .http(let asyncChannel, let upgradeRequest, let refusal):
                 await self.serve(asyncChannel, upgradeRequest: upgradeRequest, refusal: refusal, logger: logger)
             }
