@@ -10,7 +10,7 @@ import Testing
 struct HTTP2Tests {
     @Test("API JSON and a media Range download come back over HTTP/2; HTTP/1.1 is still offered")
     func apiAndMediaOverHTTP2() async throws {
-        let version = try Self.curl(["-V"]).output
+        let version = try await Self.curl(["-V"]).output
         try #require(version.contains("HTTP2"), "curl has no HTTP/2 support; run scripts/http2-client")
         let certificates = try TestCertificates()
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("circle-h2-\(UUID().uuidString)")
@@ -27,15 +27,15 @@ struct HTTP2Tests {
         let token = try await server.token("hana")
         let common = ["--cacert", ca, "-H", "Authorization: Bearer \(token)"]
 
-        let health = try Self.curl(["--http2", "--cacert", ca, base + "/healthz"])
+        let health = try await Self.curl(["--http2", "--cacert", ca, base + "/healthz"])
         #expect(health.version == "2")
         #expect(health.status == 200)
         #expect(health.body.contains(#""status":"ok""#))
 
-        let created = try Self.curl(["--http2"] + common + ["-H", "Content-Type: application/json", "--data", #"{"name":"general"}"#, base + "/v1/circles"])
+        let created = try await Self.curl(["--http2"] + common + ["-H", "Content-Type: application/json", "--data", #"{"name":"general"}"#, base + "/v1/circles"])
         #expect(created.version == "2")
         #expect(created.status == 201, "\(created.body)")
-        let list = try Self.curl(["--http2"] + common + [base + "/v1/circles"])
+        let list = try await Self.curl(["--http2"] + common + [base + "/v1/circles"])
         #expect(list.version == "2")
         #expect(list.body.contains(#""name":"general""#), "\(list.body)")
 
@@ -43,20 +43,20 @@ struct HTTP2Tests {
         bytes += (0..<5000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
         let file = directory.appendingPathComponent("photo.jpg")
         try Data(bytes).write(to: file)
-        let uploaded = try Self.curl(["--http2"] + common + ["-H", "Content-Type: image/jpeg", "--data-binary", "@" + file.path, base + "/v1/media"])
+        let uploaded = try await Self.curl(["--http2"] + common + ["-H", "Content-Type: image/jpeg", "--data-binary", "@" + file.path, base + "/v1/media"])
         #expect(uploaded.version == "2")
         #expect(uploaded.status == 201, "\(uploaded.body)")
         let id = SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined()
         #expect(uploaded.body.contains(id))
 
-        let range = try Self.curl(["--http2"] + common + ["-H", "Range: bytes=100-1099", "-D", directory.appendingPathComponent("headers").path, base + "/v1/media/\(id)"])
+        let range = try await Self.curl(["--http2"] + common + ["-H", "Range: bytes=100-1099", "-D", directory.appendingPathComponent("headers").path, base + "/v1/media/\(id)"])
         #expect(range.version == "2")
         #expect(range.status == 206)
         #expect(Array(range.data) == Array(bytes[100...1099]))
         let headers = try String(contentsOfFile: directory.appendingPathComponent("headers").path, encoding: .utf8).lowercased()
         #expect(headers.contains("content-range: bytes 100-1099/\(bytes.count)"))
 
-        let http1 = try Self.curl(["--http1.1", "--cacert", ca, base + "/healthz"])
+        let http1 = try await Self.curl(["--http1.1", "--cacert", ca, base + "/healthz"])
         #expect(http1.version == "1.1")
         #expect(http1.status == 200)
         await server.stop()
@@ -70,24 +70,36 @@ struct HTTP2Tests {
         var body: String { String(decoding: self.data, as: UTF8.self) }
     }
 
-    /// Runs curl; the status and HTTP version it reports go to a file of their own.
-    static func curl(_ arguments: [String]) throws -> CurlResult {
+    /// Runs curl without blocking a thread of the test's concurrency pool (its output goes to
+    /// files; the exit is awaited); the status and HTTP version it reports come from `-w`.
+    static func curl(_ arguments: [String]) async throws -> CurlResult {
+        let base = FileManager.default.temporaryDirectory.appendingPathComponent("curl-\(UUID().uuidString)").path
+        defer {
+            try? FileManager.default.removeItem(atPath: base + ".out")
+            try? FileManager.default.removeItem(atPath: base + ".body")
+        }
+        let isVersion = arguments == ["-V"]
+        _ = FileManager.default.createFile(atPath: base + ".out", contents: nil)
+        let output = try FileHandle(forWritingTo: URL(fileURLWithPath: base + ".out"))
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        let meta = FileManager.default.temporaryDirectory.appendingPathComponent("curl-\(UUID().uuidString)").path
-        defer { try? FileManager.default.removeItem(atPath: meta) }
-        let isVersion = arguments == ["-V"]
-        process.arguments = ["curl"] + (isVersion ? arguments : ["-s", "-m", "20", "-w", "%{http_code} %{http_version}\\n", "-o", meta + ".body"] + arguments)
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        try process.run()
-        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        guard !isVersion else { return CurlResult(status: 0, version: "", data: Data(), output: output) }
-        let body = (try? Data(contentsOf: URL(fileURLWithPath: meta + ".body"))) ?? Data()
-        try? FileManager.default.removeItem(atPath: meta + ".body")
-        let fields = output.split(separator: " ").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
-        return CurlResult(status: Int(fields.first ?? "") ?? 0, version: fields.count > 1 ? fields[1] : "", data: body, output: output)
+        process.arguments = ["curl"] + (isVersion ? arguments : ["-s", "-m", "20", "-w", "%{http_code} %{http_version}\\n", "-o", base + ".body"] + arguments)
+        process.standardOutput = output
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            process.terminationHandler = { _ in continuation.resume() }
+            do {
+                try process.run()
+            } catch {
+                process.terminationHandler = nil
+                continuation.resume()
+            }
+        }
+        try? output.close()
+        let text = (try? String(contentsOfFile: base + ".out", encoding: .utf8)) ?? ""
+        guard !isVersion else { return CurlResult(status: 0, version: "", data: Data(), output: text) }
+        let body = (try? Data(contentsOf: URL(fileURLWithPath: base + ".body"))) ?? Data()
+        let fields = text.split(separator: " ").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+        return CurlResult(status: Int(fields.first ?? "") ?? 0, version: fields.count > 1 ? fields[1] : "", data: body, output: text)
     }
 
     static func pem(_ certificate: NIOSSLCertificate) throws -> String {
