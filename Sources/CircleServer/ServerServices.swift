@@ -81,8 +81,6 @@ final class ServerServices: Sendable {
         }
     }
 
-    var openChannelCount: Int { self.channels.count }
-
     /// Marks an upgraded connection, which graceful shutdown lets finish its close handshake.
     func markWebSocket(_ channel: any Channel) {
         self.channels.markWebSocket(channel)
@@ -155,8 +153,6 @@ final class ChannelRegistry: Sendable {
     }
 
     func all() -> [any Channel] { self.state.withLockedValue { Array($0.channels.values) } }
-
-    var count: Int { self.state.withLockedValue { $0.channels.count } }
 
     /// Returns once `condition` holds, or at `deadline`.
     func wait(until condition: Condition, deadline: ContinuousClock.Instant) async {

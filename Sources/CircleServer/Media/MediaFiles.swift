@@ -114,9 +114,6 @@ struct MediaFiles: Sendable {
         _ = try? await self.threadPool.runIfActive { posixClose(fd) }
     }
 
-    func closeFuture(_ fd: Int32, eventLoop: any EventLoop) -> EventLoopFuture<Void> {
-        self.threadPool.runIfActive(eventLoop: eventLoop) { posixClose(fd) }
-    }
 
     /// Opens stored media for reading.
     func openMedia(_ id: String) async throws -> Int32 {
