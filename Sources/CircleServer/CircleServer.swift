@@ -1,54 +1,60 @@
-import CircleSocket
 import CircleWire
 import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdCore
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
-import NIOHTTP1
 import NIOPosix
 import NIOSSL
-import NIOWebSocket
 import ServiceLifecycle
 
 /// The Circle server: the `circle.v1` WebSocket at `/v1/ws`, the HTTP API beside it, durable
 /// history in a ``CircleStore`` and fan-out to every subscriber.
 ///
+/// Standalone (what `circle serve` runs), `run()` binds the configured address and serves until
+/// graceful shutdown:
 /// ```swift
-/// let server = try await CircleServer.start(configuration: .init(tokenKeys: .hs256(secret: secret)))
-/// print("listening on \(server.port)")
+/// let server = try await CircleServer(configuration: .init(tokenKeys: .hs256(secret: secret)))
 /// try await ServiceGroup(services: [server], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger).run()
 /// ```
 ///
-/// The network layer is written on SwiftNIO directly rather than on Hummingbird: measured on
-/// this project's machine, hummingbird-websocket spent 21 µs of server CPU per echoed message
-/// and 27 KB per idle connection, against targets of 10 µs and 8 KB; a connection here is a
-/// channel handler with no task of its own.
+/// Mounted in an app's own Hummingbird server, the app adds Circle's routes to its router,
+/// serves with Circle's child channel (for the WebSocket upgrade) and runs ``service`` in its
+/// service group (docs/API.md, "Mounting Circle in your app"):
+/// ```swift
+/// let circle = try await CircleServer(configuration: configuration)
+/// let router = Router(context: AppContext.self)
+/// circle.addRoutes(to: router.group("chat"))
+/// let app = Application(router: router, server: circle.httpServer(prefix: "/chat"), services: [circle.service])
+/// ```
+///
+/// HTTP runs on Hummingbird's router and middleware; a WebSocket is Circle's own event-loop
+/// session behind a custom upgrade (``CircleHTTPChannel``): measured on this project's machine,
+/// hummingbird-websocket spent 21 µs of server CPU per echoed message and 27 KB per idle
+/// connection, against targets of 10 µs and 8 KB.
 public final class CircleServer: Service, Sendable {
-    private let services: ServerServices
-    private let channel: any Channel
-    /// The bound port.
-    public let port: Int
-    private let shutdownOnce = ShutdownLatch()
-    /// Deletes expired uploads in the background until shutdown.
-    private let uploadSweeper: Task<Void, Never>
+    let services: ServerServices
+    let media: MediaService
+    private let eventLoopGroup: any EventLoopGroup
+    private let sslContext: NIOSSLContext?
+    private let ownsStore: Bool
+    private let bound = Latch<Int>()
+    private let stopRequested = Latch<Void>()
+    private let stopped = Latch<Void>()
 
-    private init(services: ServerServices, channel: any Channel, router: APIRouter) {
-        self.services = services
-        self.channel = channel
-        self.port = channel.localAddress?.port ?? 0
-        let media = router.media
-        self.uploadSweeper = Task { await media.runExpiry() }
-    }
-
-    /// Opens the store, binds and starts serving.
+    /// Opens (and migrates) the store and prepares the media folders. Nothing is bound and no
+    /// work is started until ``run()`` (or ``service``'s `run()`).
     ///
-    /// - Parameter store: the store to use; by default an ``SQLiteStore`` in the data directory.
-    public static func start(
+    /// - Parameter store: the store to use; by default an ``SQLiteStore`` in the data directory,
+    ///   which the server then closes when it stops.
+    public init(
         configuration: CircleServerConfiguration,
         store: (any CircleStore)? = nil,
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         logger: Logger = Logger(label: "circle.server")
-    ) async throws -> CircleServer {
+    ) async throws {
         let opened: any CircleStore
         if let store {
             opened = store
@@ -56,67 +62,38 @@ public final class CircleServer: Service, Sendable {
             opened = try await Self.openDefaultStore(configuration: configuration, logger: logger)
         }
         do {
-            return try await Self.serve(configuration: configuration, store: opened, eventLoopGroup: eventLoopGroup, logger: logger)
+            try await opened.migrate()
+            let authority = try await TokenAuthority(configuration.tokenKeys)
+            self.sslContext = try configuration.tls.map { try CircleHTTPChannel.tlsContext($0) }
+            self.services = ServerServices(configuration: configuration, store: opened, authority: authority, logger: logger)
+            self.media = MediaService(services: self.services, files: MediaFiles(dataDirectory: configuration.dataDirectory))
+            try self.media.files.prepare()
         } catch {
-            // A store this call opened is this call's to close (the port may be taken, say).
+            // A store this call opened is this call's to close.
             if store == nil { try? await opened.close() }
             throw error
         }
+        self.eventLoopGroup = eventLoopGroup
+        self.ownsStore = store == nil
     }
 
-    private static func serve(
+    /// Opens the store, binds and starts serving in a task of its own; ``shutdown()`` stops it.
+    /// For tests and tools; an app runs the server in its `ServiceGroup` instead.
+    public static func start(
         configuration: CircleServerConfiguration,
-        store opened: any CircleStore,
-        eventLoopGroup: any EventLoopGroup,
-        logger: Logger
+        store: (any CircleStore)? = nil,
+        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        logger: Logger = Logger(label: "circle.server")
     ) async throws -> CircleServer {
-        try await opened.migrate()
-        let authority = try await TokenAuthority(configuration.tokenKeys)
-        let services = ServerServices(configuration: configuration, store: opened, authority: authority, logger: logger)
-        let sslContext = try configuration.tls.map { try NIOSSLContext(configuration: $0) }
-        let router = APIRouter(services: services)
-        try router.media.files.prepare()
-        let limits = configuration.limits
-        let channel = try await ServerBootstrap(group: eventLoopGroup)
-            // Out of file descriptors (EMFILE), accept() fails at once and would be retried at
-            // once, spinning a core; this pauses accepting for a moment instead.
-            .serverChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(
-                        AcceptPauseHandler(pause: .milliseconds(250)) { services.metrics.limitHit("accept_paused_out_of_descriptors") }
-                    )
-                }
-            }
-            .serverChannelOption(.backlog, value: 4096)
-            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
-            // Small first reads: an idle chat connection then holds a 256-byte receive buffer instead
-            // of NIO's default 2 KiB (benchmarks/idle.py), and it grows for bulk traffic.
-            .childChannelOption(.recvAllocator, value: AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 256, maximum: 64 * 1024))
-            .childChannelOption(.writeBufferWaterMark, value: .init(low: limits.outboundQueueBytes / 2, high: limits.outboundQueueBytes))
-            .childChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    switch services.admission.admit(address: channel.remoteAddress) {
-                    case .failure(let refused):
-                        services.metrics.limitHit(refused.reason.rawValue)
-                        channel.close(promise: nil)
-                    case .success(let ticket):
-                        let ticket = AdmissionTicketHolder(ticket, admission: services.admission)
-                        channel.closeFuture.whenComplete { _ in ticket.release() }
-                        try Self.configure(channel: channel, sslContext: sslContext, services: services, router: router, ticket: ticket)
-                    }
-                }
-            }
-            .bind(host: configuration.host, port: configuration.port)
-            .get()
-        let server = CircleServer(services: services, channel: channel, router: router)
-        logger.info(
-            "circle server listening",
-            metadata: [
-                "address": "\(configuration.tls == nil ? "ws" : "wss")://\(configuration.host):\(server.port)/v1/ws",
-                "data": "\(configuration.dataDirectory)",
-            ]
-        )
+        let server = try await CircleServer(configuration: configuration, store: store, eventLoopGroup: eventLoopGroup, logger: logger)
+        let running = Task { try await server.run() }
+        do {
+            _ = try await server.listeningPort
+        } catch {
+            running.cancel()
+            _ = await running.result
+            throw error
+        }
         return server
     }
 
@@ -130,201 +107,235 @@ public final class CircleServer: Service, Sendable {
         return try await SQLiteStore.open(path: path, logger: logger)
     }
 
-    private static func configure(
-        channel: any Channel,
-        sslContext: NIOSSLContext?,
-        services: ServerServices,
-        router: APIRouter,
-        ticket: AdmissionTicketHolder
-    ) throws {
-        services.track(channel)
-        let sync = channel.pipeline.syncOperations
-        if let sslContext { try sync.addHandler(NIOSSLServerHandler(context: sslContext)) }
-        let decision = UpgradeDecision()
-        let httpHandler = HTTPChannelHandler(router: router, decision: decision)
-        let limits = services.configuration.limits
-        let metrics = services.metrics
-        let timeoutHandler = HTTPTimeoutHandler(
-            timeouts: .init(
-                requestHead: limits.requestHeadTimeout,
-                bodyIdle: limits.requestBodyTimeout,
-                keepAlive: limits.keepAliveTimeout,
-                writeStall: limits.writeStallTimeout
-            ),
-            onTimeout: { metrics.limitHit($0.rawValue) }
-        )
-        let loopBoundDecision = NIOLoopBound(decision, eventLoop: channel.eventLoop)
-        let loopBoundHandlers = NIOLoopBound((httpHandler, timeoutHandler), eventLoop: channel.eventLoop)
-        let configuration = services.configuration
-        let upgrader = NIOWebSocketServerUpgrader(
-            maxFrameSize: configuration.limits.maxMessageBytes,
-            automaticErrorHandling: false,
-            shouldUpgrade: { channel, head in
-                Self.shouldUpgrade(channel: channel, head: head, services: services, decision: loopBoundDecision)
-            },
-            upgradePipelineHandler: { channel, head in
-                channel.eventLoop.makeCompletedFuture {
-                    let (httpHandler, timeoutHandler) = loopBoundHandlers.value
-                    channel.pipeline.syncOperations.removeHandler(timeoutHandler, promise: nil)
-                    // A WebSocket is bounded per user (and by its own timeouts) from here on.
-                    ticket.release()
-                    try Self.upgrade(channel: channel, head: head, services: services, decision: loopBoundDecision.value, httpHandler: httpHandler)
-                }
-            }
-        )
-        try sync.configureHTTPServerPipeline(
-            withServerUpgrade: (upgraders: [upgrader], completionHandler: { _ in }),
-            withErrorHandling: true
-        )
-        try sync.addHandler(timeoutHandler)
-        try sync.addHandler(httpHandler)
+    // MARK: - Standalone
+
+    /// The port ``run()`` bound, once it has (it throws if binding failed).
+    public var listeningPort: Int {
+        get async throws { try await self.bound.wait() }
     }
 
-    private static func shouldUpgrade(
-        channel: any Channel,
-        head: HTTPRequestHead,
-        services: ServerServices,
-        decision: NIOLoopBound<UpgradeDecision>
-    ) -> EventLoopFuture<HTTPHeaders?> {
-        let request = APIRequest(head: head, body: nil)
-        var headers = HTTPHeaders()
-        if services.configuration.compression || request.path == "/v1/echo",
-            let deflate = PerMessageDeflateNegotiation.respond(toOffers: head.headers["Sec-WebSocket-Extensions"])
-        {
-            headers.add(name: "Sec-WebSocket-Extensions", value: deflate.description)
-        }
-        switch request.path {
-        case "/v1/echo" where services.configuration.echoEndpoint:
-            return channel.eventLoop.makeSucceededFuture(headers)
-        case "/v1/ws":
-            break
-        default:
-            return channel.eventLoop.makeSucceededFuture(nil)
-        }
-        guard services.isAccepting else {
-            decision.value.refusal = .error(.serviceUnavailable, .unavailable, "the server is shutting down")
-            return channel.eventLoop.makeSucceededFuture(nil)
-        }
-        let offered = head.headers["Sec-WebSocket-Protocol"].flatMap { $0.split(separator: ",") }.map {
-            $0.trimmingCharacters(in: .whitespaces)
-        }
-        if offered.contains(circleSubprotocol) {
-            headers.add(name: "Sec-WebSocket-Protocol", value: circleSubprotocol)
-        } else if !offered.isEmpty {
-            decision.value.refusal = .error(.badRequest, .badRequest, "this server speaks the subprotocol \(circleSubprotocol) only")
-            return channel.eventLoop.makeSucceededFuture(nil)
-        }
-        guard let token = request.token else {
-            decision.value.refusal = .error(.unauthorized, .unauthorized, "send a token as \"Authorization: Bearer …\" or ?token=")
-            services.metrics.error("unauthorized")
-            return channel.eventLoop.makeSucceededFuture(nil)
-        }
-        let promise = channel.eventLoop.makePromise(of: HTTPHeaders?.self)
-        let responseHeaders = headers
-        Task {
-            let result: Result<AuthenticatedUser, TokenError>
-            do throws(TokenError) {
-                result = .success(try await services.authority.verify(token))
-            } catch {
-                result = .failure(error)
-            }
-            promise.futureResult.eventLoop.execute {
-                switch result {
-                case .success(let user):
-                    guard services.reserveConnection(for: user.name) else {
-                        services.metrics.error("too_many_connections")
-                        decision.value.refusal = .error(
-                            .tooManyRequests,
-                            .rateLimited,
-                            "\(user.name) already has \(services.configuration.limits.maxConnectionsPerUser) connections open"
-                        )
-                        promise.succeed(nil)
-                        return
-                    }
-                    decision.value.user = user
-                    promise.succeed(responseHeaders)
-                case .failure(let error):
-                    services.metrics.error(error.code.rawValue)
-                    services.logger.info(
-                        "refused a token",
-                        metadata: ["circle.code": "\(error.code.rawValue)", "circle.reason": "\(error.message)", "circle.address": "\(channel.remoteAddress.logDescription)"]
-                    )
-                    decision.value.refusal = .error(.unauthorized, error.code, error.message)
-                    promise.succeed(nil)
-                }
-            }
-        }
-        return promise.futureResult
-    }
+    /// The bound port (0 before ``run()`` has bound).
+    public var port: Int { self.bound.value.flatMap { try? $0.get() } ?? 0 }
 
-    private static func upgrade(
-        channel: any Channel,
-        head: HTTPRequestHead,
-        services: ServerServices,
-        decision: UpgradeDecision,
-        httpHandler: HTTPChannelHandler
-    ) throws {
-        let sync = channel.pipeline.syncOperations
-        sync.removeHandler(httpHandler, promise: nil)
-        let path = splitURI(head.uri).path
-        let endpoint: WebSocketSessionInstaller.Endpoint
-        if path == "/v1/echo" {
-            endpoint = .echo
-        } else if let user = decision.user {
-            endpoint = .chat(user)
-        } else {
-            throw ChannelError.inappropriateOperationForState
-        }
-        try WebSocketSessionInstaller.install(
-            on: sync,
-            endpoint: endpoint,
-            extensionOffers: head.headers["Sec-WebSocket-Extensions"],
-            services: services
-        )
-    }
-
-    /// Runs until graceful shutdown is requested (SIGTERM/SIGINT in a `ServiceGroup`), then shuts down.
+    /// Binds the configured address, serves HTTP and WebSockets, and runs the long-lived work
+    /// (the commit loop, the upload sweeper), all in this task's task group, until graceful
+    /// shutdown (SIGTERM/SIGINT in a `ServiceGroup`), cancellation or ``shutdown()``; then
+    /// shuts down gracefully.
     public func run() async throws {
-        try? await gracefulShutdown()
-        await self.shutdown()
+        let configuration = self.services.configuration
+        let logger = self.services.logger
+        let router = Router(context: BasicCircleRequestContext.self)
+        self.addMiddleware(to: router)
+        CircleRoutes(services: self.services, media: self.media).add(to: router)
+        let childChannel = CircleHTTPChannel(
+            responder: Self.responder(router.buildResponder(), logger: logger),
+            services: self.services,
+            paths: .init(prefix: ""),
+            tls: self.sslContext
+        )
+        let listener: Listener<CircleHTTPChannel>
+        do {
+            listener = try await Listener.bind(
+                host: configuration.host,
+                port: configuration.port,
+                childChannel: childChannel,
+                eventLoopGroup: self.eventLoopGroup,
+                onAcceptPause: { [services] in services.metrics.limitHit("accept_paused_out_of_descriptors") },
+                logger: logger
+            )
+        } catch {
+            self.bound.fail(error)
+            await self.closeStore()
+            self.stopped.open(())
+            throw error
+        }
+        self.bound.open(listener.port)
+        logger.info(
+            "circle server listening",
+            metadata: [
+                "address": "\(configuration.tls == nil ? "ws" : "wss")://\(configuration.host):\(listener.port)/v1/ws",
+                "data": "\(configuration.dataDirectory)",
+            ]
+        )
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await listener.run() }
+            group.addTask { await self.runBackgroundWork() }
+            await self.waitForStop()
+            await self.stop(closing: listener)
+            group.cancelAll()
+        }
+        await self.closeStore()
+        logger.info("stopped")
+        self.stopped.open(())
     }
 
-    /// Graceful shutdown: stop accepting, finish in-flight commits, close every WebSocket with
-    /// 1001 (clients reconnect elsewhere or later), then close the store.
+    /// Graceful shutdown from outside ``run()``: stop accepting, finish in-flight commits, close
+    /// every WebSocket with 1001 (clients reconnect elsewhere or later), close the store. Returns
+    /// once ``run()`` has finished.
     public func shutdown() async {
-        guard self.shutdownOnce.claim() else { return }
-        self.services.logger.info("shutting down")
-        self.services.stopAccepting()
-        self.uploadSweeper.cancel()
-        await self.uploadSweeper.value
-        try? await self.channel.close()
-        await self.services.committer.finish()
-        self.services.hub.shutDownAll()
-        let deadline = ContinuousClock.now + .seconds(3)
-        while self.services.hub.connectionCount > 0 && ContinuousClock.now < deadline {
-            try? await Task.sleep(for: .milliseconds(20))
-        }
-        self.services.closeAllChannels()
-        while self.services.openChannelCount > 0 && ContinuousClock.now < deadline + .seconds(1) {
-            try? await Task.sleep(for: .milliseconds(10))
-        }
-        try? await self.services.store.close()
-        self.services.logger.info("stopped")
+        self.stopRequested.open(())
+        guard self.bound.value != nil else { return }
+        _ = try? await self.stopped.wait()
     }
 
     /// Mints a token with this server's keys (development and tests).
     public func mintToken(user: String, ttl: Duration = .seconds(3600)) async throws -> String {
         try await self.services.authority.mint(user: user, ttl: ttl)
     }
+
+    // MARK: - Mounted in an app
+
+    /// Adds Circle's HTTP API, media routes and chat page to an app's router (or a group of it,
+    /// for a prefix), with Circle's middleware (JSON errors, route metrics, CORS when
+    /// configured) on them. The WebSocket upgrade needs ``httpServer(prefix:)`` as well.
+    public func addRoutes<Context: CircleRequestContext>(to router: some RouterMethods<Context>) {
+        let group = router.group()
+        self.addMiddleware(to: group)
+        CircleRoutes(services: self.services, media: self.media).add(to: group)
+    }
+
+    /// The HTTP server for an app that mounts Circle: HTTP/1.1 for the app's router, and on
+    /// `PREFIX/v1/ws` (and `PREFIX/v1/echo` when enabled) the upgrade to Circle's WebSocket
+    /// session. Connection admission and HTTP timeouts apply to the app's requests too.
+    public func httpServer(prefix: String = "") -> HTTPServerBuilder {
+        let services = self.services
+        let tls = self.sslContext
+        return HTTPServerBuilder { responder in
+            CircleHTTPChannel(responder: responder, services: services, paths: .init(prefix: prefix), tls: tls)
+        }
+    }
+
+    /// Circle's long-lived work for an app's `ServiceGroup` when Circle is mounted: the commit
+    /// loop and the upload sweeper; on graceful shutdown it closes Circle's WebSockets with 1001
+    /// and closes the store. (The standalone ``run()`` runs the same work.)
+    public var service: some Service { MountedService(server: self) }
+
+    // MARK: - Parts
+
+    private func addMiddleware<Context: RequestContext>(to router: some RouterMethods<Context>) {
+        _ = router.add(middleware: LogRequestsMiddleware<Context>(.debug))
+        _ = router.add(middleware: RouteMetricsMiddleware<Context>(metrics: self.services.metrics))
+        if let origin = self.services.configuration.corsOrigin {
+            _ = router.add(
+                middleware: CORSMiddleware<Context>(
+                    allowOrigin: origin == "*" ? .all : .custom(origin),
+                    allowHeaders: [.accept, .authorization, .contentType, .origin, .uploadOffset, .uploadLength, .range, .ifRange, .ifNoneMatch],
+                    allowMethods: [.get, .post, .patch, .delete, .head, .options],
+                    exposedHeaders: ["Location", "Upload-Offset", "Upload-Length", "ETag", "Content-Range", "Accept-Ranges"],
+                    maxAge: .seconds(600)
+                )
+            )
+        }
+        _ = router.add(middleware: CircleErrorMiddleware<Context>())
+    }
+
+    /// Hummingbird's request handling for the standalone server: a context per request, the
+    /// router's answer written out (errors are answers already, from ``CircleErrorMiddleware``).
+    private static func responder(_ router: some HTTPResponder<BasicCircleRequestContext>, logger: Logger) -> HTTPChannelHandler.Responder {
+        { request, writer, channel in
+            let context = BasicCircleRequestContext(source: .init(channel: channel, logger: logger))
+            let response: Response
+            do {
+                response = try await router.respond(to: request, context: context)
+            } catch {
+                response = APIError(.internalServerError, .internalError, "\(error)").response
+            }
+            try await writer.write(response: response.head, body: response.body)
+        }
+    }
+
+    /// The commit loop and the upload sweeper, until cancelled.
+    func runBackgroundWork() async {
+        let media = self.media
+        let committer = self.services.committer
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await committer.run() }
+            group.addTask { await media.runExpiry() }
+            await group.next()
+            group.cancelAll()
+        }
+    }
+
+    /// Returns when graceful shutdown is requested, the task is cancelled or ``shutdown()`` is called.
+    func waitForStop() async {
+        let stop = self.stopRequested
+        await withTaskCancellationHandler {
+            await withGracefulShutdownHandler {
+                _ = try? await stop.wait()
+            } onGracefulShutdown: {
+                stop.open(())
+            }
+        } onCancel: {
+            stop.open(())
+        }
+    }
+
+    /// The shutdown sequence: each step waits on an event (a deadline bounds the waits).
+    func stop(closing listener: Listener<CircleHTTPChannel>?) async {
+        self.services.logger.info("shutting down")
+        self.services.stopAccepting()
+        await listener?.close()
+        await self.services.committer.finish()
+        self.services.hub.shutDownAll()
+        let deadline = ContinuousClock.now + .seconds(3)
+        await self.services.wait(until: .noWebSockets, deadline: deadline)
+        self.services.closeAllChannels()
+        await self.services.wait(until: .noChannels, deadline: deadline + .seconds(1))
+    }
+
+    func closeStore() async {
+        if self.ownsStore { try? await self.services.store.close() }
+    }
 }
 
-/// Lets exactly one caller through.
-private final class ShutdownLatch: Sendable {
-    private let claimed = NIOLockedValueBox(false)
-    func claim() -> Bool {
-        self.claimed.withLockedValue { claimed in
-            defer { claimed = true }
-            return !claimed
+/// ``CircleServer/service``: Circle's work in an app's service group.
+private struct MountedService: Service {
+    let server: CircleServer
+
+    func run() async throws {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.server.runBackgroundWork() }
+            await self.server.waitForStop()
+            await self.server.stop(closing: nil)
+            group.cancelAll()
+        }
+        await self.server.closeStore()
+    }
+}
+
+/// A value set once that tasks wait for.
+final class Latch<Value: Sendable>: Sendable {
+    private struct State {
+        var result: Result<Value, any Error>?
+        var waiters: [CheckedContinuation<Value, any Error>] = []
+    }
+
+    private let state = NIOLockedValueBox(State())
+
+    var value: Result<Value, any Error>? { self.state.withLockedValue { $0.result } }
+
+    func open(_ value: Value) { self.complete(.success(value)) }
+
+    func fail(_ error: any Error) { self.complete(.failure(error)) }
+
+    private func complete(_ result: Result<Value, any Error>) {
+        let waiters = self.state.withLockedValue { state -> [CheckedContinuation<Value, any Error>] in
+            guard state.result == nil else { return [] }
+            state.result = result
+            defer { state.waiters = [] }
+            return state.waiters
+        }
+        for waiter in waiters { waiter.resume(with: result) }
+    }
+
+    func wait() async throws -> Value {
+        try await withCheckedThrowingContinuation { continuation in
+            let result = self.state.withLockedValue { state -> Result<Value, any Error>? in
+                if let result = state.result { return result }
+                state.waiters.append(continuation)
+                return nil
+            }
+            if let result { continuation.resume(with: result) }
         }
     }
 }

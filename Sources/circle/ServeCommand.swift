@@ -1,4 +1,5 @@
 import ArgumentParser
+import CircleDiscovery
 import CircleServer
 import Foundation
 import Logging
@@ -90,6 +91,15 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "With permessage-deflate, send messages shorter than this many bytes uncompressed.")
     var compressionMinBytes = 64
 
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "Let pages from this browser origin call the HTTP API (CORS), e.g. https://app.example.com; * for any. Env: CIRCLE_CORS_ORIGIN.",
+            valueName: "origin"
+        )
+    )
+    var corsOrigin: String?
+
     @Flag(name: .shortAndLong, help: "When the server cannot start, print the technical details too.")
     var verbose = false
 
@@ -171,13 +181,12 @@ struct ServeCommand: AsyncParsableCommand {
             developmentTokens: self.dev,
             echoEndpoint: self.echo,
             compression: self.compression,
-            compressionMinimumBytes: self.compressionMinBytes
+            compressionMinimumBytes: self.compressionMinBytes,
+            corsOrigin: self.corsOrigin ?? ProcessInfo.processInfo.environment["CIRCLE_CORS_ORIGIN"]
         )
         let server: CircleServer
         do {
-            server = try await CircleServer.start(configuration: configuration, logger: logger)
-        } catch let error as IOError {
-            exitWithFailure("serve", CLIFailure.listenFailure(error, host: self.host, port: self.port), verbose: self.verbose)
+            server = try await CircleServer(configuration: configuration, logger: logger)
         } catch {
             exitWithFailure(
                 "serve",
@@ -185,8 +194,33 @@ struct ServeCommand: AsyncParsableCommand {
                 verbose: self.verbose
             )
         }
-        let scheme = tls == nil ? "ws" : "wss"
-        let httpScheme = tls == nil ? "http" : "https"
+        let secure = tls != nil
+        let announcerLogger = logger
+        let announced = AnnounceWhenListening(server: server) { port in
+            self.printBanner(port: port, tls: secure)
+            return try self.makeAnnouncer(port: port, tls: secure, logger: announcerLogger)
+        }
+        let group = ServiceGroup(
+            configuration: .init(
+                services: [
+                    .init(service: server),
+                    // Without a usable network the server goes on serving; the announcer has logged why.
+                    .init(service: announced, successTerminationBehavior: .ignore, failureTerminationBehavior: .ignore),
+                ],
+                gracefulShutdownSignals: [.sigterm, .sigint],
+                logger: logger
+            )
+        )
+        do {
+            try await group.run()
+        } catch let error as IOError {
+            exitWithFailure("serve", CLIFailure.listenFailure(error, host: self.host, port: self.port), verbose: self.verbose)
+        }
+    }
+
+    private func printBanner(port: Int, tls: Bool) {
+        let scheme = tls ? "wss" : "ws"
+        let httpScheme = tls ? "https" : "http"
         let shownHost = self.host.contains(":") ? "[\(self.host)]" : self.host
         let browseHost = ["0.0.0.0", "::"].contains(self.host) ? "127.0.0.1" : shownHost
         let circle = Self.invocation
@@ -194,9 +228,9 @@ struct ServeCommand: AsyncParsableCommand {
         Console.err(
             """
             Circle \(CircleVersion.current) is running.
-              chat page  \(httpScheme)://\(browseHost):\(server.port)/\(self.dev ? "   (--dev: sign in with just a name)" : "")
-              WebSocket  \(scheme)://\(shownHost):\(server.port)/v1/ws   (subprotocol circle.v1)
-              HTTP API   \(httpScheme)://\(shownHost):\(server.port)/v1/circles   health: /healthz   metrics: /metrics
+              chat page  \(httpScheme)://\(browseHost):\(port)/\(self.dev ? "   (--dev: sign in with just a name)" : "")
+              WebSocket  \(scheme)://\(shownHost):\(port)/v1/ws   (subprotocol circle.v1)
+              HTTP API   \(httpScheme)://\(shownHost):\(port)/v1/circles   health: /healthz   metrics: /metrics
               data       \(self.keys.data)
               dev mode   \(self.dev ? "on: GET /v1/dev/token?user=NAME hands out tokens — never in production" : "off (--dev lets the chat page sign in with just a name)")
               a token    \(circle) token --user alice\(dataArgument)
@@ -205,15 +239,6 @@ struct ServeCommand: AsyncParsableCommand {
 
             """
         )
-        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [.init(service: server)]
-        if let announcer = try self.makeAnnouncer(port: server.port, tls: tls != nil, logger: logger) {
-            // Without a usable network the server goes on serving; the announcer has logged why.
-            services.append(.init(service: announcer, successTerminationBehavior: .ignore, failureTerminationBehavior: .ignore))
-        }
-        let group = ServiceGroup(
-            configuration: .init(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
-        )
-        try await group.run()
     }
 
     /// How to run `circle` as this process was run: `swift run circle` from a checkout's
@@ -222,5 +247,17 @@ struct ServeCommand: AsyncParsableCommand {
         let path = ProcessInfo.processInfo.arguments.first ?? "circle"
         if path.contains("/.build/") { return "swift run circle" }
         return path.contains("/") ? path : "circle"
+    }
+}
+
+/// Once the server has bound: the banner, then the LAN announcer (if any) until shutdown.
+struct AnnounceWhenListening: Service {
+    let server: CircleServer
+    let start: @Sendable (Int) throws -> ServiceAnnouncer?
+
+    func run() async throws {
+        guard let port = try? await self.server.listeningPort else { return }
+        guard let announcer = try self.start(port) else { return }
+        try await announcer.run()
     }
 }

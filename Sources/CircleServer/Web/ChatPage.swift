@@ -1,7 +1,8 @@
 import Crypto
 import Foundation
 import NIOCore
-import NIOHTTP1
+import HTTPTypes
+import Hummingbird
 
 /// The browser chat page: the files in `Web/page` (HTML, CSS, JavaScript, an icon; no build
 /// step, no CDN), shipped as this target's package resources and served at `/` and
@@ -97,35 +98,35 @@ struct ChatPage: Sendable {
     }
 
     /// The answer to `GET /` (`name` nil) or `GET /assets/NAME`.
-    func response(for name: String?, request: APIRequest) -> APIResponse {
+    func response(for name: String?, headers requestHeaders: HTTPFields) -> Response {
         guard !self.assets.isEmpty else {
-            var response = APIResponse.error(
+            var response = APIError(
                 .serviceUnavailable,
                 .unavailable,
                 "the chat page's files are missing: install the Circle_CircleServer.resources folder from the build beside this executable"
-            )
+            ).response
             self.addSecurityHeaders(to: &response.headers)
             return response
         }
         guard let asset = self.assets[name ?? "index.html"], name != "index.html" else {
-            var response = APIResponse.error(.notFound, .notFound, "no asset \(name ?? "")")
+            var response = APIError(.notFound, .notFound, "no asset \(name ?? "")").response
             self.addSecurityHeaders(to: &response.headers)
             return response
         }
-        var response = APIResponse(status: .ok, contentType: asset.contentType, body: asset.body)
-        if let tags = request.headers.first(name: "If-None-Match"),
+        var headers: HTTPFields = [.contentType: asset.contentType, .eTag: asset.etag, .cacheControl: "no-cache"]
+        // Always revalidated (cheap with the ETag), so a new server version's page is used at once.
+        self.addSecurityHeaders(to: &headers)
+        if let tags = requestHeaders[.ifNoneMatch],
             tags.split(separator: ",").contains(where: { $0.trimmingCharacters(in: .whitespaces) == asset.etag })
         {
-            response = APIResponse(status: .notModified, contentType: asset.contentType, body: ByteBuffer())
+            return Response(status: .notModified, headers: headers)
         }
-        response.headers.add(name: "ETag", value: asset.etag)
-        // Always revalidated (cheap with the ETag), so a new server version's page is used at once.
-        response.headers.add(name: "Cache-Control", value: "no-cache")
-        self.addSecurityHeaders(to: &response.headers)
-        return response
+        return Response(status: .ok, headers: headers, body: .init(byteBuffer: asset.body))
     }
 
-    func addSecurityHeaders(to headers: inout HTTPHeaders) {
-        for (name, value) in Self.securityHeaders { headers.replaceOrAdd(name: name, value: value) }
+    func addSecurityHeaders(to headers: inout HTTPFields) {
+        for (name, value) in Self.securityHeaders {
+            if let field = HTTPField.Name(name) { headers[field] = value }
+        }
     }
 }

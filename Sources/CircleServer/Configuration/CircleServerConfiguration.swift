@@ -58,6 +58,10 @@ public struct CircleServerConfiguration: Sendable {
     /// Messages shorter than this many bytes are sent uncompressed on a compressed connection
     /// (RFC 7692 allows it; for tiny messages deflate costs more CPU than it saves bytes).
     public var compressionMinimumBytes: Int
+    /// A browser origin on another site allowed to call the HTTP API (CORS), such as
+    /// `https://app.example.com`; `*` allows any. `nil` (the default) sends no CORS headers, so
+    /// browsers keep other sites' pages from reading the API.
+    public var corsOrigin: String?
 
     public struct Limits: Sendable {
         /// Largest post text, in UTF-8 bytes (`too_large`).
@@ -172,7 +176,8 @@ public struct CircleServerConfiguration: Sendable {
         developmentTokens: Bool = false,
         echoEndpoint: Bool = false,
         compression: Bool = false,
-        compressionMinimumBytes: Int = 64
+        compressionMinimumBytes: Int = 64,
+        corsOrigin: String? = nil
     ) {
         self.host = host
         self.port = port
@@ -184,5 +189,6 @@ public struct CircleServerConfiguration: Sendable {
         self.echoEndpoint = echoEndpoint
         self.compression = compression
         self.compressionMinimumBytes = compressionMinimumBytes
+        self.corsOrigin = corsOrigin
     }
 }

@@ -95,13 +95,25 @@ struct MediaFiles: Sendable {
         }
     }
 
+    /// Appends `buffer` to `fd`, all of it, on the thread pool.
+    func write(_ buffer: ByteBuffer, to fd: Int32) async throws {
+        try await self.write(buffer, to: fd, eventLoop: MultiThreadedEventLoopGroup.singleton.any()).get()
+    }
+
+    /// Reads up to `count` bytes at `offset`, on the thread pool.
+    func read(_ fd: Int32, offset: Int64, count: Int, allocator: ByteBufferAllocator) async throws -> ByteBuffer {
+        try await self.read(fd, offset: offset, count: count, allocator: allocator, eventLoop: MultiThreadedEventLoopGroup.singleton.any()).get()
+    }
+
+    /// Closes `fd` on the thread pool without waiting.
+    func closeDetached(_ fd: Int32) {
+        self.threadPool.submit { _ in posixClose(fd) }
+    }
+
     func close(_ fd: Int32) async {
         _ = try? await self.threadPool.runIfActive { posixClose(fd) }
     }
 
-    func closeFuture(_ fd: Int32, eventLoop: any EventLoop) -> EventLoopFuture<Void> {
-        self.threadPool.runIfActive(eventLoop: eventLoop) { posixClose(fd) }
-    }
 
     /// Opens stored media for reading.
     func openMedia(_ id: String) async throws -> Int32 {

@@ -11,8 +11,12 @@ final class PostCommitter: Sendable {
 
     private struct State {
         var pending: [(NewPost, Completion)] = []
-        var running = false
         var accepting = true
+        /// ``run()`` has started and not yet returned.
+        var loopRunning = false
+        /// The idle loop, waiting for posts.
+        var wake: CheckedContinuation<Bool, Never>?
+        /// ``finish()`` callers, resumed when the loop has answered everything and returned.
         var waiters: [CheckedContinuation<Void, Never>] = []
     }
 
@@ -31,39 +35,63 @@ final class PostCommitter: Sendable {
         self.maxBatch = maxBatch
     }
 
-    /// Queues a post; `completion` runs once, on an arbitrary thread.
+    /// Queues a post for ``run()``; `completion` runs once, on an arbitrary thread.
     func submit(_ post: NewPost, completion: @escaping Completion) {
-        let start = self.state.withLockedValue { state -> Bool? in
-            guard state.accepting else { return nil }
+        let queued = self.state.withLockedValue { state -> (Bool, CheckedContinuation<Bool, Never>?) in
+            guard state.accepting else { return (false, nil) }
             state.pending.append((post, completion))
-            if state.running { return false }
-            state.running = true
-            return true
+            defer { state.wake = nil }
+            return (true, state.wake)
         }
-        switch start {
-        case nil:
+        guard queued.0 else {
             completion(.failure(StoreError(.unavailable, "the server is shutting down")))
-        case true?:
-            Task { await self.drain() }
-        case false?:
-            break
+            return
         }
+        queued.1?.resume(returning: true)
+    }
+
+    /// The commit loop: waits for posts, commits what has queued, until ``finish()`` (or
+    /// cancellation) and everything queued is answered. The server's `run()` runs it.
+    func run() async {
+        self.state.withLockedValue { $0.loopRunning = true }
+        while true {
+            let more = await withTaskCancellationHandler {
+                await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+                    let now = self.state.withLockedValue { state -> Bool? in
+                        if !state.pending.isEmpty { return true }
+                        if !state.accepting { return false }
+                        state.wake = continuation
+                        return nil
+                    }
+                    if let now { continuation.resume(returning: now) }
+                }
+            } onCancel: {
+                let wake = self.state.withLockedValue { state -> CheckedContinuation<Bool, Never>? in
+                    state.accepting = false
+                    defer { state.wake = nil }
+                    return state.wake
+                }
+                wake?.resume(returning: false)
+            }
+            guard more else { break }
+            await self.drain()
+        }
+        let waiters = self.state.withLockedValue { state -> [CheckedContinuation<Void, Never>] in
+            state.loopRunning = false
+            defer { state.waiters = [] }
+            return state.waiters
+        }
+        for waiter in waiters { waiter.resume() }
     }
 
     private func drain() async {
         while true {
-            let (taken, waiters) = self.state.withLockedValue { state -> ([(NewPost, Completion)], [CheckedContinuation<Void, Never>]) in
+            let taken = self.state.withLockedValue { state -> [(NewPost, Completion)] in
                 let batch = Array(state.pending.prefix(self.maxBatch))
                 state.pending.removeFirst(batch.count)
-                guard batch.isEmpty else { return (batch, []) }
-                state.running = false
-                defer { state.waiters = [] }
-                return (batch, state.waiters)
+                return batch
             }
-            if taken.isEmpty {
-                for waiter in waiters { waiter.resume() }
-                return
-            }
+            if taken.isEmpty { return }
             var batch = taken
             let started = ContinuousClock.now
             // Posts carry their commit time: one time per batch, so times follow sequence order.
@@ -113,15 +141,28 @@ final class PostCommitter: Sendable {
         }
     }
 
-    /// Stops taking posts and waits until every queued one is committed and answered.
+    /// Stops taking posts and waits until every queued one is committed and answered (by a
+    /// running loop; without one, queued posts are answered "unavailable").
     func finish() async {
-        await withCheckedContinuation { continuation in
-            let busy = self.state.withLockedValue { state -> Bool in
-                state.accepting = false
-                if state.running { state.waiters.append(continuation) }
-                return state.running
+        let orphans = self.state.withLockedValue { state -> [(NewPost, Completion)]? in
+            state.accepting = false
+            guard !state.loopRunning else { return nil }
+            defer { state.pending = [] }
+            return state.pending
+        }
+        if let orphans {
+            for (_, completion) in orphans { completion(.failure(StoreError(.unavailable, "the server is shutting down"))) }
+            return
+        }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let (wake, done) = self.state.withLockedValue { state -> (CheckedContinuation<Bool, Never>?, Bool) in
+                guard state.loopRunning else { return (nil, true) }
+                state.waiters.append(continuation)
+                defer { state.wake = nil }
+                return (state.wake, false)
             }
-            if !busy { continuation.resume() }
+            wake?.resume(returning: false)
+            if done { continuation.resume() }
         }
     }
 }

@@ -99,6 +99,9 @@ final class HTTPTimeoutHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var timer: Scheduled<Void>?
     private var timerDeadline: NIODeadline?
     private let onTimeout: (HTTPTimeoutState.Reason) -> Void
+    /// The request being answered is HTTP/1.0 without keep-alive: the connection ends after its
+    /// answer (the HTTP/1.1 layer above no longer sees the version).
+    private var closeAfterAnswer = false
 
     init(timeouts: HTTPTimeoutState.Timeouts, onTimeout: @escaping (HTTPTimeoutState.Reason) -> Void) {
         self.state = HTTPTimeoutState(timeouts: timeouts, now: .now())
@@ -122,7 +125,9 @@ final class HTTPTimeoutHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch self.unwrapInboundIn(data) {
-        case .head: self.state.requestHead(now: .now())
+        case .head(let head):
+            self.closeAfterAnswer = head.version == .http1_0 && !head.isKeepAlive
+            self.state.requestHead(now: .now())
         case .body: self.state.requestBody(now: .now())
         case .end: self.state.requestEnd(now: .now())
         }
@@ -131,11 +136,43 @@ final class HTTPTimeoutHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
-        if case .end = self.unwrapOutboundIn(data) {
-            self.state.responseEnd(now: .now())
-            self.rearm(context: context)
+        guard case .end = self.unwrapOutboundIn(data) else {
+            context.write(data, promise: promise)
+            return
         }
-        context.write(data, promise: promise)
+        self.state.responseEnd(now: .now())
+        self.rearm(context: context)
+        guard self.closeAfterAnswer else {
+            context.write(data, promise: promise)
+            return
+        }
+        let channel = context.channel
+        let written = context.eventLoop.makePromise(of: Void.self)
+        written.futureResult.whenComplete { _ in Self.close(afterAnswerOn: channel) }
+        written.futureResult.cascade(to: promise)
+        context.write(data, promise: written)
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if error is HTTPParserError, context.channel.isActive {
+            // NIO's HTTPServerProtocolErrorHandler has written a 400 with "Connection: close" and
+            // the decoder reads nothing more: shut the connection once the 400 is out.
+            Self.close(afterAnswerOn: context.channel)
+        }
+        context.fireErrorCaught(error)
+    }
+
+    /// Half-closes once everything written has gone out, keeps reading (and dropping) what the
+    /// client still sends for a moment, so its unread request does not turn the answer into a
+    /// reset before it is read, then closes.
+    static func close(afterAnswerOn channel: any Channel) {
+        channel.close(mode: .output).whenComplete { result in
+            if case .failure = result {
+                channel.close(promise: nil)
+            } else {
+                channel.eventLoop.scheduleTask(in: .seconds(5)) { channel.close(promise: nil) }
+            }
+        }
     }
 
     func channelWritabilityChanged(context: ChannelHandlerContext) {

@@ -1,0 +1,194 @@
+import CircleWire
+import Foundation
+import HTTPTypes
+import Hummingbird
+
+/// Every HTTP route of docs/API.md, registered on a Hummingbird router (or a group of one, for
+/// an app that mounts Circle under a prefix). The routes that need a token sit behind
+/// ``TokenAuthMiddleware``; the WebSocket upgrade itself is answered by ``CircleHTTPChannel``
+/// before the router sees the request, so `/v1/ws` and `/v1/echo` here answer only requests
+/// that are not upgrades.
+struct CircleRoutes: Sendable {
+    let services: ServerServices
+    let media: MediaService
+
+    func add<Context: CircleRequestContext>(to router: some RouterMethods<Context>) {
+        let services = self.services
+        router.get(RouterPath(HTTPAPI.Path.health)) { _, _ in
+            Response.json(
+                .ok,
+                HTTPAPI.Health(status: services.isAccepting ? "ok" : "shutting_down", connections: services.hub.connectionCount)
+            )
+        }
+        router.get(RouterPath(HTTPAPI.Path.metrics)) { _, _ in
+            Response(
+                status: .ok,
+                headers: [.contentType: "text/plain; version=0.0.4"],
+                body: .init(byteBuffer: ByteBuffer(bytes: services.metrics.render()))
+            )
+        }
+        for path in [HTTPAPI.Path.health, HTTPAPI.Path.metrics] {
+            for method in [HTTPRequest.Method.post, .put, .delete, .patch, .head, .options] {
+                router.on(RouterPath(path), method: method) { _, _ -> Response in
+                    throw APIError(.methodNotAllowed, .badRequest, "\(path) answers GET only", headers: [.allow: "GET"])
+                }
+            }
+        }
+        router.get("/") { request, _ in ChatPage.shared.response(for: nil, headers: request.headers) }
+        router.get("/assets/{file}") { request, context in
+            ChatPage.shared.response(for: try context.parameters.require("file"), headers: request.headers)
+        }
+        router.get("/favicon.ico") { _, _ in Response(status: .noContent, headers: [.contentType: "image/x-icon"]) }
+        router.get(RouterPath(HTTPAPI.Path.config)) { _, _ in
+            Response.json(.ok, HTTPAPI.ServerConfig(developmentTokens: services.configuration.developmentTokens, subprotocol: circleSubprotocol))
+        }
+        router.get(RouterPath(HTTPAPI.Path.developmentToken)) { request, _ in
+            try await self.developmentToken(request)
+        }
+        for path in [HTTPAPI.Path.webSocket, HTTPAPI.Path.echo] {
+            for method in [HTTPRequest.Method.get, .post, .put, .delete, .patch, .head] {
+                router.on(RouterPath(path), method: method) { request, _ -> Response in
+                    if request.headers[values: .upgrade].contains(where: { $0.lowercased() == "websocket" }) {
+                        throw APIError(
+                            .badRequest,
+                            .badRequest,
+                            "invalid WebSocket upgrade: it needs Sec-WebSocket-Key and Sec-WebSocket-Version: 13, as the first request on its connection"
+                        )
+                    }
+                    throw APIError(.upgradeRequired, .badRequest, "\(path) speaks WebSocket only")
+                }
+            }
+        }
+
+        let authenticated = router.group().add(middleware: TokenAuthMiddleware<Context>(services: services))
+        self.addCircles(to: authenticated)
+        MediaRoutes(media: self.media).add(to: authenticated)
+    }
+
+    private func developmentToken(_ request: Request) async throws -> Response {
+        guard self.services.configuration.developmentTokens else {
+            throw APIError(.notFound, .notFound, "development tokens are off (start the server with --dev)")
+        }
+        guard let name = request.uri.queryParameters.get("user"), TokenAuthority.isValidUserName(name) else {
+            throw APIError(.badRequest, .badRequest, "give ?user=NAME (letters, digits, . _ - @; at most 64)")
+        }
+        do {
+            let token = try await self.services.authority.mint(user: name, ttl: .seconds(24 * 3600))
+            return .json(.ok, HTTPAPI.DevelopmentToken(token: token, user: name))
+        } catch {
+            throw APIError(.internalServerError, .internalError, "could not mint a token: \(error)")
+        }
+    }
+
+    // MARK: - Circles
+
+    /// Circle names: 1–64 characters of lower-case letters, digits, `.`, `_`, `-`.
+    static func isValidCircleName(_ name: String) -> Bool {
+        !name.isEmpty && name.utf8.count <= 64
+            && name.utf8.allSatisfy { ($0 >= 0x61 && $0 <= 0x7A) || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x2E || $0 == 0x5F || $0 == 0x2D }
+    }
+
+    private func addCircles<Context: CircleRequestContext>(to router: some RouterMethods<Context>) {
+        let store = self.services.store
+        router.get(RouterPath(HTTPAPI.Path.circles)) { _, context in
+            let user = try context.requireUser().name
+            return Response.json(.ok, HTTPAPI.CircleList(circles: try await store.circles(visibleTo: user).map(Self.body)))
+        }
+        router.post(RouterPath(HTTPAPI.Path.circles)) { request, context in
+            let user = try context.requireUser().name
+            var request = request
+            let body = try await request.jsonBody()
+            guard let create = HTTPAPI.decode(HTTPAPI.CreateCircle.self, from: body.readableBytesView) else {
+                throw APIError(.badRequest, .badRequest, "send {\"name\": \"…\", \"private\": false}")
+            }
+            guard Self.isValidCircleName(create.name) else {
+                throw APIError(.badRequest, .badRequest, "a circle name has 1–64 characters: a–z, 0–9, . _ -")
+            }
+            let info = try await store.createCircle(
+                name: create.name,
+                owner: user,
+                isPrivate: create.private ?? false,
+                createdAt: Int64(Date().timeIntervalSince1970 * 1000)
+            )
+            return Response.json(.created, Self.body(info))
+        }
+        let circle = HTTPAPI.Path.circles + "/{name}"
+        router.get(RouterPath(circle)) { _, context in
+            Response.json(.ok, Self.body(try await self.visibleCircle(context)))
+        }
+        router.get(RouterPath(circle + "/messages")) { request, context in
+            let info = try await self.visibleCircle(context)
+            return try await self.messages(request, circle: info.name)
+        }
+        router.get(RouterPath(circle + "/members")) { _, context in
+            let info = try await self.visibleCircle(context)
+            return Response.json(.ok, HTTPAPI.MemberList(members: try await store.members(of: info.name)))
+        }
+        router.post(RouterPath(circle + "/members")) { request, context in
+            let info = try await self.visibleCircle(context)
+            let user = try context.requireUser().name
+            guard info.owner == user else { throw APIError(.forbidden, .forbidden, "only the owner (\(info.owner)) adds members") }
+            var request = request
+            let body = try await request.jsonBody()
+            guard let add = HTTPAPI.decode(HTTPAPI.AddMember.self, from: body.readableBytesView), TokenAuthority.isValidUserName(add.user) else {
+                throw APIError(.badRequest, .badRequest, "send {\"user\": \"name\"}")
+            }
+            try await store.addMember(add.user, to: info.name)
+            return Response.json(.ok, HTTPAPI.MemberList(members: try await store.members(of: info.name)))
+        }
+        router.delete(RouterPath(circle + "/members/{user}")) { _, context in
+            let info = try await self.visibleCircle(context)
+            let user = try context.requireUser().name
+            let member = try context.parameters.require("user")
+            guard info.owner == user || member == user else {
+                throw APIError(.forbidden, .forbidden, "only the owner removes other members")
+            }
+            guard member != info.owner else {
+                throw APIError(.badRequest, .badRequest, "the owner stays a member of their circle")
+            }
+            try await store.removeMember(member, from: info.name)
+            if info.isPrivate { self.services.hub.revoke(user: member, from: info.name) }
+            return Response.json(.ok, HTTPAPI.MemberList(members: try await store.members(of: info.name)))
+        }
+    }
+
+    /// The circle of the `{name}` in the path, if the user may see it: 404 when there is none,
+    /// 403 when it is private and the user is not a member.
+    private func visibleCircle(_ context: some CircleRequestContext) async throws -> CircleInfo {
+        let name = try context.parameters.require("name")
+        let user = try context.requireUser().name
+        guard let info = try await self.services.store.circle(named: name) else {
+            throw APIError(.notFound, .notFound, "no circle \"\(name)\"")
+        }
+        if info.isPrivate, try await !self.services.store.isMember(user, of: name) {
+            throw APIError(.forbidden, .forbidden, "\"\(name)\" is private and you are not a member")
+        }
+        return info
+    }
+
+    /// `GET /v1/circles/{name}/messages?before=&after=&limit=`: the same paging as `history`.
+    private func messages(_ request: Request, circle: String) async throws -> Response {
+        let query = request.uri.queryParameters
+        func integer(_ key: String) -> Int64?? {
+            guard let text = query.get(key) else { return .some(nil) }
+            guard let value = Int64(text), value >= 0 else { return nil }
+            return .some(value)
+        }
+        guard let before = integer("before"), let after = integer("after"), let limitValue = integer("limit") else {
+            throw APIError(.badRequest, .badRequest, "before, after and limit are non-negative integers")
+        }
+        let limit = Int(limitValue ?? 50)
+        guard (1...200).contains(limit) else { throw APIError(.badRequest, .badRequest, "limit is between 1 and 200") }
+        guard before == nil || after == nil else { throw APIError(.badRequest, .badRequest, "give before or after, not both") }
+        if let after {
+            let page = try await self.services.store.posts(in: circle, after: after, limit: limit + 1)
+            return .json(.ok, HTTPAPI.MessagePage(posts: Array(page.prefix(limit)), more: page.count > limit))
+        }
+        let page = try await self.services.store.posts(in: circle, before: before, limit: limit + 1)
+        return .json(.ok, HTTPAPI.MessagePage(posts: Array(page.suffix(limit)), more: page.count > limit))
+    }
+
+    private static func body(_ info: CircleInfo) -> HTTPAPI.Circle {
+        HTTPAPI.Circle(name: info.name, owner: info.owner, private: info.isPrivate, createdAt: info.createdAt, lastSeq: info.lastSeq)
+    }
+}
