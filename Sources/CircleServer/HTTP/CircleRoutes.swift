@@ -140,6 +140,9 @@ struct CircleRoutes: Sendable {
             let info = try await self.visibleCircle(context)
             let user = try context.requireUser().name
             let member = try context.parameters.require("user")
+            guard TokenAuthority.isValidUserName(member) else {
+                throw APIError(.badRequest, .badRequest, "\"\(member)\" is not a valid user name")
+            }
             guard info.owner == user || member == user else {
                 throw APIError(.forbidden, .forbidden, "only the owner removes other members")
             }

@@ -228,8 +228,12 @@ struct MediaService: Sendable {
 
     /// `POST /v1/media/uploads`: creates a resumable upload.
     func createUpload(body: ByteBuffer, user: String) async throws -> Response {
-        guard let create = HTTPAPI.decode(HTTPAPI.CreateUpload.self, from: body.readableBytesView), create.length >= 0 else {
+        guard let create = HTTPAPI.decode(HTTPAPI.CreateUpload.self, from: body.readableBytesView) else {
             throw APIError(.badRequest, .badRequest, "send {\"length\": BYTES, \"contentType\": \"image/jpeg\"}")
+        }
+        // An empty file is no photo (its type could never be checked against its bytes).
+        guard create.length >= 1 else {
+            throw APIError(.badRequest, .badRequest, "length is the photo's size in bytes: 1 or more")
         }
         guard let contentType = MediaType.normalize(create.contentType) else { throw Self.unsupportedType(create.contentType) }
         guard create.length <= self.maxBytes else { throw self.tooLarge(create.length) }
