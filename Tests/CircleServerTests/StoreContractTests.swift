@@ -47,16 +47,7 @@ enum StoreLocation: Sendable {
     func withStore<T>(at location: StoreLocation, _ body: (any CircleStore) async throws -> T) async throws -> T {
         switch location {
         case .sqlite(let path):
-            let store = try await SQLiteStore.open(path: path, logger: Self.logger)
-            do {
-                try await store.migrate()
-                let result = try await body(store)
-                try await store.close()
-                return result
-            } catch {
-                try? await store.close()
-                throw error
-            }
+            return try await SQLiteStoreTests().withStore(at: path) { try await body($0) }
         case .postgres(let url):
             let store = try PostgresStore(url: url, logger: Self.logger)
             let pool = Task { await store.run() }

@@ -283,9 +283,8 @@ public final class PostgresStore: CircleStore {
         var existing: [PostKey: CirclePost] = [:]
         let stored = try await connection.query(
             """
-            SELECT p.circle, p.seq, p.author, p.client_id, p.text, p.attachment, p.time
-            FROM posts p JOIN unnest(\(circles)::text[], \(authors)::bytea[], \(clientIDs)::bytea[]) AS k(circle, author, client_id)
-              ON p.circle = k.circle AND p.author = k.author AND p.client_id = k.client_id
+            SELECT \(unescaped: Self.postColumns) FROM posts JOIN unnest(\(circles)::text[], \(authors)::bytea[], \(clientIDs)::bytea[]) AS k(key_circle, key_author, key_client_id)
+              ON posts.circle = k.key_circle AND posts.author = k.key_author AND posts.client_id = k.key_client_id
             """,
             logger: logger
         )
@@ -329,27 +328,29 @@ public final class PostgresStore: CircleStore {
 
     public func posts(in circle: String, after: Int64, limit: Int) async throws -> [CirclePost] {
         guard limit > 0 else { return [] }
-        return try await self.operation("read posts") {
-            let rows = try await self.client.query(
-                "SELECT circle, seq, author, client_id, text, attachment, time FROM posts WHERE circle = \(circle) AND seq > \(after) ORDER BY seq LIMIT \(limit)",
-                logger: self.logger
-            )
-            var posts: [CirclePost] = []
-            for try await row in rows.decode(PostRow.self) { posts.append(Self.post(row)) }
-            return posts
-        }
+        return try await self.readPosts(
+            "SELECT \(unescaped: Self.postColumns) FROM posts WHERE circle = \(circle) AND seq > \(after) ORDER BY seq LIMIT \(limit)"
+        )
     }
 
     public func posts(in circle: String, before: Int64?, limit: Int) async throws -> [CirclePost] {
         guard limit > 0 else { return [] }
-        return try await self.operation("read posts") {
-            let rows = try await self.client.query(
-                "SELECT circle, seq, author, client_id, text, attachment, time FROM posts WHERE circle = \(circle) AND seq < \(before ?? .max) ORDER BY seq DESC LIMIT \(limit)",
-                logger: self.logger
-            )
+        let newestFirst = try await self.readPosts(
+            "SELECT \(unescaped: Self.postColumns) FROM posts WHERE circle = \(circle) AND seq < \(before ?? .max) ORDER BY seq DESC LIMIT \(limit)"
+        )
+        return newestFirst.reversed()
+    }
+
+    /// The columns ``post(_:)`` reads, in its order.
+    static let postColumns = "circle, seq, author, client_id, text, attachment, time"
+
+    private func readPosts(_ query: PostgresQuery) async throws -> [CirclePost] {
+        try await self.operation("read posts") {
             var posts: [CirclePost] = []
-            for try await row in rows.decode(PostRow.self) { posts.append(Self.post(row)) }
-            return posts.reversed()
+            for try await row in try await self.client.query(query, logger: self.logger).decode(PostRow.self) {
+                posts.append(Self.post(row))
+            }
+            return posts
         }
     }
 
