@@ -10,7 +10,7 @@ import ServiceLifecycle
 struct ServeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "serve",
-        abstract: "Run the Circle server on its embedded SQLite store.",
+        abstract: "Run the Circle server on its embedded SQLite store (or on PostgreSQL with --postgres).",
         discussion: """
             With no options it listens on 127.0.0.1:8080, keeps its data in ./circle-data and \
             generates a token secret there; the chat page is at http://127.0.0.1:8080/. The \
@@ -20,8 +20,13 @@ struct ServeCommand: AsyncParsableCommand {
             SIGINT/SIGTERM shut down gracefully: no new connections, in-flight posts committed, \
             WebSockets closed with 1001.
 
-            Exit status: 0 stopped by SIGINT/SIGTERM; 5 cannot start: the port is in use or may \
-            not be bound, the data directory or a key or certificate file cannot be used; 64 usage.
+            With --postgres (or CIRCLE_POSTGRES_URL), circles, members, posts and upload records are \
+            kept in PostgreSQL instead; photo bytes and the token secret stay in the data directory. \
+            This version runs one node per database: a second node on the same database refuses to start.
+
+            Exit status: 0 stopped by SIGINT/SIGTERM; 2 PostgreSQL cannot be reached; 5 cannot start: \
+            the port is in use or may not be bound, the data directory or a key or certificate file \
+            cannot be used, another node serves the PostgreSQL database; 64 usage.
 
             Examples:
               circle serve
@@ -99,6 +104,15 @@ struct ServeCommand: AsyncParsableCommand {
         )
     )
     var corsOrigin: String?
+
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "Keep the data in PostgreSQL: postgres://USER:PASSWORD@HOST:PORT/DATABASE[?sslmode=disable|prefer|require|verify-full]. Env: CIRCLE_POSTGRES_URL.",
+            valueName: "url"
+        )
+    )
+    var postgres: String?
 
     @Flag(name: .shortAndLong, help: "When the server cannot start, print the technical details too.")
     var verbose = false
@@ -184,13 +198,45 @@ struct ServeCommand: AsyncParsableCommand {
             compressionMinimumBytes: self.compressionMinBytes,
             corsOrigin: self.corsOrigin ?? ProcessInfo.processInfo.environment["CIRCLE_CORS_ORIGIN"]
         )
+        guard let postgresURL = self.postgres ?? ProcessInfo.processInfo.environment["CIRCLE_POSTGRES_URL"] else {
+            try await self.serve(configuration: configuration, store: nil, logger: logger)
+            return
+        }
+        let store: PostgresStore
+        do {
+            store = try PostgresStore(url: postgresURL, logger: logger)
+        } catch let error as PostgresStore.ConfigurationError {
+            throw ValidationError("--postgres: \(error.message)")
+        }
+        // The store's connection pool runs beside the server, in this task's group.
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await store.run() }
+            do {
+                try await store.claimSoleNode()
+            } catch let error as StoreError where error.code == .conflict {
+                exitWithFailure("serve", CLIFailure(.local, error.message), verbose: self.verbose)
+            } catch {
+                exitWithFailure(
+                    "serve",
+                    CLIFailure(.unreachable, "PostgreSQL at \(store.configuration.redacted) cannot be used: \(error)", detail: String(reflecting: error)),
+                    verbose: self.verbose
+                )
+            }
+            try await self.serve(configuration: configuration, store: store, logger: logger)
+            group.cancelAll()
+        }
+    }
+
+    private func serve(configuration: CircleServerConfiguration, store: PostgresStore?, logger: Logger) async throws {
+        let tls = configuration.tls
         let server: CircleServer
         do {
-            server = try await CircleServer(configuration: configuration, logger: logger)
+            server = try await CircleServer(configuration: configuration, store: store, logger: logger)
         } catch {
+            let hint = store.map { "check PostgreSQL at \($0.configuration.redacted)" } ?? "check that \(self.keys.data) is a directory you may write"
             exitWithFailure(
                 "serve",
-                CLIFailure(.local, "the server could not start: \(error) — check that \(self.keys.data) is a directory you may write", detail: String(reflecting: error)),
+                CLIFailure(.local, "the server could not start: \(error) — \(hint)", detail: String(reflecting: error)),
                 verbose: self.verbose
             )
         }

@@ -103,24 +103,31 @@ extension PostgresStore {
             "postgres://\(self.user)\(self.password == nil ? "" : ":***")@\(self.host):\(self.port)/\(self.database)?sslmode=\(self.tlsMode.rawValue)"
         }
 
-        func clientTLS() throws -> PostgresClient.Configuration.TLS {
-            var unverified = TLSConfiguration.makeClientConfiguration()
-            unverified.certificateVerification = .none
+        /// The TLS settings of `tlsMode`, nil for `disable`.
+        private func tlsConfiguration() -> TLSConfiguration? {
+            var configuration = TLSConfiguration.makeClientConfiguration()
             switch self.tlsMode {
             case .disable:
-                return .disable
-            case .prefer:
-                return .prefer(unverified)
-            case .require:
-                return .require(unverified)
+                return nil
+            case .prefer, .require:
+                configuration.certificateVerification = .none
             case .verifyFull:
-                var verified = TLSConfiguration.makeClientConfiguration()
-                verified.certificateVerification = .fullVerification
-                if let path = self.rootCertificatePath {
-                    verified.trustRoots = .file(path)
-                }
-                return .require(verified)
+                configuration.certificateVerification = .fullVerification
+                if let path = self.rootCertificatePath { configuration.trustRoots = .file(path) }
             }
+            return configuration
+        }
+
+        func clientTLS() -> PostgresClient.Configuration.TLS {
+            guard let tls = self.tlsConfiguration() else { return .disable }
+            return self.tlsMode == .prefer ? .prefer(tls) : .require(tls)
+        }
+
+        /// The same choice for a single connection.
+        func connectionTLS() throws -> PostgresConnection.Configuration.TLS {
+            guard let tls = self.tlsConfiguration() else { return .disable }
+            let context = try NIOSSLContext(configuration: tls)
+            return self.tlsMode == .prefer ? .prefer(context) : .require(context)
         }
     }
 

@@ -42,6 +42,9 @@ import PostgresNIO
 public final class PostgresStore: CircleStore {
     let client: PostgresClient
     let logger: Logger
+    public let configuration: Configuration
+    /// The connection that holds the sole-node lock (``claimSoleNode()``), closed when ``run()`` ends.
+    private let soleNodeConnection = NIOLockedValueBox<PostgresConnection?>(nil)
     /// How long a commit whose outcome is unknown keeps trying to learn it.
     let commitTruthDeadline: Duration
     let commitRetryDelay: Duration
@@ -71,7 +74,7 @@ public final class PostgresStore: CircleStore {
             username: configuration.user,
             password: configuration.password,
             database: configuration.database,
-            tls: try configuration.clientTLS()
+            tls: configuration.clientTLS()
         )
         clientConfiguration.options.maximumConnections = maximumConnections
         clientConfiguration.options.connectTimeout = .seconds(5)
@@ -79,6 +82,7 @@ public final class PostgresStore: CircleStore {
         logger[metadataKey: "circle.store"] = "postgres"
         self.client = PostgresClient(configuration: clientConfiguration, backgroundLogger: logger)
         self.logger = logger
+        self.configuration = configuration
         self.commitTruthDeadline = commitTruthDeadline
         self.commitRetryDelay = commitRetryDelay
         self.operationTimeout = operationTimeout
@@ -88,6 +92,52 @@ public final class PostgresStore: CircleStore {
     /// `ServiceGroup`). Queries wait for it.
     public func run() async {
         await self.client.run()
+        if let connection = self.soleNodeConnection.withLockedValue({ value -> PostgresConnection? in
+            defer { value = nil }
+            return value
+        }) {
+            try? await connection.close()
+        }
+    }
+
+    /// A fixed key for `pg_try_advisory_lock`: the node that holds it serves the database.
+    static let soleNodeLockKey: Int64 = 0x4369_7263_6C65_01
+
+    /// Makes this process the only Circle node on the database until ``run()`` ends, or throws
+    /// `StoreError(.conflict)` when another node already is.
+    ///
+    /// Posts committed through one node reach the subscribers of that node only: until nodes
+    /// learn from each other that a circle advanced, a second node on the same database would
+    /// leave its subscribers without the first node's live posts (they would find them only when
+    /// they resume). The lock is a session-level advisory lock on a connection of its own, so it
+    /// goes away with this process, also on SIGKILL.
+    public func claimSoleNode() async throws {
+        try await self.operation("claim the database") {
+            let connection = try await PostgresConnection.connect(
+                configuration: .init(
+                    host: self.configuration.host,
+                    port: self.configuration.port,
+                    username: self.configuration.user,
+                    password: self.configuration.password,
+                    database: self.configuration.database,
+                    tls: try self.configuration.connectionTLS()
+                ),
+                id: 0,
+                logger: self.logger
+            )
+            var claimed = false
+            for try await value in try await connection.query("SELECT pg_try_advisory_lock(\(Self.soleNodeLockKey))", logger: self.logger).decode(Bool.self) {
+                claimed = value
+            }
+            guard claimed else {
+                try? await connection.close()
+                throw StoreError(
+                    .conflict,
+                    "another Circle node already serves the database \(self.configuration.database) at \(self.configuration.host):\(self.configuration.port); this version runs one node per database"
+                )
+            }
+            self.soleNodeConnection.withLockedValue { $0 = connection }
+        }
     }
 
     // MARK: - Circles and members
