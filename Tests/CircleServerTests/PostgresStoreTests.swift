@@ -154,7 +154,9 @@ import Testing
         let store = try PostgresStore(
             configuration: .init(url: database.url + "?sslmode=disable"),
             commitRetryDelay: .milliseconds(100),
-            operationTimeout: .seconds(3),
+            // The default bound: a freshly started PostgreSQL on a loaded machine can take seconds
+            // to migrate, and a commit that hangs after the restart is cut at this bound.
+            operationTimeout: .seconds(10),
             logger: Self.logger
         )
         let pool = Task { await store.run() }

@@ -142,8 +142,10 @@ public final class PostgresStore: CircleStore {
 
     // MARK: - Circles and members
 
+    /// Migrations may wait for another node's (they take turns on an advisory lock) and run DDL,
+    /// so they get a longer bound than other operations: 2 minutes.
     public func migrate() async throws {
-        try await self.operation("migrate") {
+        try await self.operation("migrate", limit: .seconds(120)) {
             try await Self.applyMigrations(client: self.client, logger: self.logger)
         }
     }
@@ -429,9 +431,13 @@ public final class PostgresStore: CircleStore {
     /// Runs one store operation within ``operationTimeout``, mapping what postgres-nio throws to
     /// ``StoreError``. Without the bound, a request would wait for a connection for as long as
     /// PostgreSQL is unreachable.
-    func operation<T: Sendable>(_ name: String, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    func operation<T: Sendable>(
+        _ name: String,
+        limit: Duration? = nil,
+        _ body: @escaping @Sendable () async throws -> T
+    ) async throws -> T {
         do {
-            return try await self.withTimeout(name, body)
+            return try await self.withTimeout(name, limit: limit, body)
         } catch {
             let storeError = Self.storeError(error, name)
             if storeError.code == .unavailable {
@@ -452,8 +458,12 @@ public final class PostgresStore: CircleStore {
     /// `body` runs in a task of its own that is cancelled on timeout but not waited for: a query on
     /// a connection PostgreSQL dropped without closing can stay pending, and a task group would wait
     /// for it. An abandoned commit attempt is harmless: commits are keyed by idempotency keys.
-    func withTimeout<T: Sendable>(_ name: String, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
-        let limit = self.operationTimeout
+    func withTimeout<T: Sendable>(
+        _ name: String,
+        limit: Duration? = nil,
+        _ body: @escaping @Sendable () async throws -> T
+    ) async throws -> T {
+        let limit = limit ?? self.operationTimeout
         let answer = NIOLockedValueBox<CheckedContinuation<T, any Error>?>(nil)
         let tasks = NIOLockedValueBox<(work: Task<Void, Never>?, timer: Task<Void, Never>?)>((nil, nil))
         @Sendable func resolve(_ result: Result<T, any Error>) {
