@@ -224,6 +224,7 @@ struct BenchRecoveryCommand: AsyncParsableCommand {
     )
 
     @Option(help: "The server's ws://…/v1/ws URL.") var url: String
+    @Option(help: "Another node's ws://…/v1/ws URL, after --url in every client's servers list (repeatable).") var failover: [String] = []
     @Option(help: "Access token of the subscribers (one user; raise the server's --max-connections-per-user).") var token: String
     @Option(help: "Access token of the publisher.") var publisherToken: String
     @Option(help: "The circle (it must exist).") var circle: String = "general"
@@ -251,7 +252,7 @@ struct BenchRecoveryCommand: AsyncParsableCommand {
         let rate = self.rate
         let tracker = RecoveryTracker(subscribers: self.subscribers)
         func makeClient(_ token: String) async throws -> CircleClient {
-            try await CircleClient(configuration: .init(servers: [self.url], tokenProvider: { token }))
+            try await CircleClient(configuration: .init(servers: [self.url] + self.failover, tokenProvider: { token }))
         }
         var made: [CircleClient] = []
         for _ in 0..<self.subscribers { made.append(try await makeClient(self.token)) }

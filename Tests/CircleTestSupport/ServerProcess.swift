@@ -15,6 +15,9 @@ public final class ServerProcess: @unchecked Sendable {
     public let arguments: [String]
     /// Run the server with this open-file limit (`ulimit -n`, soft and hard).
     public let openFileLimit: Int?
+    /// Append the server's standard output and error to this file (each start adds to it);
+    /// `nil` discards them.
+    public let logFile: String?
 
     /// The server's process id while it runs.
     public var pid: Int32? { self.process?.processIdentifier }
@@ -26,11 +29,12 @@ public final class ServerProcess: @unchecked Sendable {
             .appendingPathComponent(".build/debug/circle")
     }
 
-    public init(port: Int, dataDirectory: String, arguments: [String] = [], openFileLimit: Int? = nil) {
+    public init(port: Int, dataDirectory: String, arguments: [String] = [], openFileLimit: Int? = nil, logFile: String? = nil) {
         self.port = port
         self.dataDirectory = dataDirectory
         self.arguments = arguments
         self.openFileLimit = openFileLimit
+        self.logFile = logFile
     }
 
     /// Starts the server and waits until `/healthz` answers.
@@ -51,8 +55,22 @@ public final class ServerProcess: @unchecked Sendable {
             process.executableURL = Self.binary
             process.arguments = arguments
         }
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
+        var log: FileHandle?
+        if let logFile = self.logFile {
+            if !FileManager.default.fileExists(atPath: logFile) {
+                _ = FileManager.default.createFile(atPath: logFile, contents: nil)
+            }
+            guard let handle = FileHandle(forWritingAtPath: logFile) else { throw ServerProcessError("cannot write \(logFile)") }
+            handle.seekToEndOfFile()
+            process.standardOutput = handle
+            process.standardError = handle
+            log = handle
+        } else {
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+        }
+        // The child has its own copy of the log's descriptor; ours is closed once it runs.
+        defer { try? log?.close() }
         try process.run()
         self.process = process
         let deadline = ContinuousClock.now + .seconds(20)
@@ -61,6 +79,10 @@ public final class ServerProcess: @unchecked Sendable {
             request.timeoutInterval = 1
             if let (_, response) = try? await URLSession.shared.data(for: request), (response as? HTTPURLResponse)?.statusCode == 200 {
                 return
+            }
+            if !process.isRunning {
+                self.process = nil
+                throw ServerProcessError("the server on port \(self.port) exited with \(process.terminationStatus) before it answered /healthz")
             }
             try await Task.sleep(for: .milliseconds(50))
         }
