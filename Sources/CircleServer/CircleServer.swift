@@ -257,6 +257,7 @@ public final class CircleServer: Service, Sendable {
                     hub: services.hub,
                     store: services.store,
                     pollInterval: services.configuration.nodePollInterval,
+                    metrics: services.metrics,
                     logger: services.logger
                 )
             }

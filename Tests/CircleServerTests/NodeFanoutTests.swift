@@ -51,6 +51,14 @@ import Testing
         return seqs
     }
 
+    /// A counter's value in a `/metrics` page (0 when absent).
+    static func counter(_ name: String, in page: String) -> Double {
+        for line in page.split(separator: "\n") where line.hasPrefix(name + " ") {
+            return Double(line.dropFirst(name.count + 1)) ?? -1
+        }
+        return 0
+    }
+
     @Test("posts through both nodes reach readers on both, each once and in order")
     func postsAcrossNodes() async throws {
         let nodes = try await Nodes()
@@ -86,6 +94,9 @@ import Testing
         let expected = Array(Int64(1)...Int64(2 * perWriter))
         #expect(try await Self.posts(2 * perWriter, on: readerA, in: "general") == expected)
         #expect(try await Self.posts(2 * perWriter, on: readerB, in: "general") == expected)
+        let metrics = try await nodes.b.http("GET", "/metrics").body
+        #expect(Self.counter("circle_node_signals_received_total", in: metrics) >= 1, "\(metrics)")
+        #expect(Self.counter("circle_node_signals_sent_total", in: metrics) >= 1, "\(metrics)")
 
         // A late reader on B resumes from 10 and gets the rest once, in order.
         let late = try await TestClient.connect(nodes.b, user: "lou")
@@ -145,6 +156,10 @@ import Testing
             #expect(try await ann.request { .post("p\(index)", to: "quiet", id: $0) }.errorCode == nil)
         }
         #expect(try await Self.posts(20, on: bob, in: "quiet") == Array(1...20))
+        // B learned of them only by reading the store; A sent no signal.
+        let metrics = try await nodes.b.http("GET", "/metrics").body
+        #expect(Self.counter("circle_node_reads_total", in: metrics) >= 1, "\(metrics)")
+        #expect(Self.counter("circle_node_signals_received_total", in: metrics) == 0, "\(metrics)")
 
         #expect(try await nodes.a.http("DELETE", "/v1/circles/quiet/members/bob", token: token).status < 300)
         var left = false

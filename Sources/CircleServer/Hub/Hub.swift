@@ -173,29 +173,33 @@ final class Hub: Sendable {
         return count
     }
 
-    /// What another node sharing the store said.
-    func receive(_ signal: NodeSignal) {
+    /// What another node sharing the store said. Returns the number of post deliveries.
+    @discardableResult
+    func receive(_ signal: NodeSignal) -> Int {
         switch signal.kind {
         case .posts(let circle, let first, let last, let posts):
             if let posts, !posts.isEmpty, posts.allSatisfy({ $0.circle == circle }) {
-                self.sequence(circle) { $0.stored(posts.sorted { $0.seq < $1.seq }) }
-            } else {
-                self.sequence(circle) { $0.advanced(circle, first: first, last: last) }
+                return self.sequence(circle) { $0.stored(posts.sorted { $0.seq < $1.seq }) }
             }
+            return self.sequence(circle) { $0.advanced(circle, first: first, last: last) }
         case .ephemeral(let circle, let json, let limit):
             self.broadcastHere(HubPayload(text: self.allocator.buffer(string: json)), in: circle, except: nil, limit: limit)
         case .revoke(let circle, let user):
             self.revokeHere(user: user, from: circle)
         }
+        return 0
     }
 
-    /// The poll's news: `circle`'s newest stored post is `last`.
-    func advanced(_ circle: String, to last: Int64) {
+    /// The poll's news: `circle`'s newest stored post is `last`. Returns the number of deliveries.
+    @discardableResult
+    func advanced(_ circle: String, to last: Int64) -> Int {
         self.sequence(circle) { $0.advanced(circle, first: nil, last: last) }
     }
 
-    /// The answer to a read the sequencer asked for (`nil`: the read failed).
-    func readCompleted(_ circle: String, after: Int64, _ posts: [CirclePost]?) {
+    /// The answer to a read the sequencer asked for (`nil`: the read failed). Returns the
+    /// number of deliveries.
+    @discardableResult
+    func readCompleted(_ circle: String, after: Int64, _ posts: [CirclePost]?) -> Int {
         self.sequence(circle) { $0.read(circle, after: after, posts) }
     }
 

@@ -59,13 +59,13 @@ final class NodeLink: Sendable {
 
     /// Reads for holes, and with a shared store: sends signals, listens for the other nodes'
     /// and polls every `pollInterval`. Until cancelled.
-    func run(hub: Hub, store: any CircleStore, pollInterval: Duration, logger: Logger) async {
+    func run(hub: Hub, store: any CircleStore, pollInterval: Duration, metrics: ServerMetrics, logger: Logger) async {
         await withDiscardingTaskGroup { group in
-            group.addTask { await self.serveReads(hub: hub, store: store, logger: logger) }
+            group.addTask { await self.serveReads(hub: hub, store: store, metrics: metrics, logger: logger) }
             guard let shared = store as? any SharedCircleStore else { return }
             self.outbox.withLockedValue { $0.enabled = true }
-            let poll = Poll(hub: hub, store: shared, logger: logger)
-            group.addTask { await self.sendSignals(store: shared, logger: logger) }
+            let poll = Poll(hub: hub, store: shared, metrics: metrics, logger: logger)
+            group.addTask { await self.sendSignals(store: shared, metrics: metrics, logger: logger) }
             group.addTask {
                 await shared.listen(
                     connected: { await poll.run() },
@@ -74,7 +74,9 @@ final class NodeLink: Sendable {
                             logger.debug("ignored a notification that is not a node signal")
                             return
                         }
-                        if signal.node != self.node { hub.receive(signal) }
+                        guard signal.node != self.node else { return }
+                        metrics.nodeSignalsReceived.increment()
+                        metrics.deliveries.increment(by: hub.receive(signal))
                     }
                 )
             }
@@ -95,11 +97,12 @@ final class NodeLink: Sendable {
         waiting?.resume()
     }
 
-    private func serveReads(hub: Hub, store: any CircleStore, logger: Logger) async {
+    private func serveReads(hub: Hub, store: any CircleStore, metrics: ServerMetrics, logger: Logger) async {
         for await request in self.reads {
             do {
+                metrics.nodeReads.increment()
                 let posts = try await store.posts(in: request.circle, after: request.after, limit: FeedSequencer.readLimit)
-                hub.readCompleted(request.circle, after: request.after, posts)
+                metrics.deliveries.increment(by: hub.readCompleted(request.circle, after: request.after, posts))
             } catch {
                 if !Task.isCancelled {
                     logger.warning("could not read a circle's new posts; the poll retries", metadata: ["circle": "\(request.circle)", "error": "\(error)"])
@@ -110,7 +113,7 @@ final class NodeLink: Sendable {
     }
 
     /// Sends what has queued, all of it in one round trip.
-    private func sendSignals(store: any SharedCircleStore, logger: Logger) async {
+    private func sendSignals(store: any SharedCircleStore, metrics: ServerMetrics, logger: Logger) async {
         while !Task.isCancelled {
             let (signals, dropped) = await self.nextSignals()
             if dropped > 0 {
@@ -120,6 +123,7 @@ final class NodeLink: Sendable {
             let texts = signals.compactMap { NodeSignal(node: self.node, kind: $0).encoded() }
             do {
                 try await store.notify(texts)
+                metrics.nodeSignalsSent.increment(by: texts.count)
             } catch where !Task.isCancelled {
                 logger.warning("could not signal the other nodes; their poll catches up", metadata: ["error": "\(error)", "signals": "\(texts.count)"])
             } catch {}
@@ -160,15 +164,17 @@ final class NodeLink: Sendable {
 private final class Poll: Sendable {
     let hub: Hub
     let store: any SharedCircleStore
+    let metrics: ServerMetrics
     let logger: Logger
     /// The newest revocation applied; `nil` until the first poll, which starts from the log's end.
     private let revocationCursor = NIOLockedValueBox<Int64?>(nil)
     /// One poll at a time.
     private let running = NIOLockedValueBox(false)
 
-    init(hub: Hub, store: any SharedCircleStore, logger: Logger) {
+    init(hub: Hub, store: any SharedCircleStore, metrics: ServerMetrics, logger: Logger) {
         self.hub = hub
         self.store = store
+        self.metrics = metrics
         self.logger = logger
     }
 
@@ -188,7 +194,7 @@ private final class Poll: Sendable {
             let circles = self.hub.subscribedCircles
             guard !circles.isEmpty else { return }
             for (circle, last) in try await self.store.lastSeqs(of: circles) {
-                self.hub.advanced(circle, to: last)
+                self.metrics.deliveries.increment(by: self.hub.advanced(circle, to: last))
             }
         } catch where !Task.isCancelled {
             self.logger.warning("the poll of the shared store failed; next time", metadata: ["error": "\(error)"])
