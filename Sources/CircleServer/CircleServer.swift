@@ -244,13 +244,23 @@ public final class CircleServer: Service, Sendable {
         }
     }
 
-    /// The commit loop and the upload sweeper, until cancelled.
+    /// The commit loop, the upload sweeper and the hub's link (store reads for holes; with a
+    /// shared store, the other nodes' signals and the poll), until cancelled.
     func runBackgroundWork() async {
         let media = self.media
-        let committer = self.services.committer
+        let services = self.services
         await withTaskGroup(of: Void.self) { group in
-            group.addTask { await committer.run() }
+            group.addTask { await services.committer.run() }
             group.addTask { await media.runExpiry() }
+            group.addTask {
+                await services.hub.link.run(
+                    hub: services.hub,
+                    store: services.store,
+                    pollInterval: services.configuration.nodePollInterval,
+                    metrics: services.metrics,
+                    logger: services.logger
+                )
+            }
             await group.next()
             group.cancelAll()
         }

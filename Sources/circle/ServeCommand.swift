@@ -22,11 +22,13 @@ struct ServeCommand: AsyncParsableCommand {
 
             With --postgres (or CIRCLE_POSTGRES_URL), circles, members, posts and upload records are \
             kept in PostgreSQL instead; photo bytes and the token secret stay in the data directory. \
-            This version runs one node per database: a second node on the same database refuses to start.
+            Any number of nodes may share one database behind a load balancer: give them the same \
+            --data directory (a shared mount) so that they share photos and the token secret \
+            (docs/SCALING.md).
 
             Exit status: 0 stopped by SIGINT/SIGTERM; 2 PostgreSQL cannot be reached; 5 cannot start: \
             the port is in use or may not be bound, the data directory or a key or certificate file \
-            cannot be used, another node serves the PostgreSQL database; 64 usage.
+            cannot be used; 64 usage.
 
             Examples:
               circle serve
@@ -114,6 +116,9 @@ struct ServeCommand: AsyncParsableCommand {
     )
     var postgres: String?
 
+    @Option(help: "With --postgres: how often to ask the database which circles advanced through other nodes, a net under their signals, e.g. 1s or 500ms.")
+    var pollInterval: String = "1s"
+
     @Flag(name: .shortAndLong, help: "When the server cannot start, print the technical details too.")
     var verbose = false
 
@@ -156,6 +161,9 @@ struct ServeCommand: AsyncParsableCommand {
         guard let expiry = parseDuration(self.uploadExpiry), expiry > .zero else {
             throw ValidationError("--upload-expiry takes a duration of at most 100 years, such as 24h or 7d")
         }
+        guard let pollInterval = parseDuration(self.pollInterval), pollInterval >= .milliseconds(10) else {
+            throw ValidationError("--poll-interval must be a duration of at least 10ms, such as 1s or 500ms")
+        }
         var logger = Logger(label: "circle.server", factory: ServerLogHandler.init)
         logger.logLevel = level
         var tls: TLSConfiguration?
@@ -196,7 +204,8 @@ struct ServeCommand: AsyncParsableCommand {
             echoEndpoint: self.echo,
             compression: self.compression,
             compressionMinimumBytes: self.compressionMinBytes,
-            corsOrigin: self.corsOrigin ?? ProcessInfo.processInfo.environment["CIRCLE_CORS_ORIGIN"]
+            corsOrigin: self.corsOrigin ?? ProcessInfo.processInfo.environment["CIRCLE_CORS_ORIGIN"],
+            nodePollInterval: pollInterval
         )
         guard let postgresURL = self.postgres ?? ProcessInfo.processInfo.environment["CIRCLE_POSTGRES_URL"] else {
             try await self.serve(configuration: configuration, store: nil, logger: logger)
@@ -212,9 +221,7 @@ struct ServeCommand: AsyncParsableCommand {
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await store.run() }
             do {
-                try await store.claimSoleNode()
-            } catch let error as StoreError where error.code == .conflict {
-                exitWithFailure("serve", CLIFailure(.local, error.message), verbose: self.verbose)
+                try await store.checkConnection()
             } catch {
                 exitWithFailure(
                     "serve",

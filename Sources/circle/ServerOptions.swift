@@ -42,7 +42,21 @@ struct KeyOptions: ParsableArguments {
         try FileManager.default.createDirectory(atPath: self.data, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         var generator = SystemRandomNumberGenerator()
         let secret = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
-        _ = FileManager.default.createFile(atPath: path, contents: Data((secret + "\n").utf8), attributes: [.posixPermissions: 0o600])
+        // Written whole under another name, then linked into place: link(2) fails when the
+        // file exists, so nodes sharing the data directory that start at once agree on the one
+        // secret that won, and none reads a half-written file.
+        let temporary = path + ".\(getpid()).tmp"
+        guard FileManager.default.createFile(atPath: temporary, contents: Data((secret + "\n").utf8), attributes: [.posixPermissions: 0o600]) else {
+            throw ValidationError("cannot write the token secret in \(self.data)")
+        }
+        defer { unlink(temporary) }
+        if link(temporary, path) != 0 {
+            let code = errno
+            guard code == EEXIST, let existing = try? String(contentsOfFile: path, encoding: .utf8) else {
+                throw ValidationError("cannot create the token secret \(path): \(String(cString: strerror(code)))")
+            }
+            return .hs256(secret: existing.trimmingCharacters(in: .whitespacesAndNewlines))
+        }
         return .hs256(secret: secret)
     }
 }

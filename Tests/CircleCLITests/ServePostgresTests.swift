@@ -3,8 +3,8 @@ import Foundation
 import Testing
 
 /// `circle serve --postgres`: the data lives in PostgreSQL (a restarted server on a fresh data
-/// directory still has it), one node per database, and a database that cannot be reached is a
-/// clear exit 2.
+/// directory still has it), several nodes on one database, and a database that cannot be reached
+/// is a clear exit 2.
 @Suite("circle serve --postgres", .serialized)
 struct ServePostgresTests {
     private func circle(_ arguments: [String], input: [String] = []) async throws -> (status: Int32, stdout: String, stderr: String) {
@@ -21,7 +21,7 @@ struct ServePostgresTests {
         return path
     }
 
-    @Test("posts survive a restart on another data directory; a second node on the same database is refused")
+    @Test("posts survive a restart on another data directory; a second node serves the same database")
     func dataLivesInPostgres() async throws {
         let database = try await PostgresTestServer.shared.freshDatabase()
         let first = ServerProcess(port: try unusedPort(), dataDirectory: self.temporaryDirectory(), arguments: ["--postgres", database])
@@ -32,14 +32,16 @@ struct ServePostgresTests {
         let sent = try await self.circle(["send", "general", "--user", "alice", "--server", server] + keys, input: ["one", "two"])
         #expect(sent.status == 0, "\(sent.stderr)")
 
-        // A second node on the same database: refused, with the reason, while the first runs.
-        let second = try CircleProcess([
-            "serve", "--port", "\(try unusedPort())", "--data", self.temporaryDirectory(), "--jwt-secret", testSecret,
-            "--postgres", database,
-        ])
-        second.closeInput()
-        #expect(try await second.waitForExit(timeout: .seconds(30)) == 5)
-        #expect(second.stderr.contains("another Circle node already serves the database"), "\(second.stderr)")
+        // A second node on the same database serves it too: a post through it is stored after
+        // the first node's, and the first node's readers see it.
+        let second = ServerProcess(port: try unusedPort(), dataDirectory: self.temporaryDirectory(), arguments: ["--postgres", database])
+        try await second.start()
+        let secondServer = "ws://127.0.0.1:\(second.port)/v1/ws"
+        let third = try await self.circle(["send", "general", "--user", "carol", "--server", secondServer] + keys, input: ["three"])
+        #expect(third.status == 0, "\(third.stderr)")
+        let both = try await self.circle(["tail", "general", "--since", "0", "--user", "bob", "--server", server] + keys)
+        #expect(both.stdout.split(separator: "\n").count == 3 && both.stdout.contains("#3 ") && both.stdout.contains("three"), "\(both.stdout)")
+        second.stop()
         first.stop()
 
         // Restarted with an empty data directory: circles and posts come from PostgreSQL.

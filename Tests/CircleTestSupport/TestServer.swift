@@ -15,9 +15,12 @@ public final class TestServer: @unchecked Sendable {
     public let dataDirectory: String
     public var configuration: CircleServerConfiguration
     public private(set) var server: CircleServer?
+    /// The store to serve from; `nil`: the server's own SQLite store in ``dataDirectory``.
+    public var store: (any CircleStore)?
 
-    public init(limits: CircleServerConfiguration.Limits = .init(), echo: Bool = false, dev: Bool = false) {
-        self.dataDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("circle-test-\(UUID().uuidString)").path
+    /// - Parameter dataDirectory: by default a new temporary directory; another server's to share it.
+    public init(limits: CircleServerConfiguration.Limits = .init(), echo: Bool = false, dev: Bool = false, dataDirectory: String? = nil) {
+        self.dataDirectory = dataDirectory ?? FileManager.default.temporaryDirectory.appendingPathComponent("circle-test-\(UUID().uuidString)").path
         self.configuration = CircleServerConfiguration(
             host: "127.0.0.1",
             port: 0,
@@ -34,7 +37,7 @@ public final class TestServer: @unchecked Sendable {
         var logger = Logger(label: "circle.test-server")
         // Connections come and go by the hundred in the tests: only warnings and errors are shown.
         logger.logLevel = .warning
-        let server = try await CircleServer.start(configuration: self.configuration, logger: logger)
+        let server = try await CircleServer.start(configuration: self.configuration, store: self.store, logger: logger)
         self.server = server
         // Restarts come back on the same port, as a real deployment would.
         self.configuration.port = server.port

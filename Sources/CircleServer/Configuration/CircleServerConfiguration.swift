@@ -62,6 +62,11 @@ public struct CircleServerConfiguration: Sendable {
     /// `https://app.example.com`; `*` allows any. `nil` (the default) sends no CORS headers, so
     /// browsers keep other sites' pages from reading the API.
     public var corsOrigin: String?
+    /// With a store several nodes share (``SharedCircleStore``): how often the node asks the
+    /// store which of its subscribed circles advanced and which members were removed, making
+    /// good any signal from another node that was lost. The longest a post stored through
+    /// another node can take to reach this node's subscribers when its signal is lost.
+    public var nodePollInterval: Duration
 
     public struct Limits: Sendable {
         /// Largest post text, in UTF-8 bytes (`too_large`).
@@ -177,7 +182,8 @@ public struct CircleServerConfiguration: Sendable {
         echoEndpoint: Bool = false,
         compression: Bool = false,
         compressionMinimumBytes: Int = 64,
-        corsOrigin: String? = nil
+        corsOrigin: String? = nil,
+        nodePollInterval: Duration = .seconds(1)
     ) {
         self.host = host
         self.port = port
@@ -190,5 +196,6 @@ public struct CircleServerConfiguration: Sendable {
         self.compression = compression
         self.compressionMinimumBytes = compressionMinimumBytes
         self.corsOrigin = corsOrigin
+        self.nodePollInterval = nodePollInterval
     }
 }

@@ -76,6 +76,10 @@ final class HubSubscriber: Sendable, Hashable {
 
 /// In-memory fan-out: who is subscribed to which circle on this node.
 ///
+/// Posts come from this node's commits (``publish(_:)``) and, when several nodes share the
+/// store, from what the others say (``receive(_:)``, the poll's ``advanced(_:to:)``); a
+/// ``FeedSequencer`` puts each circle's posts in sequence order before they are delivered.
+///
 /// A post is encoded once and the same bytes are written to every subscriber; deliveries are
 /// grouped by event loop so that one batch costs one hop per loop, not one per subscriber.
 /// Posts of a circle are published in sequence order and each event loop runs its tasks in
@@ -88,6 +92,15 @@ final class Hub: Sendable {
     private let presence = NIOLockedValueBox([String: [String: Int]]())
     private let allocator = ByteBufferAllocator()
     private let deflaters = SharedDeflaters()
+    /// Orders each circle's posts, whichever node stored them; its lock is also held while a
+    /// circle's deliveries are handed to the event loops, so they leave in order.
+    private let sequencer = NIOLockedValueBox(FeedSequencer())
+    /// Store reads for holes, and the signals to and from other nodes.
+    let link: NodeLink
+
+    init(link: NodeLink = NodeLink()) {
+        self.link = link
+    }
 
     func register(_ subscriber: HubSubscriber) {
         self.connections.withLockedValue { $0[subscriber] = () }
@@ -146,10 +159,97 @@ final class Hub: Sendable {
         self.subscriptions.withLockedValue { $0[circle]?.count ?? 0 }
     }
 
-    /// Fans committed posts out; `posts` must be in commit order. Returns the number of deliveries.
+    /// Fans out posts committed through this node; `posts` must be in commit order. Returns the
+    /// number of deliveries made at once (posts held for a hole are delivered when it is filled).
+    /// Other nodes sharing the store hear that the circles advanced.
     @discardableResult
     func publish(_ posts: [CirclePost]) -> Int {
         guard !posts.isEmpty else { return 0 }
+        var count = 0
+        for run in Self.runs(of: posts) {
+            count += self.sequence(run[0].circle) { $0.stored(run) }
+            self.link.send(.posts(circle: run[0].circle, first: run[0].seq, last: run[run.count - 1].seq, posts: run))
+        }
+        return count
+    }
+
+    /// What another node sharing the store said. Returns the number of post deliveries.
+    @discardableResult
+    func receive(_ signal: NodeSignal) -> Int {
+        switch signal.kind {
+        case .posts(let circle, let first, let last, let posts):
+            if let posts, !posts.isEmpty, posts.allSatisfy({ $0.circle == circle }) {
+                return self.sequence(circle) { $0.stored(posts.sorted { $0.seq < $1.seq }) }
+            }
+            return self.sequence(circle) { $0.advanced(circle, first: first, last: last) }
+        case .ephemeral(let circle, let json, let limit):
+            self.broadcastHere(HubPayload(text: self.allocator.buffer(string: json)), in: circle, except: nil, limit: limit)
+        case .revoke(let circle, let user):
+            self.revokeHere(user: user, from: circle)
+        }
+        return 0
+    }
+
+    /// The poll's news: `circle`'s newest stored post is `last`. Returns the number of deliveries.
+    @discardableResult
+    func advanced(_ circle: String, to last: Int64) -> Int {
+        self.sequence(circle) { $0.advanced(circle, first: nil, last: last) }
+    }
+
+    /// The answer to a read the sequencer asked for (`nil`: the read failed). Returns the
+    /// number of deliveries.
+    @discardableResult
+    func readCompleted(_ circle: String, after: Int64, _ posts: [CirclePost]?) -> Int {
+        self.sequence(circle) { $0.read(circle, after: after, posts) }
+    }
+
+    /// Circles with subscribers on this node.
+    var subscribedCircles: [String] {
+        self.subscriptions.withLockedValue { Array($0.keys) }
+    }
+
+    /// Posts split into runs of one circle each, in order.
+    private static func runs(of posts: [CirclePost]) -> [[CirclePost]] {
+        var runs: [[CirclePost]] = []
+        var byCircle: [String: Int] = [:]
+        for post in posts {
+            if let index = byCircle[post.circle] {
+                runs[index].append(post)
+            } else {
+                byCircle[post.circle] = runs.count
+                runs.append([post])
+            }
+        }
+        return runs
+    }
+
+    /// Runs the sequencer for one circle and performs its actions, under the sequencer's lock
+    /// so that deliveries of a circle leave in sequence order whoever publishes.
+    @discardableResult
+    private func sequence(_ circle: String, _ step: (inout FeedSequencer) -> [FeedSequencer.Action]) -> Int {
+        var reads: [(String, Int64)] = []
+        let count = self.sequencer.withLockedValue { sequencer -> Int in
+            // Circles are followed while they have subscribers here.
+            if self.subscriberCount(of: circle) == 0 {
+                sequencer.unfollow(circle)
+                return 0
+            }
+            sequencer.follow(circle)
+            var delivered = 0
+            for action in step(&sequencer) {
+                switch action {
+                case .publish(let posts): delivered += self.deliver(posts)
+                case .read(let circle, let after): reads.append((circle, after))
+                }
+            }
+            return delivered
+        }
+        for (circle, after) in reads { self.link.requestRead(circle: circle, after: after) }
+        return count
+    }
+
+    /// Hands posts to their circles' subscribers, one hop per event loop.
+    private func deliver(_ posts: [CirclePost]) -> Int {
         // Under the lock only the lookup; encoding and compressing happen outside it.
         var targets: [(post: CirclePost, subscribers: Set<HubSubscriber>, shared: [PerMessageDeflate.SharedCompression])] = []
         self.subscriptions.withLockedValue { table in
@@ -182,9 +282,17 @@ final class Hub: Sendable {
         return count
     }
 
-    /// Sends an ephemeral event to the circle's subscribers except `sender`, one hop per event
-    /// loop. With `limit`, nothing is sent when the circle has more subscribers than that.
+    /// Sends an ephemeral event to the circle's subscribers except `sender`, here and on the
+    /// other nodes sharing the store. With `limit`, nothing is sent where the circle has more
+    /// subscribers than that (on each node, counting that node's subscribers).
     func broadcast(_ message: CircleServerMessage, in circle: String, except sender: HubSubscriber?, limit: Int? = nil) {
+        let text = self.encode(message)
+        self.broadcastHere(HubPayload(text: text), in: circle, except: sender, limit: limit)
+        self.link.send(.ephemeral(circle: circle, json: String(buffer: text), limit: limit))
+    }
+
+    /// ``broadcast(_:in:except:limit:)`` on this node only, one hop per event loop.
+    private func broadcastHere(_ payload: HubPayload, in circle: String, except sender: HubSubscriber?, limit: Int?) {
         var perLoop: [ObjectIdentifier: (loop: any EventLoop, subscribers: [HubSubscriber])] = [:]
         self.subscriptions.withLockedValue { table in
             guard let subscribers = table[circle], subscribers.count <= (limit ?? .max) else { return }
@@ -193,7 +301,7 @@ final class Hub: Sendable {
             }
         }
         guard !perLoop.isEmpty else { return }
-        let event = HubEvent.ephemeral(circle: circle, payload: HubPayload(text: self.encode(message)))
+        let event = HubEvent.ephemeral(circle: circle, payload: payload)
         for (_, group) in perLoop {
             let subscribers = group.subscribers
             group.loop.execute {
@@ -205,8 +313,15 @@ final class Hub: Sendable {
         }
     }
 
-    /// Takes `user` out of `circle` on every connection of this node.
+    /// Takes `user` out of `circle` on every connection, on this node and the others sharing
+    /// the store (which also learn it from the store's revocation log, should this signal be lost).
     func revoke(user: String, from circle: String) {
+        self.revokeHere(user: user, from: circle)
+        self.link.send(.revoke(circle: circle, user: user))
+    }
+
+    /// ``revoke(user:from:)`` on this node only.
+    func revokeHere(user: String, from circle: String) {
         let targets = self.subscriptions.withLockedValue { $0[circle].map { Array($0) } ?? [] }
         for subscriber in targets where subscriber.user == user {
             subscriber.eventLoop.execute { subscriber.receive(.revoke(circle: circle)) }

@@ -35,12 +35,20 @@ struct MediaFiles: Sendable {
     }
 
     /// Opens an upload's file for appending (creating it), returning the descriptor and the
-    /// bytes it already holds.
+    /// bytes it already holds. The descriptor holds an exclusive `flock` on the file until it is
+    /// closed: nodes that share the data directory (docs/SCALING.md) never append to one upload
+    /// at once; a second writer gets ``UploadBusy``.
     func openUpload(_ id: String) async throws -> (fd: Int32, size: Int64) {
         let path = self.uploadPath(id)
         return try await self.threadPool.runIfActive {
             let fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
             guard fd >= 0 else { throw MediaFileError("open \(path)", errno) }
+            guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+                let code = errno
+                posixClose(fd)
+                if code == EWOULDBLOCK { throw UploadBusy() }
+                throw MediaFileError("lock \(path)", code)
+            }
             var info = stat()
             guard fstat(fd, &info) == 0 else {
                 let code = errno
@@ -194,6 +202,9 @@ struct MediaFiles: Sendable {
 @inline(__always) private func posixClose(_ fd: Int32) {
     _ = close(fd)
 }
+
+/// Another process (a node sharing the data directory) is writing the upload.
+struct UploadBusy: Error {}
 
 func hexString(_ digest: some Sequence<UInt8>) -> String {
     let digits = Array("0123456789abcdef".utf8)

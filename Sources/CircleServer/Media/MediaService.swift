@@ -63,6 +63,11 @@ struct MediaService: Sendable {
 
     // MARK: - Streamed uploads
 
+    /// Another request (on this node, or on another node sharing the data directory) is writing the upload.
+    static func busy(_ id: String) -> APIError {
+        APIError(.conflict, .conflict, "another request is writing upload \"\(id)\"; retry")
+    }
+
     /// Decides whether a streamed upload (`POST /v1/media`, `PATCH /v1/media/uploads/{id}`) may
     /// start, before any of its body is read. On `.accept` the upload's lock is held until
     /// ``finishUpload(_:written:digest:)`` or ``abandonUpload(_:)``.
@@ -99,7 +104,7 @@ struct MediaService: Sendable {
                     return .refuse(APIError(.badRequest, .badRequest, "send Upload-Offset: the offset this body starts at (HEAD the upload to learn it)").response)
                 }
                 guard await self.locks.acquire(id) else {
-                    return .refuse(APIError(.conflict, .conflict, "another request is writing upload \"\(id)\"; retry").response)
+                    return .refuse(Self.busy(id).response)
                 }
                 let current: Int64
                 do {
@@ -140,6 +145,9 @@ struct MediaService: Sendable {
                         return .refuse(APIError(.conflict, .conflict, "upload \"\(id)\" is at offset \(size), not \(offset)").response)
                     }
                     return .accept(UploadTarget(upload: upload, user: user, offset: offset, expected: length, fd: fd, oneShot: false))
+                } catch is UploadBusy {
+                    self.locks.release(id)
+                    return .refuse(Self.busy(id).response)
                 } catch {
                     self.locks.release(id)
                     throw error
@@ -286,7 +294,7 @@ struct MediaService: Sendable {
                 throw APIError(.notFound, .notFound, "no upload \"\(id)\"")
             }
             guard await self.locks.acquire(id) else {
-                throw APIError(.conflict, .conflict, "another request is writing upload \"\(id)\"; retry")
+                throw Self.busy(id)
             }
             defer { self.locks.release(id) }
             await self.files.removeUpload(id)

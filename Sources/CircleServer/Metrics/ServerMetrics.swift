@@ -27,6 +27,9 @@ final class ServerMetrics: Sendable {
     let mediaBytesReceived: CoreMetrics.Counter
     let mediaBytesSent: CoreMetrics.Counter
     let mediaStored: CoreMetrics.Counter
+    let nodeSignalsSent: CoreMetrics.Counter
+    let nodeSignalsReceived: CoreMetrics.Counter
+    let nodeReads: CoreMetrics.Counter
 
     init() {
         _ = ProcessMetrics.processStart
@@ -53,6 +56,9 @@ final class ServerMetrics: Sendable {
         self.mediaBytesReceived = CoreMetrics.Counter(label: "circle_media_received_bytes_total", factory: factory)
         self.mediaBytesSent = CoreMetrics.Counter(label: "circle_media_sent_bytes_total", factory: factory)
         self.mediaStored = CoreMetrics.Counter(label: "circle_media_uploads_completed_total", factory: factory)
+        self.nodeSignalsSent = CoreMetrics.Counter(label: "circle_node_signals_sent_total", factory: factory)
+        self.nodeSignalsReceived = CoreMetrics.Counter(label: "circle_node_signals_received_total", factory: factory)
+        self.nodeReads = CoreMetrics.Counter(label: "circle_node_reads_total", factory: factory)
     }
 
     /// Counts an error reply or refusal by its code.
@@ -106,6 +112,9 @@ final class ServerMetrics: Sendable {
         "circle_media_received_bytes_total": "Bytes of media uploads received.",
         "circle_media_sent_bytes_total": "Bytes of media downloads sent.",
         "circle_media_uploads_completed_total": "Media uploads completed and stored.",
+        "circle_node_signals_sent_total": "Signals sent to the other nodes sharing the store.",
+        "circle_node_signals_received_total": "Signals received from the other nodes sharing the store.",
+        "circle_node_reads_total": "Store reads for posts this node learned of without their content (holes, lost signals).",
         "circle_errors_total": "Error replies and refusals, by error code.",
         "circle_http_requests_total": "HTTP requests, by route and status.",
     ]

@@ -133,6 +133,25 @@ public protocol CircleStore: Sendable {
     func close() async throws
 }
 
+/// A store that several Circle nodes share (``PostgresStore``). Besides what it stores, it
+/// carries what nodes tell each other — that a circle advanced, typing and presence, a removed
+/// member — and answers the poll that makes good what was lost on the way. The store stays the
+/// truth: a node reads posts from it by `(circle, seq)`, never trusts a signal for their order.
+public protocol SharedCircleStore: CircleStore {
+    /// Sends notification texts to every listening node (this one included), in order. Best
+    /// effort, and never inside a transaction that stores posts.
+    func notify(_ notifications: [String]) async throws
+    /// Until cancelled: passes every notification to `receive`, reconnecting when the
+    /// connection drops; runs `connected` after each (re)connection, since notifications sent
+    /// while it was down are lost.
+    func listen(connected: @escaping @Sendable () async -> Void, receive: @escaping @Sendable (String) -> Void) async
+    /// The newest `seq` of each of `circles` that exists.
+    func lastSeqs(of circles: [String]) async throws -> [String: Int64]
+    /// Members removed from circles (``removeMember(_:from:)``) with a log id above `after`,
+    /// oldest first, and the newest log id (with `after == nil`: none, and the newest id).
+    func revocations(after: Int64?) async throws -> (revoked: [(circle: String, user: String)], newest: Int64)
+}
+
 /// Stored media: content-addressed bytes in the data directory.
 public struct MediaInfo: Sendable, Hashable, Codable {
     /// The lower-case hex SHA-256 of the bytes; also the file name under `media/`.

@@ -66,7 +66,18 @@ extension PostgresStore {
             """,
             // Who may fetch a media id: the posts that have it as their attachment.
             "CREATE INDEX posts_by_attachment ON posts (attachment) WHERE attachment IS NOT NULL",
-        ]
+        ],
+        [
+            // Removed members, for nodes that missed the signal (PostgresStore+Nodes).
+            """
+            CREATE TABLE member_removals (
+                id bigserial PRIMARY KEY,
+                circle text COLLATE "C" NOT NULL,
+                user_name text COLLATE "C" NOT NULL,
+                removed_at bigint NOT NULL
+            )
+            """
+        ],
     ]
 
     /// The schema version this build writes and understands.

@@ -43,8 +43,6 @@ public final class PostgresStore: CircleStore {
     let client: PostgresClient
     let logger: Logger
     public let configuration: Configuration
-    /// The connection that holds the sole-node lock (``claimSoleNode()``), closed when ``run()`` ends.
-    private let soleNodeConnection = NIOLockedValueBox<PostgresConnection?>(nil)
     /// How long a commit whose outcome is unknown keeps trying to learn it.
     let commitTruthDeadline: Duration
     let commitRetryDelay: Duration
@@ -92,51 +90,13 @@ public final class PostgresStore: CircleStore {
     /// `ServiceGroup`). Queries wait for it.
     public func run() async {
         await self.client.run()
-        if let connection = self.soleNodeConnection.withLockedValue({ value -> PostgresConnection? in
-            defer { value = nil }
-            return value
-        }) {
-            try? await connection.close()
-        }
     }
 
-    /// A fixed key for `pg_try_advisory_lock`: the node that holds it serves the database.
-    static let soleNodeLockKey: Int64 = 0x4369_7263_6C65_01
-
-    /// Makes this process the only Circle node on the database until ``run()`` ends, or throws
-    /// `StoreError(.conflict)` when another node already is.
-    ///
-    /// Posts committed through one node reach the subscribers of that node only: until nodes
-    /// learn from each other that a circle advanced, a second node on the same database would
-    /// leave its subscribers without the first node's live posts (they would find them only when
-    /// they resume). The lock is a session-level advisory lock on a connection of its own, so it
-    /// goes away with this process, also on SIGKILL.
-    public func claimSoleNode() async throws {
-        try await self.operation("claim the database") {
-            let connection = try await PostgresConnection.connect(
-                configuration: .init(
-                    host: self.configuration.host,
-                    port: self.configuration.port,
-                    username: self.configuration.user,
-                    password: self.configuration.password,
-                    database: self.configuration.database,
-                    tls: try self.configuration.connectionTLS()
-                ),
-                id: 0,
-                logger: self.logger
-            )
-            var claimed = false
-            for try await value in try await connection.query("SELECT pg_try_advisory_lock(\(Self.soleNodeLockKey))", logger: self.logger).decode(Bool.self) {
-                claimed = value
-            }
-            guard claimed else {
-                try? await connection.close()
-                throw StoreError(
-                    .conflict,
-                    "another Circle node already serves the database \(self.configuration.database) at \(self.configuration.host):\(self.configuration.port); this version runs one node per database"
-                )
-            }
-            self.soleNodeConnection.withLockedValue { $0 = connection }
+    /// Throws unless PostgreSQL answers a query within the operation bound (a clear error at
+    /// start beats a server whose every request fails).
+    public func checkConnection() async throws {
+        try await self.operation("connect") {
+            _ = try await self.client.query("SELECT 1", logger: self.logger)
         }
     }
 
@@ -214,9 +174,21 @@ public final class PostgresStore: CircleStore {
         }
     }
 
+    /// Removes a member and, when they were one, logs the removal (``revocations(after:)``) in
+    /// the same transaction, so every node takes the user's connections out of the circle even
+    /// when the signal saying so is lost.
     public func removeMember(_ user: String, from circle: String) async throws {
         try await self.operation("remove member") {
-            _ = try await self.client.query("DELETE FROM members WHERE circle = \(circle) AND user_name = \(user)", logger: self.logger)
+            try await self.client.withTransaction(logger: self.logger) { connection in
+                _ = try await connection.query(
+                    """
+                    WITH removed AS (DELETE FROM members WHERE circle = \(circle) AND user_name = \(user) RETURNING circle, user_name)
+                    INSERT INTO member_removals (circle, user_name, removed_at)
+                    SELECT circle, user_name, \(Int64(Date().timeIntervalSince1970 * 1000)) FROM removed
+                    """,
+                    logger: self.logger
+                )
+            }
         }
     }
 

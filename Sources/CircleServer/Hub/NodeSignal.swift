@@ -1,0 +1,101 @@
+import CircleWire
+import Foundation
+
+/// What one node tells the others that share its store (``SharedCircleStore``). Signals are
+/// best effort: the store stays the truth (a lost ``posts`` signal is made good by the poll,
+/// a lost ``revoke`` by the store's revocation log); typing and presence are ephemeral anyway.
+struct NodeSignal: Sendable, Hashable, Codable {
+    enum Kind: Sendable, Hashable {
+        /// Posts of `circle` with seqs `first...last` were stored through the sending node;
+        /// `posts` carries them when they fit in one signal (else the receiver reads them).
+        case posts(circle: String, first: Int64, last: Int64, posts: [CirclePost]?)
+        /// An ephemeral event (`typing`, `joined`, `left`), already encoded as its JSON text,
+        /// for the circle's subscribers; with `limit`, only where the circle has at most that
+        /// many subscribers on the receiving node.
+        case ephemeral(circle: String, json: String, limit: Int?)
+        /// `user` lost access to `circle`: their connections leave it.
+        case revoke(circle: String, user: String)
+    }
+
+    /// The sending node, so that it can ignore its own signals.
+    var node: String
+    var kind: Kind
+
+    /// The largest signal sent: PostgreSQL's `NOTIFY` takes payloads shorter than 8000 bytes.
+    static let maximumSize = 7900
+
+    // A compact JSON shape: { "n": node, "k": "p"|"e"|"r", "c": circle, ... }.
+    private enum CodingKeys: String, CodingKey {
+        case node = "n", kind = "k", circle = "c", first = "f", last = "l", posts = "p", json = "j", limit = "m", user = "u"
+    }
+
+    init(node: String, kind: Kind) {
+        self.node = node
+        self.kind = kind
+    }
+
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.node = try container.decode(String.self, forKey: .node)
+        let circle = try container.decode(String.self, forKey: .circle)
+        switch try container.decode(String.self, forKey: .kind) {
+        case "p":
+            self.kind = .posts(
+                circle: circle,
+                first: try container.decode(Int64.self, forKey: .first),
+                last: try container.decode(Int64.self, forKey: .last),
+                posts: try container.decodeIfPresent([CirclePost].self, forKey: .posts)
+            )
+        case "e":
+            self.kind = .ephemeral(
+                circle: circle,
+                json: try container.decode(String.self, forKey: .json),
+                limit: try container.decodeIfPresent(Int.self, forKey: .limit)
+            )
+        case "r":
+            self.kind = .revoke(circle: circle, user: try container.decode(String.self, forKey: .user))
+        case let other:
+            throw DecodingError.dataCorruptedError(forKey: .kind, in: container, debugDescription: "unknown signal kind \(other)")
+        }
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(self.node, forKey: .node)
+        switch self.kind {
+        case .posts(let circle, let first, let last, let posts):
+            try container.encode("p", forKey: .kind)
+            try container.encode(circle, forKey: .circle)
+            try container.encode(first, forKey: .first)
+            try container.encode(last, forKey: .last)
+            try container.encodeIfPresent(posts, forKey: .posts)
+        case .ephemeral(let circle, let json, let limit):
+            try container.encode("e", forKey: .kind)
+            try container.encode(circle, forKey: .circle)
+            try container.encode(json, forKey: .json)
+            try container.encodeIfPresent(limit, forKey: .limit)
+        case .revoke(let circle, let user):
+            try container.encode("r", forKey: .kind)
+            try container.encode(circle, forKey: .circle)
+            try container.encode(user, forKey: .user)
+        }
+    }
+
+    /// The signal as the text of one notification, or `nil` when it is too large to send (a
+    /// posts signal then goes without its posts).
+    func encoded() -> String? {
+        guard let data = try? JSONEncoder().encode(self), data.count <= Self.maximumSize else {
+            if case .posts(let circle, let first, let last, .some) = self.kind {
+                return NodeSignal(node: self.node, kind: .posts(circle: circle, first: first, last: last, posts: nil)).encoded()
+            }
+            return nil
+        }
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    /// A received notification's text, or `nil` when it is not a signal of this version.
+    init?(notification: String) {
+        guard let signal = try? JSONDecoder().decode(NodeSignal.self, from: Data(notification.utf8)) else { return nil }
+        self = signal
+    }
+}

@@ -1,0 +1,272 @@
+import CircleTestSupport
+import CircleWire
+import Foundation
+import Logging
+import Testing
+
+@testable import CircleServer
+
+/// Two servers in this process on one PostgreSQL database: what is posted, typed or revoked
+/// through one node reaches the connections of the other, in order and once.
+@Suite struct NodeFanoutTests {
+    /// Nodes A and B on a fresh database, each with its own store (pool) and data directory.
+    final class Nodes: @unchecked Sendable {
+        // @unchecked: set up and torn down by the one test that owns it.
+        let a: TestServer
+        let b: TestServer
+        private var pools: [Task<Void, Never>] = []
+
+        /// - Parameter sharedData: both nodes on one data directory (photos, uploads).
+        init(muteA: Bool = false, pollInterval: Duration = .seconds(1), sharedData: Bool = false) async throws {
+            self.a = TestServer()
+            self.b = TestServer(dataDirectory: sharedData ? self.a.dataDirectory : nil)
+            let url = try await PostgresTestServer.shared.freshDatabase()
+            var logger = Logger(label: "circle.test.nodes")
+            logger.logLevel = .warning
+            for (node, muted) in [(self.a, muteA), (self.b, false)] {
+                let store = try PostgresStore(url: url, logger: logger)
+                self.pools.append(Task { await store.run() })
+                node.store = muted ? MutedStore(store) : store
+                node.configuration.nodePollInterval = pollInterval
+                try await node.start()
+            }
+        }
+
+        func stop() async {
+            await self.a.stop()
+            await self.b.stop()
+            for pool in self.pools { pool.cancel() }
+            for pool in self.pools { await pool.value }
+            self.a.remove()
+            self.b.remove()
+        }
+    }
+
+    /// Reads `count` posts of `circle` and returns their seqs, failing on anything out of order.
+    static func posts(_ count: Int, on client: TestClient, in circle: String) async throws -> [Int64] {
+        var seqs: [Int64] = []
+        while seqs.count < count, let message = try await client.next(timeout: .seconds(20)) {
+            if case .post(let post) = message, post.circle == circle { seqs.append(post.seq) }
+        }
+        return seqs
+    }
+
+    /// A counter's value in a `/metrics` page (0 when absent).
+    static func counter(_ name: String, in page: String) -> Double {
+        for line in page.split(separator: "\n") where line.hasPrefix(name + " ") {
+            return Double(line.dropFirst(name.count + 1)) ?? -1
+        }
+        return 0
+    }
+
+    @Test("posts through both nodes reach readers on both, each once and in order")
+    func postsAcrossNodes() async throws {
+        let nodes = try await Nodes()
+        try await nodes.a.createCircle("general", owner: "ann")
+        let readerA = try await TestClient.connect(nodes.a, user: "rita")
+        let readerB = try await TestClient.connect(nodes.b, user: "rob")
+        try await readerA.request { .join("general", id: $0) }
+        try await readerB.request { .join("general", id: $0) }
+
+        // Writers on both nodes post at once; their posts interleave in the circle.
+        let perWriter = 40
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for (node, user) in [(nodes.a, "ann"), (nodes.b, "bea")] {
+                group.addTask {
+                    let writer = try await TestClient.connect(node, user: user)
+                    try await writer.request { .join("general", id: $0, quiet: true) }
+                    var ids: [String] = []
+                    for index in 0..<perWriter {
+                        let id = "\(user)-\(index)"
+                        ids.append(id)
+                        try await writer.send(.post("\(user) \(index)", to: "general", id: id))
+                    }
+                    var acked = Set<String>()
+                    while acked.count < perWriter, let message = try await writer.next(timeout: .seconds(20)) {
+                        if case .ack(let id, .some, _, false) = message { acked.insert(id) }
+                    }
+                    #expect(acked == Set(ids))
+                    await writer.close()
+                }
+            }
+            try await group.waitForAll()
+        }
+        let expected = Array(Int64(1)...Int64(2 * perWriter))
+        #expect(try await Self.posts(2 * perWriter, on: readerA, in: "general") == expected)
+        #expect(try await Self.posts(2 * perWriter, on: readerB, in: "general") == expected)
+        let metrics = try await nodes.b.http("GET", "/metrics").body
+        #expect(Self.counter("circle_node_signals_received_total", in: metrics) >= 1, "\(metrics)")
+        #expect(Self.counter("circle_node_signals_sent_total", in: metrics) >= 1, "\(metrics)")
+
+        // A late reader on B resumes from 10 and gets the rest once, in order.
+        let late = try await TestClient.connect(nodes.b, user: "lou")
+        try await late.request { .join("general", id: $0, since: 10) }
+        #expect(try await Self.posts(2 * perWriter - 10, on: late, in: "general") == Array(expected.dropFirst(10)))
+
+        for client in [readerA, readerB, late] { await client.close() }
+        await nodes.stop()
+    }
+
+    @Test("typing and presence on one node are heard on the other; a removed member loses the circle everywhere")
+    func ephemeralAndRevocationAcrossNodes() async throws {
+        let nodes = try await Nodes()
+        try await nodes.a.createCircle("lab", owner: "ann", isPrivate: true)
+        let add = try await nodes.a.http("POST", "/v1/circles/lab/members", token: try await nodes.a.token("ann"), json: #"{"user":"bob"}"#)
+        #expect(add.status == 200 || add.status == 201 || add.status == 204, "\(add.body)")
+
+        let bob = try await TestClient.connect(nodes.b, user: "bob")
+        try await bob.request { .join("lab", id: $0) }
+        let ann = try await TestClient.connect(nodes.a, user: "ann")
+        try await ann.request { .join("lab", id: $0) }
+        try await ann.send(.typing(in: "lab", id: ann.nextID()))
+
+        var heard: [CircleServerMessage] = []
+        while heard.count < 2, let message = try await bob.next(timeout: .seconds(20)) {
+            switch message {
+            case .joined, .typing: heard.append(message)
+            default: break
+            }
+        }
+        #expect(heard == [.joined(circle: "lab", user: "ann"), .typing(circle: "lab", user: "ann")])
+
+        // Removing bob through node A takes his connection on node B out of the circle.
+        let removed = try await nodes.a.http("DELETE", "/v1/circles/lab/members/bob", token: try await nodes.a.token("ann"))
+        #expect(removed.status == 204 || removed.status == 200, "\(removed.body)")
+        var left = false
+        while !left, let message = try await bob.next(timeout: .seconds(20)) {
+            if case .left(circle: "lab", user: "bob") = message { left = true }
+        }
+        #expect(left)
+        await bob.close()
+        await ann.close()
+        await nodes.stop()
+    }
+
+    @Test("with every signal of node A lost, B's poll still delivers A's posts in order and applies A's removals")
+    func pollMakesGoodLostSignals() async throws {
+        let nodes = try await Nodes(muteA: true, pollInterval: .milliseconds(100))
+        try await nodes.a.createCircle("quiet", owner: "ann", isPrivate: true)
+        let token = try await nodes.a.token("ann")
+        #expect(try await nodes.a.http("POST", "/v1/circles/quiet/members", token: token, json: #"{"user":"bob"}"#).status < 300)
+        let bob = try await TestClient.connect(nodes.b, user: "bob")
+        try await bob.request { .join("quiet", id: $0) }
+        let ann = try await TestClient.connect(nodes.a, user: "ann")
+        try await ann.request { .join("quiet", id: $0, quiet: true) }
+        for index in 1...20 {
+            #expect(try await ann.request { .post("p\(index)", to: "quiet", id: $0) }.errorCode == nil)
+        }
+        #expect(try await Self.posts(20, on: bob, in: "quiet") == Array(1...20))
+        // B learned of them only by reading the store; A sent no signal.
+        let metrics = try await nodes.b.http("GET", "/metrics").body
+        #expect(Self.counter("circle_node_reads_total", in: metrics) >= 1, "\(metrics)")
+        #expect(Self.counter("circle_node_signals_received_total", in: metrics) == 0, "\(metrics)")
+
+        #expect(try await nodes.a.http("DELETE", "/v1/circles/quiet/members/bob", token: token).status < 300)
+        var left = false
+        while !left, let message = try await bob.next(timeout: .seconds(20)) {
+            if case .left(circle: "quiet", user: "bob") = message { left = true }
+        }
+        #expect(left)
+        await bob.close()
+        await ann.close()
+        await nodes.stop()
+    }
+}
+
+extension NodeFanoutTests {
+    @Test("a photo uploaded through one node downloads through the other; an upload begun on one continues on the other")
+    func mediaAcrossNodes() async throws {
+        let nodes = try await Nodes(sharedData: true)
+        let token = try await nodes.a.token("ann")
+        let bytes = TestImage.bytes(200_000, magic: TestImage.pngMagic, seed: 5)
+        let posted = try await MediaHTTP(server: nodes.a).exchange(.POST, HTTPAPI.Path.media, token: token, headers: [("Content-Type", "image/png")], body: [bytes])
+        #expect(posted.status == 201, "\(posted.text)")
+        let media = try #require(HTTPAPI.decode(HTTPAPI.Media.self, from: posted.body))
+        let fetched = try await MediaHTTP(server: nodes.b).exchange(.GET, HTTPAPI.Path.mediaItem(media.id), token: token)
+        #expect(fetched.status == 200)
+        #expect(fetched.body == bytes)
+
+        // A resumable upload: the first half through A, the rest through B.
+        let photo = TestImage.bytes(100_000, magic: TestImage.pngMagic, seed: 6)
+        let created = try await MediaHTTP(server: nodes.a).exchange(
+            .POST, HTTPAPI.Path.uploads, token: token, headers: [("Content-Type", "application/json")],
+            body: [Array(HTTPAPI.encode(HTTPAPI.CreateUpload(length: Int64(photo.count), contentType: "image/png")))]
+        )
+        #expect(created.status == 201, "\(created.text)")
+        let upload = try #require(HTTPAPI.decode(HTTPAPI.Upload.self, from: created.body))
+        let half = photo.count / 2
+        let first = try await MediaHTTP(server: nodes.a).exchange(
+            .PATCH, HTTPAPI.Path.upload(upload.upload), token: token,
+            headers: [("Upload-Offset", "0"), ("Content-Type", "application/offset+octet-stream")], body: [Array(photo[..<half])]
+        )
+        #expect(first.status < 300, "\(first.text)")
+        let rest = try await MediaHTTP(server: nodes.b).exchange(
+            .PATCH, HTTPAPI.Path.upload(upload.upload), token: token,
+            headers: [("Upload-Offset", "\(half)"), ("Content-Type", "application/offset+octet-stream")], body: [Array(photo[half...])]
+        )
+        #expect(rest.status == 201, "\(rest.text)")
+        let completed = try #require(HTTPAPI.decode(HTTPAPI.Media.self, from: rest.body))
+        #expect(try await MediaHTTP(server: nodes.a).exchange(.GET, HTTPAPI.Path.mediaItem(completed.id), token: token).body == photo)
+        await nodes.stop()
+    }
+
+    @Test("two nodes on one data directory never append to one upload at once")
+    func uploadFileLock() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("circle-flock-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let nodeA = MediaFiles(dataDirectory: directory)
+        let nodeB = MediaFiles(dataDirectory: directory)
+        try nodeA.prepare()
+        let (fd, _) = try await nodeA.openUpload("u1")
+        await #expect(throws: UploadBusy.self) { _ = try await nodeB.openUpload("u1") }
+        await nodeA.close(fd)
+        let (again, _) = try await nodeB.openUpload("u1")
+        await nodeB.close(again)
+    }
+}
+
+/// A PostgreSQL store whose node signals are all lost: the other nodes learn what it did only
+/// from their poll.
+final class MutedStore: SharedCircleStore {
+    let base: PostgresStore
+    init(_ base: PostgresStore) { self.base = base }
+
+    func notify(_ notifications: [String]) async throws {}
+    func listen(connected: @escaping @Sendable () async -> Void, receive: @escaping @Sendable (String) -> Void) async {
+        await self.base.listen(connected: connected, receive: receive)
+    }
+    func lastSeqs(of circles: [String]) async throws -> [String: Int64] { try await self.base.lastSeqs(of: circles) }
+    func revocations(after: Int64?) async throws -> (revoked: [(circle: String, user: String)], newest: Int64) {
+        try await self.base.revocations(after: after)
+    }
+
+    func migrate() async throws { try await self.base.migrate() }
+    func createCircle(name: String, owner: String, isPrivate: Bool, createdAt: Int64) async throws -> CircleInfo {
+        try await self.base.createCircle(name: name, owner: owner, isPrivate: isPrivate, createdAt: createdAt)
+    }
+    func circle(named name: String) async throws -> CircleInfo? { try await self.base.circle(named: name) }
+    func circles(visibleTo user: String) async throws -> [CircleInfo] { try await self.base.circles(visibleTo: user) }
+    func addMember(_ user: String, to circle: String) async throws { try await self.base.addMember(user, to: circle) }
+    func removeMember(_ user: String, from circle: String) async throws { try await self.base.removeMember(user, from: circle) }
+    func isMember(_ user: String, of circle: String) async throws -> Bool { try await self.base.isMember(user, of: circle) }
+    func members(of circle: String) async throws -> [String] { try await self.base.members(of: circle) }
+    func commit(_ posts: [NewPost]) async throws -> [PostOutcome] { try await self.base.commit(posts) }
+    func posts(in circle: String, after: Int64, limit: Int) async throws -> [CirclePost] {
+        try await self.base.posts(in: circle, after: after, limit: limit)
+    }
+    func posts(in circle: String, before: Int64?, limit: Int) async throws -> [CirclePost] {
+        try await self.base.posts(in: circle, before: before, limit: limit)
+    }
+    func createUpload(_ upload: MediaUpload) async throws { try await self.base.createUpload(upload) }
+    func upload(id: String) async throws -> MediaUpload? { try await self.base.upload(id: id) }
+    func deleteUpload(id: String) async throws { try await self.base.deleteUpload(id: id) }
+    func uploads(createdBefore: Int64) async throws -> [String] { try await self.base.uploads(createdBefore: createdBefore) }
+    func pendingUploadCount(owner: String) async throws -> Int { try await self.base.pendingUploadCount(owner: owner) }
+    func completeUpload(id: String, media: MediaInfo, uploader: String) async throws -> MediaInfo {
+        try await self.base.completeUpload(id: id, media: media, uploader: uploader)
+    }
+    func media(id: String) async throws -> MediaInfo? { try await self.base.media(id: id) }
+    func isUploader(_ user: String, of media: String) async throws -> Bool { try await self.base.isUploader(user, of: media) }
+    func canRead(media id: String, user: String) async throws -> Bool { try await self.base.canRead(media: id, user: user) }
+    func close() async throws { try await self.base.close() }
+}
