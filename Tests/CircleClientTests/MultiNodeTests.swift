@@ -97,7 +97,7 @@ struct MultiNodeTests {
         // Node A (0) dies first; its clients move to their next server. Then node B (1), which
         // by then also holds the clients that fled A. Node C (2) stays up: a bare reader there
         // sees the server's own stream, uninterrupted.
-        try await Storm(cluster: cluster, circle: "storm", wireReaders: [2]).run { round, release in
+        let report = try await Storm(cluster: cluster, circle: "storm", wireReaders: [2]).run { round, release in
             let node = round
             let connected = try await cluster.connections(node)
             #expect(connected > 0, "node \(node) had no connections to lose")
@@ -105,6 +105,9 @@ struct MultiNodeTests {
             await release.open()
             try await cluster.restart(node)
         }
+        // At least the three clients that started on A (w0, w3, r0) lost their node in the first
+        // round, and at least three were on B in the second (w1, w4, r1 and those that fled A).
+        #expect(report.reconnects >= 6, "\(report.reconnects) reconnects")
     }
 
     @Test("5 writers × 200 posts while PostgreSQL is restarted (immediate), twice: acked once, stored once, gapless", .timeLimit(.minutes(3)))
@@ -139,7 +142,8 @@ struct Storm {
     let writers = 5
     let perWriter = 200
 
-    func run(fault: @escaping @Sendable (_ round: Int, _ release: Gate) async throws -> Void) async throws {
+    @discardableResult
+    func run(fault: @escaping @Sendable (_ round: Int, _ release: Gate) async throws -> Void) async throws -> StormReport {
         let cluster = self.cluster
         let circle = self.circle
         let perWriter = self.perWriter
@@ -167,6 +171,12 @@ struct Storm {
         let everyone = writers + readers
         for client in everyone { await client.connect() }
         for client in everyone { try await requireJoined(client, circle) }
+        // Connections made from now on, per client (the first state seen is the current one).
+        var connections: [Task<Int, Never>] = []
+        for client in everyone {
+            let states = await client.states()
+            connections.append(Task { await states.reduce(0) { $0 + ($1 == .connected ? 1 : 0) } })
+        }
         var wire: [(Int, WireReader)] = []
         for node in self.wireReaders {
             let reader = try await WireReader(url: cluster.wsURL(node), token: try await cluster.token("wire\(node)"))
@@ -186,8 +196,13 @@ struct Storm {
                 guard await eventually(.seconds(90), { await progress.count >= thresholds[round] }) else {
                     throw StormError("only \(await progress.count) acks before fault \(round + 1)")
                 }
+                let began = ContinuousClock.now
                 try await fault(round, gates[round])
+                let faultDone = ContinuousClock.now
                 await gates[round].open()
+                let before = await progress.count
+                _ = await eventually(.seconds(60)) { await progress.count >= min(before + 5, self.writers * perWriter) }
+                print("storm \(circle): fault \(round + 1) after \(before) posts resolved; it took \(faultDone - began), posts resolved again \(ContinuousClock.now - began) after it began")
                 // Every client is connected again before the next fault, so that no client
                 // lives through two faults as one.
                 for client in everyone {
@@ -253,8 +268,24 @@ struct Storm {
             #expect(read.posts.map { "\($0.author)/\($0.id)" } == expectedKeys, "bare reader on node \(node): posts differ from the acks")
         }
         for (_, reader) in wire { await reader.close() }
+        var reconnects = 0
+        for task in connections {
+            task.cancel()
+            reconnects += max(0, await task.value - 1)
+        }
         for client in everyone { await client.shutdown() }
+        let duplicates = acked.filter(\.receipt.duplicate).count
+        print("storm \(circle): \(acked.count) acks (\(duplicates) answered as duplicates of a first attempt), \(reconnects) reconnects of \(everyone.count) SDK clients")
+        return StormReport(reconnects: reconnects, duplicateAcks: duplicates)
     }
+}
+
+/// What a storm went through.
+struct StormReport {
+    /// Connections the SDK clients made again after a fault.
+    var reconnects: Int
+    /// Acks that said `duplicate`: a post sent again after its first answer was lost.
+    var duplicateAcks: Int
 }
 
 struct StormError: Error, CustomStringConvertible {
