@@ -462,7 +462,7 @@ def main() -> int:
     parser.add_argument("--json", help="write the results to this file")
     args = parser.parse_args()
     if args.smoke:
-        args.warmup, args.duration, args.writers = 0.3, 1.0, "1,4"
+        args.warmup, args.duration, args.writers, args.nodes = 0.3, 1.0, "2", "2"
         args.subscribers, args.recovery_clients, args.latency_subscribers, args.rate = 20, 20, 2, 50
     if not (0 < args.duration <= 120 and 0 <= args.warmup <= 30):
         parser.error("keep --duration in (0, 120], --warmup in [0, 30]")

@@ -4,12 +4,12 @@
 #
 #   benchmarks/run.sh --all            # everything (about 15 min on 2 cores), the default
 #   benchmarks/run.sh --smoke          # every script for a moment with small counts (about 45 s): do they work?
-#   benchmarks/run.sh echo fanout      # only these: echo client fanout idle recovery postpath
+#   benchmarks/run.sh echo fanout      # only these: echo client fanout idle recovery postpath nodes
 #   benchmarks/run.sh --build --all    # build circle and the Swift peers (release) first
 #   benchmarks/run.sh --publish --all  # also write docs/bench/ (results/*.json, *.png, tables.md)
 #
 # Extra options per script: ECHO_ARGS, CLIENT_ARGS, FANOUT_ARGS, IDLE_ARGS, RECOVERY_ARGS,
-# POSTPATH_ARGS, e.g. IDLE_ARGS="--counts 1000" benchmarks/run.sh idle
+# POSTPATH_ARGS, NODES_ARGS, e.g. IDLE_ARGS="--counts 1000" benchmarks/run.sh idle
 # The JSON results go to a fresh /tmp/circle-bench.* directory, or to OUT=dir. CIRCLE_BIN=path
 # measures another circle binary (a debug build is fine for --smoke, not for figures).
 set -euo pipefail
@@ -25,13 +25,13 @@ for arg in "$@"; do
         --build) build=1 ;;
         --smoke) smoke=1 ;;
         --publish) publish=1 ;;
-        --all) names=(echo client fanout idle recovery postpath) ;;
-        echo|client|fanout|idle|recovery|postpath) names+=("$arg") ;;
+        --all) names=(echo client fanout idle recovery postpath nodes) ;;
+        echo|client|fanout|idle|recovery|postpath|nodes) names+=("$arg") ;;
         -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
         *) echo "unknown argument: $arg (see --help)" >&2; exit 64 ;;
     esac
 done
-[[ ${#names[@]} -eq 0 ]] && names=(echo client fanout idle recovery postpath)
+[[ ${#names[@]} -eq 0 ]] && names=(echo client fanout idle recovery postpath nodes)
 
 if [[ $build == 1 ]]; then
     (cd "$repo" && nice -n 10 swift build -c release --product circle --scratch-path .build-release)
@@ -64,6 +64,7 @@ if [[ $smoke == 1 ]]; then
     IDLE_ARGS="--counts 50,100 --settle 0.5 --idle-watch 0.5 ${IDLE_ARGS:-}"
     RECOVERY_ARGS="--subscribers 20 --rate 10 --before 0.5 --after 0.5 --timeout 60 ${RECOVERY_ARGS:-}"
     POSTPATH_ARGS="--writers 1,2 --warmup 0.3 --duration 1 ${POSTPATH_ARGS:-}"
+    NODES_ARGS="--smoke ${NODES_ARGS:-}"
 else
     ECHO_ARGS="--servers $servers --repeat 3 ${ECHO_ARGS:-}"
     CLIENT_ARGS="--repeat 3 ${CLIENT_ARGS:-}"
