@@ -143,6 +143,15 @@ def readings(cluster: Cluster, pg: Postgres | None) -> tuple[float, float, float
     return cluster.cpu_seconds(), pg.cpu_seconds() if pg else 0.0, time.monotonic()
 
 
+def metrics(cluster: Cluster) -> dict[str, float]:
+    """Every node's /metrics (series without labels), added up."""
+    total: dict[str, float] = {}
+    for port in cluster.ports:
+        for key, value in benchlib.circle_metrics(port).items():
+            total[key] = total.get(key, 0.0) + value
+    return total
+
+
 def create_circles(port: int, names: list[str]) -> str:
     owner = benchlib.dev_token(port, "publisher")
     for name in names:
@@ -204,10 +213,12 @@ async def posts(args, pg: Postgres | None, nodes: int, writers: int) -> dict:
         for w in ws:
             w.latencies = []
         a0 = sum(w.acked for w in ws)
+        m0 = metrics(cluster)
         node0, pg0, t0 = readings(cluster, pg)
         await asyncio.sleep(args.duration)
         node1, pg1, t1 = readings(cluster, pg)
         a1 = sum(w.acked for w in ws)
+        m1 = metrics(cluster)
         for w in ws:
             w.running = False
         await asyncio.sleep(0.3)
@@ -223,7 +234,9 @@ async def posts(args, pg: Postgres | None, nodes: int, writers: int) -> dict:
                 "acks": acks, "acks_per_s": acks / wall, "errors": sum(w.errors for w in ws),
                 "node_cpu_pct": 100 * (node1 - node0) / wall, "postgres_cpu_pct": 100 * (pg1 - pg0) / wall,
                 "node_us_per_post": per(node1 - node0), "postgres_us_per_post": per(pg1 - pg0),
-                "total_us_per_post": per(node1 - node0 + pg1 - pg0), "latency": circlev1.percentiles(h)}
+                "total_us_per_post": per(node1 - node0 + pg1 - pg0), "latency": circlev1.percentiles(h),
+                "commits": benchlib.commit_stats(m0, m1),
+                "signals_received": m1.get("circle_node_signals_received_total", 0) - m0.get("circle_node_signals_received_total", 0)}
     finally:
         cluster.stop()
 
@@ -483,7 +496,9 @@ def main() -> int:
         if "posts" in sections:
             print("\n## durable posts: closed-loop writers, one circle each, 100 B posts, spread over the nodes")
             print(f"{'store':<9}{'nodes':>5}{'writers':>8}{'acks/s':>9}{'p50 ms':>8}{'p99 ms':>8}"
-                  f"{'node µs/post':>13}{'pg µs/post':>11}{'total µs':>9}{'node CPU':>9}{'pg CPU':>7}", flush=True)
+                  f"{'node µs/post':>13}{'pg µs/post':>11}{'total µs':>9}{'node CPU':>9}{'pg CPU':>7}{'batch':>6}"
+                  f"{'sig/post':>9}", flush=True)
+            print("# batch: posts per group commit (all nodes); sig/post: node signals received per post, all nodes")
             configs = [(None, 1)] + [(pg, n) for n in node_counts]
             for store, nodes in configs:
                 for w in [int(x) for x in args.writers.split(",") if x]:
@@ -493,6 +508,7 @@ def main() -> int:
                     print(f"{r['store']:<9}{nodes:>5}{w:>8}{r['acks_per_s']:>9,.0f}{lat['p50_us'] / 1000:>8.2f}"
                           f"{lat['p99_us'] / 1000:>8.2f}{fmt(r['node_us_per_post']):>13}{fmt(r['postgres_us_per_post']):>11}"
                           f"{fmt(r['total_us_per_post']):>9}{r['node_cpu_pct']:>8.0f}%{r['postgres_cpu_pct']:>6.0f}%"
+                          f"{fmt(r['commits']['mean_batch']):>6}{r['signals_received'] / max(1, r['acks']):>9.2f}"
                           + (f"  errors {r['errors']}" if r["errors"] else ""), flush=True)
         if "latency" in sections:
             print(f"\n## delivery latency at {args.rate:g} posts/s: publisher on node A, {args.latency_subscribers} "
