@@ -51,6 +51,14 @@ import Testing
         return seqs
     }
 
+    /// Whether `client` hears that `user` left `circle` (its own connection taken out of it).
+    static func leaves(_ circle: String, user: String, on client: TestClient) async throws -> Bool {
+        while let message = try await client.next(timeout: .seconds(20)) {
+            if case .left(circle, user) = message { return true }
+        }
+        return false
+    }
+
     /// A counter's value in a `/metrics` page (0 when absent).
     static func counter(_ name: String, in page: String) -> Double {
         for line in page.split(separator: "\n") where line.hasPrefix(name + " ") {
@@ -132,11 +140,7 @@ import Testing
         // Removing bob through node A takes his connection on node B out of the circle.
         let removed = try await nodes.a.http("DELETE", "/v1/circles/lab/members/bob", token: try await nodes.a.token("ann"))
         #expect(removed.status == 204 || removed.status == 200, "\(removed.body)")
-        var left = false
-        while !left, let message = try await bob.next(timeout: .seconds(20)) {
-            if case .left(circle: "lab", user: "bob") = message { left = true }
-        }
-        #expect(left)
+        #expect(try await Self.leaves("lab", user: "bob", on: bob))
         await bob.close()
         await ann.close()
         await nodes.stop()
@@ -162,11 +166,7 @@ import Testing
         #expect(Self.counter("circle_node_signals_received_total", in: metrics) == 0, "\(metrics)")
 
         #expect(try await nodes.a.http("DELETE", "/v1/circles/quiet/members/bob", token: token).status < 300)
-        var left = false
-        while !left, let message = try await bob.next(timeout: .seconds(20)) {
-            if case .left(circle: "quiet", user: "bob") = message { left = true }
-        }
-        #expect(left)
+        #expect(try await Self.leaves("quiet", user: "bob", on: bob))
         await bob.close()
         await ann.close()
         await nodes.stop()

@@ -2,6 +2,8 @@
 import CircleSocket
 @testable import CircleWire
 import NIOCore
+import NIOEmbedded
+import NIOWebSocket
 import Testing
 
 /// The `circle.v1` session as a value, driven through the orderings that carry the promises
@@ -486,6 +488,30 @@ struct HubCompressionTests {
             return
         }
         #expect(json == String(buffer: payload.text))
+    }
+
+    @Test("the hub's frames decode as one text frame with the payload, for every length encoding")
+    func framedPayloads() throws {
+        for length in [0, 1, 125, 126, 65_535, 65_536, 70_000] {
+            let payload = ByteBuffer(string: String(repeating: "p", count: length))
+            for compressed in [false, true] {
+                let bytes = ServerFrame.text(payload, compressed: compressed, allocator: .init())
+                let channel = EmbeddedChannel(handler: ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: 1 << 20)))
+                try channel.writeInbound(bytes)
+                let frame = try #require(try channel.readInbound(as: WebSocketFrame.self))
+                #expect(frame.fin && frame.opcode == .text && frame.rsv1 == compressed && frame.maskKey == nil)
+                #expect(frame.data == payload, "length \(length)")
+                #expect(try channel.readInbound(as: WebSocketFrame.self) == nil)
+                _ = try channel.finish()
+            }
+        }
+        // A payload the hub makes carries its frame, and each deflated copy its own.
+        let hub = Hub()
+        let setting = PerMessageDeflate.SharedCompression(windowBits: 15, compressionLevel: 6, minimumCompressedSize: 16)
+        let made = hub.payload(for: .post(Self.post(String(repeating: "abc ", count: 50))), sharedCompression: [setting])
+        #expect(made.framed == ServerFrame.text(made.text, compressed: false, allocator: .init()))
+        let deflated = try #require(made.deflated(for: setting))
+        #expect(made.framedDeflated(for: setting) == ServerFrame.text(deflated, compressed: true, allocator: .init()))
     }
 
     @Test("small payloads and context-takeover connections get no shared copy")

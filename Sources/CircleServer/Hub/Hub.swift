@@ -7,19 +7,58 @@ import NIOCore
 /// that compress every message on its own (RFC 7692 without context takeover), the same bytes
 /// deflated once per compression setting, so that a fan-out to many such subscribers compresses
 /// once instead of once per subscriber.
+///
+/// Each also comes as a whole WebSocket frame (``framed``; a server's frames are not masked, so
+/// the bytes are the same for every subscriber): a session writes it below the frame encoder,
+/// so a fan-out to N subscribers frames once instead of N times, and each delivery is one
+/// buffer (one iovec) rather than a header buffer allocated per subscriber plus the payload.
 struct HubPayload: Sendable {
     var text: ByteBuffer
-    var deflated: [(setting: PerMessageDeflate.SharedCompression, payload: ByteBuffer)] = []
+    /// `text` as one unfragmented, uncompressed text frame.
+    var framed: ByteBuffer?
+    var deflated: [(setting: PerMessageDeflate.SharedCompression, payload: ByteBuffer, framed: ByteBuffer)] = []
 
-    init(text: ByteBuffer, deflated: [(setting: PerMessageDeflate.SharedCompression, payload: ByteBuffer)] = []) {
+    init(text: ByteBuffer, framed: ByteBuffer? = nil) {
         self.text = text
-        self.deflated = deflated
+        self.framed = framed
+    }
+
+    /// `text` with its text frame made once.
+    static func framing(_ text: ByteBuffer, allocator: ByteBufferAllocator) -> HubPayload {
+        HubPayload(text: text, framed: ServerFrame.text(text, compressed: false, allocator: allocator))
     }
 
     /// The deflated copy made for `setting`, if the hub made one.
     func deflated(for setting: PerMessageDeflate.SharedCompression) -> ByteBuffer? {
         for copy in self.deflated where copy.setting == setting { return copy.payload }
         return nil
+    }
+
+    /// The deflated copy made for `setting` as a whole frame (RSV1 set), if the hub made one.
+    func framedDeflated(for setting: PerMessageDeflate.SharedCompression) -> ByteBuffer? {
+        for copy in self.deflated where copy.setting == setting { return copy.framed }
+        return nil
+    }
+}
+
+/// The bytes of a server's WebSocket frame (RFC 6455 §5.2): FIN, the opcode, RSV1 when the
+/// payload is deflated (RFC 7692), the length in 7, 16 or 64 bits, no mask.
+enum ServerFrame {
+    static func text(_ payload: ByteBuffer, compressed: Bool, allocator: ByteBufferAllocator) -> ByteBuffer {
+        let length = payload.readableBytes
+        var frame = allocator.buffer(capacity: length + 10)
+        frame.writeInteger(UInt8(compressed ? 0xC1 : 0x81))
+        if length < 126 {
+            frame.writeInteger(UInt8(length))
+        } else if length <= Int(UInt16.max) {
+            frame.writeInteger(UInt8(126))
+            frame.writeInteger(UInt16(length))
+        } else {
+            frame.writeInteger(UInt8(127))
+            frame.writeInteger(UInt64(length))
+        }
+        frame.writeImmutableBuffer(payload)
+        return frame
     }
 }
 
@@ -183,7 +222,7 @@ final class Hub: Sendable {
             }
             return self.sequence(circle) { $0.advanced(circle, first: first, last: last) }
         case .ephemeral(let circle, let json, let limit):
-            self.broadcastHere(HubPayload(text: self.allocator.buffer(string: json)), in: circle, except: nil, limit: limit)
+            self.broadcastHere(.framing(self.allocator.buffer(string: json), allocator: self.allocator), in: circle, except: nil, limit: limit)
         case .revoke(let circle, let user):
             self.revokeHere(user: user, from: circle)
         }
@@ -287,7 +326,7 @@ final class Hub: Sendable {
     /// subscribers than that (on each node, counting that node's subscribers).
     func broadcast(_ message: CircleServerMessage, in circle: String, except sender: HubSubscriber?, limit: Int? = nil) {
         let text = self.encode(message)
-        self.broadcastHere(HubPayload(text: text), in: circle, except: sender, limit: limit)
+        self.broadcastHere(.framing(text, allocator: self.allocator), in: circle, except: sender, limit: limit)
         self.link.send(.ephemeral(circle: circle, json: String(buffer: text), limit: limit))
     }
 
@@ -342,10 +381,10 @@ final class Hub: Sendable {
 
     /// `message` encoded, and deflated once for each of `sharedCompression` whose threshold it reaches.
     func payload(for message: CircleServerMessage, sharedCompression: [PerMessageDeflate.SharedCompression]) -> HubPayload {
-        var payload = HubPayload(text: self.encode(message))
+        var payload = HubPayload.framing(self.encode(message), allocator: self.allocator)
         for setting in sharedCompression where payload.text.readableBytes >= setting.minimumCompressedSize {
             if let deflated = self.deflaters.deflate(payload.text, setting: setting, allocator: self.allocator) {
-                payload.deflated.append((setting, deflated))
+                payload.deflated.append((setting, deflated, ServerFrame.text(deflated, compressed: true, allocator: self.allocator)))
             }
         }
         return payload

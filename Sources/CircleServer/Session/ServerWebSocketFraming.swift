@@ -31,8 +31,15 @@ final class ServerWebSocketFraming {
     /// the transport's error.
     private(set) var endReason = "connection lost"
 
+    /// permessage-deflate was agreed: messages may be compressed here.
+    private let compresses: Bool
+    /// The frame encoder's context, found on the first write of a hub frame: writes made through
+    /// it enter the pipeline below the encoder, in order with the frames the encoder writes.
+    private var encoderContext: ChannelHandlerContext?
+
     init(maxMessageSize: Int, deflate: PerMessageDeflate?) {
         self.protocolState = WebSocketProtocolState(role: .server, maxMessageSize: maxMessageSize, deflate: deflate)
+        self.compresses = deflate != nil
     }
 
     /// How this connection could share compressed output with others (see ``HubPayload``).
@@ -140,9 +147,11 @@ final class ServerWebSocketFraming {
     }
 
     /// Writes an event from the hub: its shared compressed copy when the hub made one for this
-    /// connection's setting, otherwise compressed (or not) here.
+    /// connection's setting, otherwise compressed (or not) here. The hub's frames, made once for
+    /// every subscriber, go straight below the frame encoder.
     func write(_ payload: HubPayload, flush: Bool, context: ChannelHandlerContext) {
         if let setting = self.sharedCompression, let deflated = payload.deflated(for: setting) {
+            if let framed = payload.framedDeflated(for: setting), self.writeFramed(framed, flush: flush, context: context) { return }
             guard let frame = self.protocolState.frame(opcode: .text, deflated: deflated) else { return }
             if flush {
                 context.writeAndFlush(NIOAny(frame), promise: nil)
@@ -151,6 +160,20 @@ final class ServerWebSocketFraming {
             }
             return
         }
+        if !self.compresses, let framed = payload.framed, self.writeFramed(framed, flush: flush, context: context) { return }
         self.write(text: payload.text, flush: flush, context: context)
+    }
+
+    /// Writes a whole frame's bytes below the frame encoder; `false` when there is no encoder to
+    /// write below (then the caller writes a frame). Nothing is written once the close began.
+    private func writeFramed(_ frame: ByteBuffer, flush: Bool, context: ChannelHandlerContext) -> Bool {
+        guard self.protocolState.canSend else { return true }
+        if self.encoderContext == nil {
+            self.encoderContext = try? context.pipeline.syncOperations.context(handlerType: WebSocketFrameEncoder.self)
+        }
+        guard let encoder = self.encoderContext else { return false }
+        encoder.write(NIOAny(frame), promise: nil)
+        if flush { context.flush() }
+        return true
     }
 }
