@@ -131,10 +131,11 @@ struct MultiNodeTests {
 /// Five SDK writers post 200 posts each to one circle, each with all nodes in its `servers`
 /// (starting at a different node, so they spread) and its outbox in a state file. Three SDK
 /// readers (one starting on each node) and bare ``WireReader``s on the given nodes follow the
-/// circle. Twice during the storm (after 150 and 450 acks) `fault` runs; writers wait before
-/// their 60th and 130th posts until the fault of that round has begun (`release`), so that each
-/// fault happens while posts are still to come. Then: every post acked once; the database holds
-/// each once; every subscriber got 1…N in order with no gap.
+/// circle. Twice during the storm (once 150, then 450 post calls have resolved) `fault` runs;
+/// writers wait before their 61st and 131st posts until the fault of that round has begun
+/// (`release`), so that each fault happens while posts are still to come. Then: every post
+/// acked once; the database holds each once; every subscriber got 1…N and the sentinel, in
+/// order, with no gap; the bare readers exactly that, with the acks' authors and ids.
 struct Storm {
     let cluster: NodeCluster
     let circle: String
