@@ -60,4 +60,33 @@ import Testing
             }
         }
     }
+
+    /// Repeated keys are found in small objects (compared) and large ones (hashed), whatever the
+    /// position; strings with and without escapes read the same.
+    @Test(arguments: [1, 15, 16, 17, 40])
+    func repeatedKeysAndStrings(members: Int) throws {
+        let keys = (0..<members).map { "k\($0)" }
+        let unique = "{" + keys.map { "\"\($0)\":\"v\"" }.joined(separator: ",") + "}"
+        guard case .object(let parsed) = try JSONParser.parse(Array(unique.utf8)).get() else {
+            Issue.record("not an object")
+            return
+        }
+        #expect(parsed.map(\.key) == keys)
+        for repeated in [keys.first!, keys.last!] {
+            let text = "{" + (keys + [repeated]).map { "\"\($0)\":1" }.joined(separator: ",") + "}"
+            guard case .failure(let error) = JSONParser.parse(Array(text.utf8)) else {
+                Issue.record("a repeated \(repeated) in \(members) members was accepted")
+                continue
+            }
+            #expect(error.duplicateKey == repeated)
+        }
+        // The same key spelled with an escape is the same key.
+        let escaped = #"{"k0":1,"\u006b0":2}"#
+        #expect((try? JSONParser.parse(Array(escaped.utf8)).get()) == nil)
+        #expect(try JSONParser.parse(Array(#""plain caf\u00e9 \"q\" é""#.utf8)).get() == .string("plain café \"q\" é"))
+        #expect(try JSONParser.parse(Array(#""é""#.utf8)).get() == .string("é"))
+        #expect((try? JSONParser.parse([0x22, 0x61, 0x0A, 0x22]).get()) == nil)  // a raw newline
+        #expect((try? JSONParser.parse([0x22, 0x61, 0xFF, 0x22]).get()) == nil)  // not UTF-8
+        #expect((try? JSONParser.parse([0x22, 0x61]).get()) == nil)  // unterminated
+    }
 }
