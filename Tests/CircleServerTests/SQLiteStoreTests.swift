@@ -80,6 +80,10 @@ import Testing
                 #expect(synchronous == SQLiteData.integer(2))  // FULL
                 #expect(foreignKeys == SQLiteData.integer(1))
                 #expect(busyTimeout == SQLiteData.integer(5_000))
+                // The post writer's own connection: durable commits, foreign keys, the same timeout.
+                #expect(try await store.writerPragma("synchronous") == 2)
+                #expect(try await store.writerPragma("foreign_keys") == 1)
+                #expect(try await store.writerPragma("busy_timeout") == 5_000)
                 _ = try await store.createCircle(name: "lobby", owner: "alice", isPrivate: false, createdAt: 1)
             }
             // Reopening an up-to-date database migrates nothing and keeps the data.

@@ -66,6 +66,16 @@ final class SQLitePostWriter: @unchecked Sendable {
         if let failure { throw failure }
     }
 
+    /// The integer value of a `PRAGMA` on the writer's connection (some are per connection); for tests.
+    func pragma(_ name: String) async throws -> Int64? {
+        try await self.thread.runIfActive {
+            let statement = try self.prepare("PRAGMA \(name)", persistent: false)
+            defer { sqlite_nio_sqlite3_finalize(statement) }
+            guard try self.step(statement, "read a pragma") else { return nil }
+            return sqlite_nio_sqlite3_column_int64(statement, 0)
+        }
+    }
+
     // MARK: - On the thread
 
     private func openOnThread(path: String, busyTimeoutMilliseconds: Int) throws {

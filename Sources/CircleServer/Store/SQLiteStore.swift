@@ -267,6 +267,11 @@ public final class SQLiteStore: CircleStore {
         }
     }
 
+    /// The integer value of a `PRAGMA` on the post writer's connection; for tests.
+    func writerPragma(_ name: String) async throws -> Int64? {
+        try await self.writer.pragma(name)
+    }
+
     /// Batches the post writer has begun; for tests.
     var postBatchesStarted: Int { self.writer.batchesStarted }
 
