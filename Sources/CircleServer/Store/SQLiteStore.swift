@@ -40,6 +40,7 @@ public final class SQLiteStore: CircleStore {
 
     /// How long a statement waits for a lock held by another process before failing.
     static let busyTimeoutMilliseconds = 5_000
+
     private init(connection: SQLiteConnection, writer: SQLitePostWriter, logger: Logger) {
         self.connection = connection
         self.writer = writer
@@ -47,7 +48,8 @@ public final class SQLiteStore: CircleStore {
     }
 
     /// Opens (creating if needed) the database at `path` and configures the connection:
-    /// `journal_mode=WAL`, `synchronous=FULL`, `foreign_keys=ON` and a busy timeout.
+    /// `journal_mode=WAL`, `synchronous=FULL`, `foreign_keys=ON` and a busy timeout; then opens
+    /// the post writer's connection with the same settings.
     ///
     /// Call ``migrate()`` before using the store.
     ///
@@ -282,7 +284,7 @@ public final class SQLiteStore: CircleStore {
         }
     }
 
-    // MARK: - Commit steps
+    // MARK: - Reading posts
 
     /// The columns ``post(_:)`` reads, of the posts table aliased `table`. Strings are read as
     /// blobs: sqlite-nio reads TEXT with `String(cString:)`, which cuts a string at an embedded
