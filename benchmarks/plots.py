@@ -116,7 +116,7 @@ def main() -> int:
         plt.close(fig)
         written += ["fanout-latency.png", "fanout-throughput.png"]
     if docs.get("postpath", {}).get("results"):
-        series = [(f"{r['writers']} writer{'s' if r['writers'] > 1 else ''} ({r['acks_per_s']:,.0f} acks/s)",
+        series = [(f"{r.get('build', 'circle')} {r['writers']}×{r.get('in_flight', 1)} ({r['acks_per_s']:,.0f} acks/s)",
                    r["distribution"]) for r in docs["postpath"]["results"]]
         latency(series, "Post path: ack latency (durable commit)", out("postpath-latency.png"))
         written.append("postpath-latency.png")

@@ -1,15 +1,24 @@
-"""Post-path benchmark: posts acknowledged per second with durable commits, and ack latency.
+"""Post-path benchmark: posts acknowledged per second with durable commits, next to the floor.
 
 `circle serve` runs pinned to CPU 0 on its embedded SQLite store (WAL, synchronous=FULL, group
-commit; no post rate limit, see circlev1.setup_server). W writers (circle.v1 connections on
-picows, pinned to CPU 1), each joined to a circle of its own, post in a closed loop: send a
-post, wait for its ack (sent only after the commit), send the next. The ack latency (send →
-ack) goes into an HdrHistogram. Reported per W: acks/s, p50/p99/p99.9 ack latency, server CPU
-per post.
+commit; no post rate limit). A case is W writers × F posts in flight: W circle.v1 connections
+(picows, pinned to CPU 1), each of a user of its own and joined to a circle of its own, keep F
+posts outstanding: every ack (sent only after the commit) is answered with the next post. The
+ack latency (send → ack) goes into an HdrHistogram. Reported per case: acks/s, p50/p99/p99.9 ack
+latency, server CPU per post and the mean commit batch (from the server's /metrics).
 
-    python postpath.py                      # W = 1 and 16
-    python postpath.py --writers 1,4,16 --duration 5
+**The floor**, measured in the same run right after each case, at that case's mean batch size
+(rounded): the same work done by Python's `sqlite3` against a fresh database with the same
+schema and indexes (WAL, synchronous=FULL), pinned to the server's CPU: per batch `BEGIN
+IMMEDIATE`, per post the idempotency-key probe and the insert, per circle the `last_seq` read
+and update, `COMMIT`. Its CPU per post is the process's own utime+stime. `circle ÷ floor` is the
+figure that carries over between machines.
 
+    python postpath.py                                   # cases 1x1, 16x1, 64x4
+    python postpath.py --cases 1x1,64x4 --duration 5
+    python postpath.py --builds base=/path/to/old/circle,new=.build-release/release/circle
+
+`--builds` runs every case on each build in turn (same floor), for a before/after in one run.
 Only 127.0.0.1 is contacted; each measurement is bounded.
 """
 from __future__ import annotations
@@ -18,20 +27,37 @@ import argparse
 import asyncio
 import json
 import os
+import shlex
+import sqlite3
+import subprocess
 import sys
+import tempfile
 import time
 
 import benchlib
 import circlev1
 
+# The tables and indexes SQLiteStore creates for posts (Sources/CircleServer/Store/SQLiteStore+Schema.swift).
+FLOOR_SCHEMA = [
+    """CREATE TABLE circles (name TEXT NOT NULL PRIMARY KEY, owner TEXT NOT NULL,
+       private INTEGER NOT NULL DEFAULT 0, created_at INTEGER NOT NULL, last_seq INTEGER NOT NULL DEFAULT 0) STRICT""",
+    """CREATE TABLE posts (circle TEXT NOT NULL REFERENCES circles (name), seq INTEGER NOT NULL,
+       author TEXT NOT NULL, client_id TEXT NOT NULL, text TEXT, attachment TEXT, time INTEGER NOT NULL,
+       PRIMARY KEY (circle, seq)) WITHOUT ROWID, STRICT""",
+    "CREATE UNIQUE INDEX posts_by_client_id ON posts (circle, author, client_id)",
+    "CREATE INDEX posts_by_attachment ON posts (attachment) WHERE attachment IS NOT NULL",
+]
+
 
 class Writer:
-    def __init__(self, conn: circlev1.Conn, circle: str, text: str) -> None:
+    def __init__(self, conn: circlev1.Conn, name: str, circle: str, text: str, in_flight: int) -> None:
         self.conn = conn
+        self.name = name
         self.circle = circle
         self.text = text
+        self.in_flight = in_flight
         self.n = 0
-        self.sent_at = 0
+        self.sent_at: dict[str, int] = {}
         self.running = True
         self.acked = 0
         self.errors = 0
@@ -40,12 +66,15 @@ class Writer:
 
     def post(self) -> None:
         self.n += 1
-        self.sent_at = time.monotonic_ns()
-        self.conn.send({"action": "post", "id": f"w{self.n}", "circle": self.circle, "text": self.text})
+        post_id = f"{self.name}-{self.n}"
+        self.sent_at[post_id] = time.monotonic_ns()
+        self.conn.send({"action": "post", "id": post_id, "circle": self.circle, "text": self.text})
 
     def on_event(self, conn, payload: bytes) -> None:
         if payload.startswith(b'{"id"') and b'"type":"ack"' in payload:  # only acks start with "id"
-            self.latencies.append(time.monotonic_ns() - self.sent_at)
+            sent = self.sent_at.pop(json.loads(payload).get("id"), None)
+            if sent is not None:
+                self.latencies.append(time.monotonic_ns() - sent)
             self.acked += 1
             if self.running:
                 self.post()
@@ -57,18 +86,36 @@ class Writer:
                 self.post()
 
 
-async def run(args, writers: int) -> dict:
+def start_server(binary: str, cpu: int, circles: list[str], wrapper: list[str] | None = None
+                 ) -> tuple[benchlib.Server, list[str]]:
+    """`circle serve` with no post rate limit, one token per writer (distinct users), the circles made."""
+    server = benchlib.circle_server(binary=binary, wrapper=wrapper, extra=[
+        "--posts-per-second", "1000000", "--post-burst", "1000000",
+        "--max-connections-per-user", "100000", "--idle-timeout", "1h"])
+    server.start(cpu)
+    tokens = [benchlib.dev_token(server.port, f"writer{i}") for i in range(len(circles))]
+    owner = benchlib.dev_token(server.port, "owner")
+    for circle in circles:
+        status, body = benchlib.http_json("POST", server.port, "/v1/circles", owner, {"name": circle})
+        if status not in (200, 201):
+            raise RuntimeError(f"creating {circle}: {status} {body}")
+    return server, tokens
+
+
+async def run(args, binary: str, writers: int, in_flight: int) -> dict:
     circles = [f"w{i}" for i in range(writers)]
-    server, tokens, _ = circlev1.setup_server(cpu=args.server_cpu, circles=circles)
+    server, tokens = start_server(binary, args.server_cpu, circles,
+                                  shlex.split(args.wrapper) if args.wrapper else None)
     try:
-        conns = [await circlev1.connect(server.port, tokens[i % len(tokens)]) for i in range(writers)]
+        conns = [await circlev1.connect(server.port, token) for token in tokens]
         for conn, circle in zip(conns, circles):
             reply = await asyncio.wait_for(conn.request({"action": "join", "circle": circle}), 30)
             assert reply.get("type") == "ack", reply
         text = "x" * args.text_bytes
-        ws = [Writer(c, circle, text) for c, circle in zip(conns, circles)]
+        ws = [Writer(c, f"p{i}", circle, text, in_flight) for i, (c, circle) in enumerate(zip(conns, circles))]
         for w in ws:
-            w.post()
+            for _ in range(in_flight):
+                w.post()
         await asyncio.sleep(args.warmup)
         for w in ws:
             w.latencies = []
@@ -90,14 +137,78 @@ async def run(args, writers: int) -> dict:
         for ns in samples:
             h.record_value(max(1, ns // 1000))
         server_cpu = cpu1 - cpu0
-        return {"writers": writers, "seconds": wall, "acks": acks, "acks_per_s": acks / wall,
-                "server_cpu_pct": 100 * server_cpu / wall,
+        return {"writers": writers, "in_flight": in_flight, "binary": binary, "seconds": wall, "acks": acks,
+                "acks_per_s": acks / wall, "server_cpu_pct": 100 * server_cpu / wall,
                 "server_us_per_post": 1e6 * server_cpu / acks if acks else None,
                 "client_cpu_pct": 100 * ((own1.user - own0.user) + (own1.system - own0.system)) / wall,
                 "errors": sum(w.errors for w in ws), "commits": commits, "text_bytes": args.text_bytes,
                 "latency": circlev1.percentiles(h), "distribution": circlev1.distribution(h)}
     finally:
         server.stop()
+
+
+def floor_worker(batch: int, circles: int, seconds: float, text_bytes: int) -> dict:
+    """The floor, in this process: batches of `batch` posts spread over `circles` circles, for
+    `seconds`; returns posts, wall seconds and this process's CPU seconds."""
+    directory = tempfile.mkdtemp(prefix="circle-floor-")
+    path = os.path.join(directory, "floor.sqlite")
+    db = sqlite3.connect(path, isolation_level=None)
+    try:
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA synchronous = FULL")
+        db.execute("PRAGMA foreign_keys = ON")
+        for statement in FLOOR_SCHEMA:
+            db.execute(statement)
+        names = [f"w{i}" for i in range(circles)]
+        db.executemany("INSERT INTO circles (name, owner, created_at) VALUES (?, 'owner', 0)", [(n,) for n in names])
+        text = "x" * text_bytes
+        n = posts = 0
+
+        def one_batch() -> int:
+            nonlocal n
+            db.execute("BEGIN IMMEDIATE")
+            touched: dict[str, int] = {}
+            for i in range(batch):
+                n += 1
+                circle, author, client_id = names[n % circles], f"writer{n % circles}", f"p-{n}"
+                if db.execute("SELECT seq FROM posts WHERE circle = ? AND author = ? AND client_id = ?",
+                              (circle, author, client_id)).fetchone() is not None:
+                    continue
+                if circle not in touched:
+                    touched[circle] = db.execute("SELECT last_seq FROM circles WHERE name = ?", (circle,)).fetchone()[0]
+                touched[circle] += 1
+                db.execute("INSERT INTO posts (circle, seq, author, client_id, text, attachment, time) "
+                           "VALUES (?, ?, ?, ?, ?, NULL, ?)", (circle, touched[circle], author, client_id, text, n))
+            for circle, last in touched.items():
+                db.execute("UPDATE circles SET last_seq = ? WHERE name = ?", (last, circle))
+            db.execute("COMMIT")
+            return batch
+
+        deadline = time.monotonic() + 0.5  # warm-up
+        while time.monotonic() < deadline:
+            one_batch()
+        own0, t0 = os.times(), time.monotonic()
+        deadline = t0 + seconds
+        while time.monotonic() < deadline:
+            posts += one_batch()
+        own1, t1 = os.times(), time.monotonic()
+    finally:
+        db.close()
+        for name in os.listdir(directory):
+            os.unlink(os.path.join(directory, name))
+        os.rmdir(directory)
+    cpu = (own1.user - own0.user) + (own1.system - own0.system)
+    return {"batch": batch, "circles": circles, "posts": posts, "seconds": t1 - t0, "cpu_seconds": cpu,
+            "posts_per_s": posts / (t1 - t0), "us_per_post": 1e6 * cpu / posts if posts else None}
+
+
+def floor(args, batch: int, circles: int) -> dict:
+    """Runs ``floor_worker`` in a child process pinned to the server's CPU (its CPU time is its own)."""
+    argv = ["taskset", "-c", str(args.server_cpu), sys.executable, os.path.abspath(__file__), "--floor-child",
+            json.dumps({"batch": batch, "circles": circles, "seconds": args.floor_duration,
+                        "text_bytes": args.text_bytes})]
+    out = subprocess.run(argv, check=True, capture_output=True, text=True, timeout=args.floor_duration + 60)
+    return json.loads(out.stdout)
 
 
 def fsync_probe(directory: str, count: int = 200) -> dict:
@@ -120,43 +231,88 @@ def fsync_probe(directory: str, count: int = 200) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--writers", default="1,16", help="comma list of concurrent writer counts")
+    parser.add_argument("--cases", default="1x1,16x1,64x4",
+                        help="comma list of WRITERSxIN_FLIGHT (each writer a user and a circle of its own)")
+    parser.add_argument("--writers", help="comma list of writer counts, one post in flight each (older form of --cases)")
+    parser.add_argument("--builds", help="comma list of NAME=PATH of circle binaries, each run on every case "
+                                         "(default: the one release build, as `circle`)")
     parser.add_argument("--text-bytes", type=int, default=100, help="bytes of text per post")
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--duration", type=float, default=10.0)
+    parser.add_argument("--floor-duration", type=float, default=5.0, help="seconds the floor runs per batch size")
+    parser.add_argument("--no-floor", action="store_true", help="skip the floor")
     parser.add_argument("--server-cpu", type=int, default=0)
     parser.add_argument("--client-cpu", type=int, default=1)
+    parser.add_argument("--wrapper", help="run the server under this command, e.g. "
+                                          "'perf record -g -o perf.data --' or 'valgrind --tool=callgrind'")
     parser.add_argument("--json", help="write the results to this file")
+    parser.add_argument("--floor-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if not (0 < args.duration <= 120 and 0 <= args.warmup <= 30):
-        parser.error("keep --duration in (0, 120], --warmup in [0, 30]")
+    if args.floor_child:
+        spec = json.loads(args.floor_child)
+        print(json.dumps(floor_worker(spec["batch"], spec["circles"], spec["seconds"], spec["text_bytes"])))
+        return 0
+    if not (0 < args.duration <= 120 and 0 <= args.warmup <= 30 and 0 < args.floor_duration <= 60):
+        parser.error("keep --duration in (0, 120], --warmup in [0, 30], --floor-duration in (0, 60]")
+    if args.writers:
+        cases = [(int(w), 1) for w in args.writers.split(",") if w]
+    else:
+        cases = []
+        for spec in args.cases.split(","):
+            w, _, f = spec.partition("x")
+            cases.append((int(w), int(f or 1)))
+    if any(w < 1 or f < 1 or w > 1000 or f > 64 for w, f in cases):
+        parser.error("writers in [1, 1000], in flight in [1, 64]")
+    builds = [("circle", str(benchlib.DEFAULT_CIRCLE))]
+    if args.builds:
+        builds = [tuple(b.split("=", 1)) for b in args.builds.split(",") if b]
+        if any(len(b) != 2 for b in builds):
+            parser.error("--builds takes NAME=PATH,NAME=PATH")
     benchlib.pin_self(args.client_cpu)
     loop_name = benchlib.use_uvloop()
     benchlib.exit_on_sigterm()
-    print(f"# post path: closed-loop writers, one circle each, {args.text_bytes} B posts; server on CPU "
+    print(f"# post path: closed-loop writers (a user and a circle each), {args.text_bytes} B posts; server on CPU "
           f"{args.server_cpu} (SQLite WAL, synchronous=FULL), writers on CPU {args.client_cpu}; "
-          f"{args.warmup:g} s warm-up, {args.duration:g} s measured; data dir under {os.environ.get('TMPDIR', '/tmp')}")
-    print(f"{'writers':>7} {'acks/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'p99.9ms':>8} {'srvCPU':>7} {'us/post':>8}", flush=True)
-    import tempfile
+          f"{args.warmup:g} s warm-up, {args.duration:g} s measured; floor (python sqlite3 {sqlite3.sqlite_version}) "
+          f"{args.floor_duration:g} s per batch size on CPU {args.server_cpu}; data under {tempfile.gettempdir()}")
     probe = fsync_probe(tempfile.gettempdir())
     print(f"# fsync of 4 KiB in {tempfile.gettempdir()}: p50 {probe['p50_ms']:.2f} ms, p99 {probe['p99_ms']:.2f} ms, "
           f"max {probe['max_ms']:.2f} ms ({probe['count']} samples)", flush=True)
+    print(f"{'build':>8} {'case':>6} {'acks/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'p99.9ms':>7} {'srvCPU':>6} "
+          f"{'us/post':>8} {'batch':>6} | {'floor us':>8} {'floor/s':>9} | {'cpu x':>6} {'rate %':>6}", flush=True)
     results = []
-    for w in [int(x) for x in args.writers.split(",") if x]:
-        try:
-            r = asyncio.run(run(args, w))
-        except Exception as error:
-            print(f"{w:>7} failed: {error!r}", flush=True)
-            continue
-        results.append(r)
-        lat = r["latency"]
-        print(f"{w:>7} {r['acks_per_s']:>9,.0f} {lat['p50_us'] / 1000:>8.2f} {lat['p99_us'] / 1000:>8.2f} "
-              f"{lat['p99_9_us'] / 1000:>8.2f} {r['server_cpu_pct']:>6.0f}% {r['server_us_per_post'] or 0:>8.1f}"
-              f"   commit: mean {r['commits']['mean_commit_ms'] or 0:.2f} ms, batch {r['commits']['mean_batch'] or 0:.1f}",
-              flush=True)
+    floors: dict[tuple[int, int], dict] = {}
+    for writers, in_flight in cases:
+        for name, binary in builds:
+            try:
+                r = asyncio.run(run(args, binary, writers, in_flight))
+            except Exception as error:
+                print(f"{name:>8} {writers}x{in_flight:<4} failed: {error!r}", flush=True)
+                continue
+            r["build"] = name
+            batch = max(1, round(r["commits"]["mean_batch"] or 1))
+            f = None
+            if not args.no_floor:
+                key = (batch, min(writers, batch))
+                if key not in floors:
+                    floors[key] = floor(args, *key)
+                f = floors[key]
+            r["floor"] = f
+            if f and r["server_us_per_post"]:
+                r["cpu_vs_floor"] = r["server_us_per_post"] / f["us_per_post"]
+                r["rate_vs_floor"] = r["acks_per_s"] / f["posts_per_s"]
+            results.append(r)
+            lat = r["latency"]
+            print(f"{name:>8} {f'{writers}x{in_flight}':>6} {r['acks_per_s']:>9,.0f} {lat['p50_us'] / 1000:>7.2f} "
+                  f"{lat['p99_us'] / 1000:>7.2f} {lat['p99_9_us'] / 1000:>7.2f} {r['server_cpu_pct']:>5.0f}% "
+                  f"{r['server_us_per_post'] or 0:>8.1f} {r['commits']['mean_batch'] or 0:>6.1f} | "
+                  + (f"{f['us_per_post']:>8.1f} {f['posts_per_s']:>9,.0f} | {r.get('cpu_vs_floor', 0):>5.2f}x "
+                     f"{100 * r.get('rate_vs_floor', 0):>5.0f}%" if f else f"{'-':>8} {'-':>9} | {'-':>6} {'-':>6}"),
+                  flush=True)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"benchmark": "postpath", "loop": loop_name, "args": vars(args), "fsync": probe, "results": results}, f, indent=2)
+        with open(args.json, "w") as out:
+            json.dump({"benchmark": "postpath", "loop": loop_name, "args": vars(args), "fsync": probe,
+                       "builds": dict(builds), "results": results}, out, indent=2)
     return 0 if results else 1
 
 

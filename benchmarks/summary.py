@@ -135,17 +135,23 @@ def recovery(doc: dict) -> None:
 
 def postpath(doc: dict) -> None:
     args = doc["args"]
-    print(f"\n### Post path\n\nClosed-loop writers (post, wait for the ack, post again), one circle each, "
+    print(f"\n### Post path\n\nClosed-loop writers (W writers × F posts in flight, a user and a circle each), "
           f"{args['text_bytes']} B posts; embedded SQLite (WAL, synchronous=FULL, group commit); server on CPU "
-          f"{args['server_cpu']}."
+          f"{args['server_cpu']}. The floor: the same statements from Python's sqlite3 at the case's mean batch "
+          f"size, in the same run."
           + (f" fsync of 4 KiB on this disk before the run: p50 {doc['fsync']['p50_ms']:.2f} ms, p99 "
              f"{doc['fsync']['p99_ms']:.2f} ms." if doc.get("fsync") else "") + "\n")
-    print("| writers | posts acked/s | p50 ms | p99 ms | p99.9 ms | server CPU | µs CPU/post |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+    print("| build | W×F | posts acked/s | p50 ms | p99 ms | p99.9 ms | server CPU | µs CPU/post | batch | "
+          "floor µs/post | floor posts/s | CPU ÷ floor | acks/s ÷ floor |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in doc["results"]:
-        lat = r["latency"]
-        print(f"| {r['writers']} | {r['acks_per_s']:,.0f} | {lat['p50_us'] / 1000:.2f} | {lat['p99_us'] / 1000:.2f} | "
-              f"{lat['p99_9_us'] / 1000:.2f} | {r['server_cpu_pct']:.0f} % | {r['server_us_per_post'] or 0:.1f} |")
+        lat, f = r["latency"], r.get("floor")
+        floor_cells = (f"{f['us_per_post']:.1f} | {f['posts_per_s']:,.0f} | {r.get('cpu_vs_floor', 0):.2f} | "
+                       f"{100 * r.get('rate_vs_floor', 0):.0f} %" if f else "– | – | – | –")
+        print(f"| {r.get('build', 'circle')} | {r['writers']}×{r.get('in_flight', 1)} | {r['acks_per_s']:,.0f} | "
+              f"{lat['p50_us'] / 1000:.2f} | {lat['p99_us'] / 1000:.2f} | {lat['p99_9_us'] / 1000:.2f} | "
+              f"{r['server_cpu_pct']:.0f} % | {r['server_us_per_post'] or 0:.1f} | "
+              f"{r['commits']['mean_batch'] or 0:.1f} | {floor_cells} |")
 
 
 def main(paths: list[str]) -> int:

@@ -90,6 +90,8 @@ public struct JSONParseError: Error, Sendable, Hashable, CustomStringConvertible
 public struct JSONParser {
     /// Deepest nesting of arrays and objects accepted.
     public static let maxDepth = 32
+    /// Members of an object checked for a repeated key by comparison before a set takes over.
+    static let linearKeySearchLimit = 16
 
     private let bytes: [UInt8]
     private var index = 0
@@ -161,7 +163,8 @@ public struct JSONParser {
         guard depth <= Self.maxDepth else { throw self.error("nested deeper than \(Self.maxDepth) levels") }
         self.index += 1  // {
         var members: [(key: String, value: JSONValue)] = []
-        var keys = Set<String>()
+        /// The keys, once there are too many members for a linear search.
+        var keys: Set<String>?
         self.skipWhitespace()
         if self.current == UInt8(ascii: "}") {
             self.index += 1
@@ -172,7 +175,18 @@ public struct JSONParser {
             guard self.current == UInt8(ascii: "\"") else { throw self.error("expected a string key") }
             let keyStart = self.index
             let key = try self.parseString()
-            guard keys.insert(key).inserted else {
+            // A request has a handful of keys: comparing them beats hashing; a large object
+            // switches to a set, so a frame full of keys stays linear.
+            if keys == nil, members.count >= Self.linearKeySearchLimit {
+                keys = Set(members.map(\.key))
+            }
+            let repeated: Bool
+            if let inserted = keys?.insert(key).inserted {
+                repeated = !inserted
+            } else {
+                repeated = members.contains { $0.key == key }
+            }
+            guard !repeated else {
                 throw JSONParseError(offset: keyStart, reason: "the key \"\(key)\" appears twice", duplicateKey: key)
             }
             self.skipWhitespace()
@@ -249,6 +263,19 @@ public struct JSONParser {
 
     private mutating func parseString() throws(JSONParseError) -> String {
         self.index += 1  // opening quote
+        // Most strings have no escapes: one validating conversion of the bytes between the quotes.
+        let start = self.index
+        while let byte = self.current, byte != UInt8(ascii: "\\"), byte >= 0x20 {
+            if byte == UInt8(ascii: "\"") {
+                guard let string = String(validating: self.bytes[start..<self.index], as: UTF8.self) else {
+                    throw JSONParseError(offset: start, reason: "invalid UTF-8 in a string", duplicateKey: nil)
+                }
+                self.index += 1
+                return string
+            }
+            self.index += 1
+        }
+        self.index = start
         var scalars = String.UnicodeScalarView()
         var runStart = self.index
         func flushRun(_ parser: JSONParser, into scalars: inout String.UnicodeScalarView) throws(JSONParseError) {

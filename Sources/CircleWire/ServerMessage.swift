@@ -143,8 +143,9 @@ extension CircleServerMessage: Codable {
         }
     }
 
-    /// The JSON text of this message, as sent in a text frame.
-    public func encodedJSON() -> String {
+    /// The JSON text of this message the way `JSONEncoder` writes it (sorted keys, slashes as
+    /// is): the reference ``encodedJSON()`` is tested against.
+    package func encodedJSONWithEncoder() -> String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         // Encoding these value types cannot fail.

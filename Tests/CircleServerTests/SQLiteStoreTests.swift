@@ -80,6 +80,10 @@ import Testing
                 #expect(synchronous == SQLiteData.integer(2))  // FULL
                 #expect(foreignKeys == SQLiteData.integer(1))
                 #expect(busyTimeout == SQLiteData.integer(5_000))
+                // The post writer's own connection: durable commits, foreign keys, the same timeout.
+                #expect(try await store.writerPragma("synchronous") == 2)
+                #expect(try await store.writerPragma("foreign_keys") == 1)
+                #expect(try await store.writerPragma("busy_timeout") == 5_000)
                 _ = try await store.createCircle(name: "lobby", owner: "alice", isPrivate: false, createdAt: 1)
             }
             // Reopening an up-to-date database migrates nothing and keeps the data.
@@ -123,6 +127,43 @@ import Testing
                 _ = try await SQLiteStore.open(path: path + "/missing-directory/circle.sqlite", logger: Self.logger)
             }
             #expect(error?.code == .unavailable)
+        }
+    }
+
+    @Test func inMemoryIsRefused() async throws {
+        let error = await #expect(throws: StoreError.self) {
+            _ = try await SQLiteStore.open(path: ":memory:", logger: Self.logger)
+        }
+        #expect(error?.code == .unavailable)
+        #expect(error?.message.contains("file path") == true)
+    }
+
+    /// A read runs while a commit waits for the write lock (held here by another connection):
+    /// reads are not queued behind commits.
+    @Test func readsDoNotWaitForACommit() async throws {
+        try await self.withDatabasePath { path in
+            try await self.withStore(at: path) { store in
+                _ = try await store.createCircle(name: "lobby", owner: "alice", isPrivate: false, createdAt: 1)
+                #expect(self.storedSeqs(try await store.commit([self.newPost("lobby", id: "p1")])) == [1])
+                let blocker = try await SQLiteConnection.open(storage: .file(path: path), logger: Self.logger)
+                _ = try await blocker.query("BEGIN IMMEDIATE")
+                let second = self.newPost("lobby", id: "p2")
+                let commit = Task { try await store.commit([second]) }
+                // The writer has begun the batch and now waits for the lock (its busy timeout is 5 s).
+                let deadline = ContinuousClock.now + .seconds(4)
+                while store.postBatchesStarted < 2 && ContinuousClock.now < deadline {
+                    try await Task.sleep(for: .milliseconds(1))
+                }
+                #expect(store.postBatchesStarted == 2)
+                let posts = try await store.posts(in: "lobby", after: 0, limit: 10)
+                let circle = try await store.circle(named: "lobby")
+                _ = try await blocker.query("ROLLBACK")
+                try await blocker.close()
+                #expect(posts.map(\.seq) == [1])
+                #expect(circle?.lastSeq == 1)
+                #expect(self.storedSeqs(try await commit.value) == [2])
+                #expect(try await store.posts(in: "lobby", after: 0, limit: 10).map(\.id) == ["p1", "p2"])
+            }
         }
     }
 

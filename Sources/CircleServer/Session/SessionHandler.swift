@@ -35,6 +35,9 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var expiryTimer: Scheduled<Void>?
     /// Hub deliveries written but not yet flushed (see `HubSubscriber`).
     private var unflushed = false
+    /// While set, replies are written without a flush and leave `unflushed` set (post answers
+    /// from the committer, flushed by its flush task).
+    private var holdingFlush = false
 
     init(services: ServerServices, user: AuthenticatedUser, deflate: PerMessageDeflate?, logger: Logger) {
         self.services = services
@@ -242,7 +245,8 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 return
             }
         }
-        self.framing.write(text: self.services.hub.encode(message), flush: true, context: context)
+        self.framing.write(text: self.services.hub.encode(message), flush: !self.holdingFlush, context: context)
+        if self.holdingFlush { self.unflushed = true }
     }
 
     /// Tells the circle's other members that this user joined or left (already subscribed or
@@ -304,9 +308,20 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private func submit(_ post: NewPost, eventLoop: any EventLoop) {
         let loopBound = NIOLoopBound(self, eventLoop: eventLoop)
         let id = post.clientID
-        self.services.committer.submit(post) { result in
-            eventLoop.execute { loopBound.value.feed { $0.postCommitted(id: id, result) } }
-        }
+        let answer = PostCommitter.LoopAnswer(
+            eventLoop: eventLoop,
+            write: { result in loopBound.value.postCommitted(id: id, result) },
+            flush: { loopBound.value.flushDeliveries() }
+        )
+        self.services.committer.submit(post, answer: answer)
+    }
+
+    /// A post's answer from the committer, written without a flush: the committer flushes once
+    /// after the batch's deliveries on this loop (see `PostCommitter.LoopAnswer`).
+    private func postCommitted(id: String, _ result: Result<PostOutcome, any Error>) {
+        self.holdingFlush = true
+        defer { self.holdingFlush = false }
+        self.feed { $0.postCommitted(id: id, result) }
     }
 
     /// Runs store work off the event loop and continues on it with the result.

@@ -2,15 +2,46 @@ import CircleWire
 import Foundation
 import Logging
 import NIOConcurrencyHelpers
+import NIOCore
 
 /// Group commit: posts from all connections queue here; one loop commits whatever has queued
-/// in a single durable transaction, publishes the stored posts to the hub in order, then
-/// answers each poster. Under load the batches grow, so fsyncs per post fall.
+/// in a single durable transaction, publishes the stored posts to the hub in order, and
+/// answers each poster (for connections, one write task per event loop before the deliveries
+/// and one flush task after them). Under load the batches grow, so fsyncs per post fall.
 final class PostCommitter: Sendable {
     typealias Completion = @Sendable (Result<PostOutcome, any Error>) -> Void
 
+    /// A post's answer for a connection on `eventLoop`. The answers of one batch on one loop run
+    /// in one task there, queued before the batch's deliveries: `write` writes the ack without
+    /// flushing; `flush` runs in a second task after the deliveries, so an ack and the events of
+    /// the same batch usually leave in one write (the hub's flush sends both).
+    struct LoopAnswer: Sendable {
+        var eventLoop: any EventLoop
+        var write: Completion
+        var flush: @Sendable () -> Void
+    }
+
+    /// How a queued post is answered.
+    private enum Reply: Sendable {
+        case call(Completion)
+        case onLoop(LoopAnswer)
+
+        /// Answers one post on its own (not part of a batch's grouped answers).
+        func answer(_ result: Result<PostOutcome, any Error>) {
+            switch self {
+            case .call(let completion):
+                completion(result)
+            case .onLoop(let answer):
+                answer.eventLoop.execute {
+                    answer.write(result)
+                    answer.flush()
+                }
+            }
+        }
+    }
+
     private struct State {
-        var pending: [(NewPost, Completion)] = []
+        var pending: [(NewPost, Reply)] = []
         var accepting = true
         /// ``run()`` has started and not yet returned.
         var loopRunning = false
@@ -37,14 +68,24 @@ final class PostCommitter: Sendable {
 
     /// Queues a post for ``run()``; `completion` runs once, on an arbitrary thread.
     func submit(_ post: NewPost, completion: @escaping Completion) {
+        self.submit(post, reply: .call(completion))
+    }
+
+    /// Queues a post for ``run()``; `answer.write`, then `answer.flush`, run once each, on
+    /// `answer.eventLoop`.
+    func submit(_ post: NewPost, answer: LoopAnswer) {
+        self.submit(post, reply: .onLoop(answer))
+    }
+
+    private func submit(_ post: NewPost, reply: Reply) {
         let queued = self.state.withLockedValue { state -> (Bool, CheckedContinuation<Bool, Never>?) in
             guard state.accepting else { return (false, nil) }
-            state.pending.append((post, completion))
+            state.pending.append((post, reply))
             defer { state.wake = nil }
             return (true, state.wake)
         }
         guard queued.0 else {
-            completion(.failure(StoreError(.unavailable, "the server is shutting down")))
+            reply.answer(.failure(StoreError(.unavailable, "the server is shutting down")))
             return
         }
         queued.1?.resume(returning: true)
@@ -86,7 +127,7 @@ final class PostCommitter: Sendable {
 
     private func drain() async {
         while true {
-            let taken = self.state.withLockedValue { state -> [(NewPost, Completion)] in
+            let taken = self.state.withLockedValue { state -> [(NewPost, Reply)] in
                 let batch = Array(state.pending.prefix(self.maxBatch))
                 state.pending.removeFirst(batch.count)
                 return batch
@@ -112,7 +153,7 @@ final class PostCommitter: Sendable {
                         guard let media = entry.0.attachment, attachmentChecks[AttachmentKey(author: entry.0.author, media: media)] == false else {
                             return true
                         }
-                        entry.1(.failure(InvalidAttachment(media: media)))
+                        entry.1.answer(.failure(InvalidAttachment(media: media)))
                         return false
                     }
                     if batch.isEmpty { continue }
@@ -128,30 +169,80 @@ final class PostCommitter: Sendable {
                     if case .stored(let post) = outcome { return post }
                     return nil
                 }
+                let answers = Self.answer(zip(batch.map(\.1), outcomes.map { Result<PostOutcome, any Error>.success($0) }))
                 let fanoutStarted = ContinuousClock.now
                 let deliveries = self.hub.publish(stored)
                 self.metrics.fanoutLatency.recordNanoseconds(fanoutStarted.elapsedNanoseconds)
                 self.metrics.posts.increment(by: stored.count)
                 self.metrics.deliveries.increment(by: deliveries)
-                for ((_, completion), outcome) in zip(batch, outcomes) { completion(.success(outcome)) }
+                answers.finish()
             } catch {
                 self.logger.error("commit failed", metadata: ["error": "\(error)", "batch": "\(batch.count)"])
-                for (_, completion) in batch { completion(.failure(error)) }
+                Self.answer(batch.map { ($0.1, .failure(error)) }).finish()
             }
         }
+    }
+
+    /// The answers of a batch on connections' event loops, written (one task per loop) but not
+    /// yet flushed; ``finish()`` flushes them and calls the other completions.
+    private struct PendingAnswers {
+        var flushes: [(loop: any EventLoop, flushes: [@Sendable () -> Void])] = []
+        var completions: [(Completion, Result<PostOutcome, any Error>)] = []
+
+        func finish() {
+            for group in self.flushes {
+                let flushes = group.flushes
+                group.loop.execute {
+                    for flush in flushes { flush() }
+                }
+            }
+            for (completion, result) in self.completions { completion(result) }
+        }
+    }
+
+    /// Queues the loop answers' writes, one task per event loop, in batch order.
+    private static func answer(_ replies: some Sequence<(Reply, Result<PostOutcome, any Error>)>) -> PendingAnswers {
+        var pending = PendingAnswers()
+        var perLoop: [ObjectIdentifier: Int] = [:]
+        var writes: [[(Completion, Result<PostOutcome, any Error>)]] = []
+        for (reply, result) in replies {
+            switch reply {
+            case .call(let completion):
+                pending.completions.append((completion, result))
+            case .onLoop(let answer):
+                let key = ObjectIdentifier(answer.eventLoop)
+                let index: Int
+                if let known = perLoop[key] {
+                    index = known
+                } else {
+                    index = pending.flushes.count
+                    perLoop[key] = index
+                    pending.flushes.append((answer.eventLoop, []))
+                    writes.append([])
+                }
+                writes[index].append((answer.write, result))
+                pending.flushes[index].flushes.append(answer.flush)
+            }
+        }
+        for (group, writes) in zip(pending.flushes, writes) {
+            group.loop.execute {
+                for (write, result) in writes { write(result) }
+            }
+        }
+        return pending
     }
 
     /// Stops taking posts and waits until every queued one is committed and answered (by a
     /// running loop; without one, queued posts are answered "unavailable").
     func finish() async {
-        let orphans = self.state.withLockedValue { state -> [(NewPost, Completion)]? in
+        let orphans = self.state.withLockedValue { state -> [(NewPost, Reply)]? in
             state.accepting = false
             guard !state.loopRunning else { return nil }
             defer { state.pending = [] }
             return state.pending
         }
         if let orphans {
-            for (_, completion) in orphans { completion(.failure(StoreError(.unavailable, "the server is shutting down"))) }
+            for (_, reply) in orphans { reply.answer(.failure(StoreError(.unavailable, "the server is shutting down"))) }
             return
         }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in

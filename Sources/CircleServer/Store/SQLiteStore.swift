@@ -16,58 +16,50 @@ import SQLiteNIO
 /// ```
 ///
 /// ### Concurrency
-/// The store uses a single `SQLiteConnection` for writes and reads, and every operation holds the
-/// store's gate (a FIFO async lock) from its first statement to its last. sqlite-nio runs each
-/// statement as a separate hop to the thread pool and offers no way to run several in one go, so
-/// without the gate a read (or a second batch) could run *inside* another operation's open
-/// transaction on the same connection: it would see uncommitted posts or, worse, become part of
-/// that transaction. Serializing everything is simple and correct; writes are serialized by
-/// SQLite anyway. A later version may add a second, read-only connection so history reads run
-/// beside a commit's fsync (WAL allows that) instead of waiting behind it.
+/// The store has two connections to the file. Posts are committed by a ``SQLitePostWriter``: its
+/// own handle with prepared statements, on a thread of its own, a whole batch in one hop there.
+/// Everything else (reads, membership, circles, media, migrations) goes through one
+/// `SQLiteConnection` (sqlite-nio), and every such operation holds the store's gate (a FIFO async
+/// lock) from its first statement to its last: sqlite-nio runs each statement as a separate hop
+/// to the thread pool, so without the gate a second operation could run *inside* another's open
+/// transaction on that connection. The gate does not cover the writer: in WAL mode a read sees the
+/// last committed state and runs beside a commit's fsync instead of waiting behind it. Writes on
+/// the two connections are serialized by SQLite's write lock (`BEGIN IMMEDIATE` and the busy
+/// timeout).
 ///
-/// The class holds only `Sendable` values (the connection, an actor, a `Logger`), so it is
-/// `Sendable` without `@unchecked`.
+/// The class holds only `Sendable` values (the connection, the writer, an actor, a `Logger`), so
+/// it is `Sendable` without `@unchecked`.
 ///
 /// Call ``close()`` before the last reference goes away: sqlite-nio asserts that a connection is
 /// closed when it is deinitialized.
 public final class SQLiteStore: CircleStore {
     private let connection: SQLiteConnection
+    private let writer: SQLitePostWriter
     private let gate = Gate()
     let logger: Logger
 
     /// How long a statement waits for a lock held by another process before failing.
     static let busyTimeoutMilliseconds = 5_000
-    /// Rows per multi-row statement in `commit`, keeping the bind count (7 per post) far below
-    /// SQLite's default limit of 32,766 variables whatever the build; a group-commit batch of a
-    /// few hundred posts takes one statement of each kind.
-    static let rowsPerStatement = 1_000
 
-    private init(connection: SQLiteConnection, logger: Logger) {
+    private init(connection: SQLiteConnection, writer: SQLitePostWriter, logger: Logger) {
         self.connection = connection
+        self.writer = writer
         self.logger = logger
     }
 
     /// Opens (creating if needed) the database at `path` and configures the connection:
-    /// `journal_mode=WAL`, `synchronous=FULL`, `foreign_keys=ON` and a busy timeout.
+    /// `journal_mode=WAL`, `synchronous=FULL`, `foreign_keys=ON` and a busy timeout; then opens
+    /// the post writer's connection with the same settings.
     ///
     /// Call ``migrate()`` before using the store.
     ///
     /// - Parameters:
-    ///   - path: The database file; prefer an absolute path. `":memory:"` opens a transient
-    ///     in-memory database (without WAL), useful only for quick experiments.
+    ///   - path: The database file; prefer an absolute path. Not `":memory:"`: the store's two
+    ///     connections must open the same database.
     ///   - threadPool: The pool that runs the blocking SQLite calls.
     ///   - eventLoopGroup: The group the connection takes its event loop from.
     ///   - logger: The logger for the store's own messages; gets `circle.store.path` metadata.
     /// - Throws: `StoreError(.unavailable)` with SQLite's message when the file cannot be opened.
-    /// The database holds private circles: it, its WAL and its shared-memory file are readable
-    /// by the server's user only (0600), whatever the umask, also when an older version made them
-    /// with looser permissions. SQLite gives the WAL and -shm files the database file's mode.
-    private static func makePrivate(_ path: String) {
-        let fd = Foundation.open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
-        if fd >= 0 { _ = Foundation.close(fd) }
-        for file in [path, path + "-wal", path + "-shm"] { _ = chmod(file, 0o600) }
-    }
-
     public static func open(
         path: String,
         threadPool: NIOThreadPool = .singleton,
@@ -76,8 +68,11 @@ public final class SQLiteStore: CircleStore {
     ) async throws -> SQLiteStore {
         var logger = logger
         logger[metadataKey: "circle.store.path"] = "\(path)"
+        guard path != ":memory:" else {
+            throw StoreError(.unavailable, "SQLite store: an in-memory database (\":memory:\") is not supported; give a file path")
+        }
 
-        if path != ":memory:" { Self.makePrivate(path) }
+        Self.makePrivate(path)
         let connection: SQLiteConnection
         do {
             connection = try await SQLiteConnection.open(
@@ -89,20 +84,31 @@ public final class SQLiteStore: CircleStore {
         } catch {
             throw Self.storeError(error, "open \(path)")
         }
+        let writer: SQLitePostWriter
         do {
             try await Self.configure(connection, path: path, logger: logger)
+            writer = try await SQLitePostWriter.open(path: path, busyTimeoutMilliseconds: Self.busyTimeoutMilliseconds)
         } catch {
             try? await connection.close()
             throw Self.storeError(error, "configure \(path)")
         }
-        if path != ":memory:" { Self.makePrivate(path) }
+        Self.makePrivate(path)
         logger.debug("opened the SQLite store", metadata: ["circle.store.sqlite_version": "\(SQLiteConnection.libraryVersionString())"])
-        return SQLiteStore(connection: connection, logger: logger)
+        return SQLiteStore(connection: connection, writer: writer, logger: logger)
+    }
+
+    /// The database holds private circles: it, its WAL and its shared-memory file are readable
+    /// by the server's user only (0600), whatever the umask, also when an older version made them
+    /// with looser permissions. SQLite gives the WAL and -shm files the database file's mode.
+    private static func makePrivate(_ path: String) {
+        let fd = Foundation.open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+        if fd >= 0 { _ = Foundation.close(fd) }
+        for file in [path, path + "-wal", path + "-shm"] { _ = chmod(file, 0o600) }
     }
 
     private static func configure(_ connection: SQLiteConnection, path: String, logger: Logger) async throws {
         let mode = try await connection.query("PRAGMA journal_mode = WAL").first?.column("journal_mode")?.string
-        if mode?.lowercased() != "wal", path != ":memory:" {
+        if mode?.lowercased() != "wal" {
             // Still durable with synchronous=FULL, just slower and without concurrent readers.
             logger.warning("SQLite did not switch to WAL journal mode", metadata: ["circle.store.journal_mode": "\(mode ?? "none")"])
         }
@@ -201,39 +207,21 @@ public final class SQLiteStore: CircleStore {
         }
     }
 
-    /// Stores a batch in one `BEGIN IMMEDIATE … COMMIT` transaction with set-based statements:
-    /// one lookup of the batch's idempotency keys, one of its circles' `last_seq`, one multi-row
-    /// insert and one `last_seq` update (each split every ``rowsPerStatement`` rows), so the cost
-    /// in thread-pool hops is the same for 1 post and for 1,000. Sequence numbers are assigned in
-    /// memory from the `last_seq` read inside the transaction (see ``CommitPlan``).
+    /// Stores a batch in one `BEGIN IMMEDIATE … COMMIT` transaction on the post writer's
+    /// connection, in one hop to its thread: per distinct idempotency key one probe of
+    /// `posts_by_client_id`, per circle one `last_seq` read, then the inserts and the `last_seq`
+    /// updates, all with statements prepared once. Sequence numbers are assigned in memory from
+    /// the `last_seq` read inside the transaction (see ``CommitPlan``). Reads do not wait for it.
     public func commit(_ posts: [NewPost]) async throws -> [PostOutcome] {
         guard !posts.isEmpty else {
             return []
         }
-        return try await self.exclusive("commit") { connection in
-            try await Self.transaction(on: connection, logger: self.logger) {
-                var keys: [PostKey] = []
-                var seen = Set<PostKey>()
-                for post in posts {
-                    let key = PostKey(post)
-                    if seen.insert(key).inserted {
-                        keys.append(key)
-                    }
-                }
-                let existing = try await Self.storedPosts(keys, on: connection)
-
-                var circles: [BinaryText] = []
-                var seenCircles = Set<BinaryText>()
-                for key in keys where existing[key] == nil && seenCircles.insert(key.circle).inserted {
-                    circles.append(key.circle)
-                }
-                let lastSeqs = try await Self.lastSeqs(of: circles, on: connection)
-
-                let plan = CommitPlan(posts: posts, existing: existing, lastSeqs: lastSeqs)
-                try await Self.insert(plan.inserts, on: connection)
-                try await Self.updateLastSeqs(plan.newLastSeqs, on: connection)
-                return plan.outcomes
-            }
+        do {
+            return try await self.writer.commit(posts)
+        } catch {
+            let storeError = Self.storeError(error, "commit")
+            self.logger.debug("SQLite store operation failed", metadata: ["circle.store.error": "\(storeError.message)"])
+            throw storeError
         }
     }
 
@@ -273,12 +261,21 @@ public final class SQLiteStore: CircleStore {
         }
         do {
             try await self.connection.close()
+            try await self.writer.close()
             await self.gate.leave(closing: true)
         } catch {
             await self.gate.leave(closing: false)
             throw Self.storeError(error, "close")
         }
     }
+
+    /// The integer value of a `PRAGMA` on the post writer's connection; for tests.
+    func writerPragma(_ name: String) async throws -> Int64? {
+        try await self.writer.pragma(name)
+    }
+
+    /// Batches the post writer has begun; for tests.
+    var postBatchesStarted: Int { self.writer.batchesStarted }
 
     /// The value of a `PRAGMA` on the store's connection (some are per connection); for tests.
     func pragma(_ name: String) async throws -> SQLiteData? {
@@ -287,7 +284,7 @@ public final class SQLiteStore: CircleStore {
         }
     }
 
-    // MARK: - Commit steps
+    // MARK: - Reading posts
 
     /// The columns ``post(_:)`` reads, of the posts table aliased `table`. Strings are read as
     /// blobs: sqlite-nio reads TEXT with `String(cString:)`, which cuts a string at an embedded
@@ -301,91 +298,6 @@ public final class SQLiteStore: CircleStore {
     }
 
     private static let selectPosts = "SELECT \(SQLiteStore.postColumns("posts")) FROM posts"
-
-    /// The stored posts among `keys`, by key.
-    private static func storedPosts(_ keys: [PostKey], on connection: SQLiteConnection) async throws -> [PostKey: CirclePost] {
-        var found: [PostKey: CirclePost] = [:]
-        for chunk in keys.chunks(of: Self.rowsPerStatement) {
-            // A join from the keys drives one probe of posts_by_client_id per key.
-            let values = Self.placeholders(rows: chunk.count, columns: 3)
-            var binds: [SQLiteData] = []
-            binds.reserveCapacity(chunk.count * 3)
-            for key in chunk {
-                binds.append(.text(key.circle.string))
-                binds.append(.text(key.author.string))
-                binds.append(.text(key.clientID.string))
-            }
-            let rows = try await connection.query(
-                """
-                WITH k (circle, author, client_id) AS (VALUES \(values))
-                SELECT \(Self.postColumns("p"))
-                FROM k JOIN posts AS p ON p.circle = k.circle AND p.author = k.author AND p.client_id = k.client_id
-                """,
-                binds
-            )
-            for row in rows {
-                let post = try Self.post(row)
-                found[PostKey(post)] = post
-            }
-        }
-        return found
-    }
-
-    /// `last_seq` of those of `circles` that exist.
-    private static func lastSeqs(of circles: [BinaryText], on connection: SQLiteConnection) async throws -> [BinaryText: Int64] {
-        var lastSeqs: [BinaryText: Int64] = [:]
-        for chunk in circles.chunks(of: Self.rowsPerStatement) {
-            let rows = try await connection.query(
-                "SELECT CAST(name AS BLOB) AS name, last_seq FROM circles WHERE name IN (\(Self.placeholders(count: chunk.count)))",
-                chunk.map { .text($0.string) }
-            )
-            for row in rows {
-                lastSeqs[BinaryText(try Self.blobText(row, "name"))] = try Self.integer(row, "last_seq")
-            }
-        }
-        return lastSeqs
-    }
-
-    private static func insert(_ posts: [CirclePost], on connection: SQLiteConnection) async throws {
-        for chunk in posts.chunks(of: Self.rowsPerStatement) {
-            var binds: [SQLiteData] = []
-            binds.reserveCapacity(chunk.count * 7)
-            for post in chunk {
-                binds.append(.text(post.circle))
-                binds.append(.integer(SQLiteInt64(post.seq)))
-                binds.append(.text(post.author))
-                binds.append(.text(post.id))
-                binds.append(post.text.map { .text($0) } ?? .null)
-                binds.append(post.attachment.map { .text($0) } ?? .null)
-                binds.append(.integer(SQLiteInt64(post.time)))
-            }
-            _ = try await connection.query(
-                """
-                INSERT INTO posts (circle, seq, author, client_id, text, attachment, time)
-                VALUES \(Self.placeholders(rows: chunk.count, columns: 7))
-                """,
-                binds
-            )
-        }
-    }
-
-    private static func updateLastSeqs(_ lastSeqs: [(circle: String, lastSeq: Int64)], on connection: SQLiteConnection) async throws {
-        for chunk in lastSeqs.chunks(of: Self.rowsPerStatement) {
-            var binds: [SQLiteData] = []
-            binds.reserveCapacity(chunk.count * 2)
-            for entry in chunk {
-                binds.append(.text(entry.circle))
-                binds.append(.integer(SQLiteInt64(entry.lastSeq)))
-            }
-            _ = try await connection.query(
-                """
-                WITH k (name, last_seq) AS (VALUES \(Self.placeholders(rows: chunk.count, columns: 2)))
-                UPDATE circles SET last_seq = k.last_seq FROM k WHERE circles.name = k.name
-                """,
-                binds
-            )
-        }
-    }
 
     // MARK: - Plumbing
 
@@ -441,16 +353,6 @@ public final class SQLiteStore: CircleStore {
         default:
             return StoreError(.unavailable, "SQLite store: \(operation) failed: \(error)")
         }
-    }
-
-    /// `?, ?, ?` for `count` (at least 1) parameters.
-    private static func placeholders(count: Int) -> String {
-        Array(repeating: "?", count: count).joined(separator: ", ")
-    }
-
-    /// `(?, ?), (?, ?)` for `rows` rows of `columns` parameters.
-    private static func placeholders(rows: Int, columns: Int) -> String {
-        Array(repeating: "(\(Self.placeholders(count: columns)))", count: rows).joined(separator: ", ")
     }
 
     // MARK: - Rows
@@ -653,12 +555,5 @@ extension SQLiteStore {
                 self.waiters.removeFirst().resume()
             }
         }
-    }
-}
-
-extension Array {
-    /// Consecutive slices of at most `size` elements.
-    fileprivate func chunks(of size: Int) -> [ArraySlice<Element>] {
-        stride(from: 0, to: self.count, by: size).map { self[$0..<Swift.min($0 + size, self.count)] }
     }
 }

@@ -1,0 +1,179 @@
+/// The wire form of ``CircleServerMessage``, written by hand.
+///
+/// The bytes are exactly those `JSONEncoder` makes with `[.sortedKeys, .withoutEscapingSlashes]`
+/// from the `Codable` conformance (keys in UTF-8 order, optional fields left out when `nil`,
+/// `"`, `\`, and control characters escaped as `JSONEncoder` escapes them, everything else
+/// as is), without the intermediate values, the `Data` and the copy into a `String`; the tests
+/// compare the two byte for byte.
+extension CircleServerMessage {
+    /// The JSON text of this message, as sent in a text frame.
+    public func encodedJSON() -> String {
+        var out = JSONTextWriter()
+        self.writeJSON(to: &out)
+        return out.text
+    }
+
+    func writeJSON(to out: inout JSONTextWriter) {
+        switch self {
+        case .ack(let id, let seq, let time, let duplicate):
+            out.open()
+            if duplicate { out.field("duplicate", true) }
+            out.field("id", id)
+            if let seq { out.field("seq", seq) }
+            if let time { out.field("time", time) }
+            out.field("type", "ack")
+            out.close()
+        case .error(let id, let code, let message):
+            out.open()
+            out.field("code", code.rawValue)
+            if let id { out.field("id", id) }
+            out.field("message", message)
+            out.field("type", "error")
+            out.close()
+        case .post(let post):
+            out.open()
+            post.writeFields(to: &out)
+            out.field("type", "post")
+            out.close()
+        case .history(let id, let circle, let posts, let more):
+            out.open()
+            out.field("circle", circle)
+            out.field("id", id)
+            out.field("more", more)
+            out.key("posts")
+            out.raw("[")
+            for (index, post) in posts.enumerated() {
+                if index > 0 { out.raw(",") }
+                out.open()
+                post.writeFields(to: &out)
+                out.close()
+            }
+            out.raw("]")
+            out.field("type", "history")
+            out.close()
+        case .joined(let circle, let user):
+            Self.writePresence("joined", circle: circle, user: user, to: &out)
+        case .left(let circle, let user):
+            Self.writePresence("left", circle: circle, user: user, to: &out)
+        case .typing(let circle, let user):
+            Self.writePresence("typing", circle: circle, user: user, to: &out)
+        case .gap(let circle, let from, let to):
+            out.open()
+            out.field("circle", circle)
+            out.field("from", from)
+            out.field("to", to)
+            out.field("type", "gap")
+            out.close()
+        }
+    }
+
+    private static func writePresence(_ type: String, circle: String, user: String, to out: inout JSONTextWriter) {
+        out.open()
+        out.field("circle", circle)
+        out.field("type", type)
+        out.field("user", user)
+        out.close()
+    }
+}
+
+extension CirclePost {
+    /// The post's fields in key order; the `post` event adds `type` after them (it sorts last).
+    func writeFields(to out: inout JSONTextWriter) {
+        if let attachment = self.attachment { out.field("attachment", attachment) }
+        out.field("author", self.author)
+        out.field("circle", self.circle)
+        out.field("id", self.id)
+        out.field("seq", self.seq)
+        if let text = self.text { out.field("text", text) }
+        out.field("time", self.time)
+    }
+}
+
+/// Appends JSON to a `String`: objects opened and closed by the caller, fields written in the
+/// order given (the caller sorts them), strings escaped.
+struct JSONTextWriter {
+    private(set) var text = ""
+    /// Whether the innermost open object has a field yet (a comma goes before the next one).
+    private var hasField = false
+
+    init() {
+        self.text.reserveCapacity(160)
+    }
+
+    mutating func raw(_ literal: StaticString) {
+        literal.withUTF8Buffer { self.text.append(String(decoding: $0, as: UTF8.self)) }
+    }
+
+    mutating func open() {
+        self.text.append("{")
+        self.hasField = false
+    }
+
+    mutating func close() {
+        self.text.append("}")
+        // An object is itself a value: what follows it in its container needs a comma.
+        self.hasField = true
+    }
+
+    mutating func key(_ name: StaticString) {
+        if self.hasField { self.text.append(",") }
+        self.hasField = true
+        self.text.append("\"")
+        self.raw(name)
+        self.text.append("\":")
+    }
+
+    mutating func field(_ name: StaticString, _ value: String) {
+        self.key(name)
+        self.string(value)
+    }
+
+    mutating func field(_ name: StaticString, _ value: Int64) {
+        self.key(name)
+        self.text.append(String(value))
+    }
+
+    mutating func field(_ name: StaticString, _ value: Bool) {
+        self.key(name)
+        self.text.append(value ? "true" : "false")
+    }
+
+    /// A quoted string, escaped as `JSONEncoder` escapes: `\"`, `\\`, `\b`, `\f`, `\n`, `\r`,
+    /// `\t`, other bytes below 0x20 as `\u00xx` (lowercase hex); `/` and everything else as is.
+    mutating func string(_ value: String) {
+        self.text.append("\"")
+        var value = value
+        value.withUTF8 { bytes in
+            var start = 0
+            for index in bytes.indices {
+                let byte = bytes[index]
+                guard byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") else { continue }
+                if start < index {
+                    self.text.append(String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self))
+                }
+                start = index + 1
+                switch byte {
+                case UInt8(ascii: "\""): self.text.append("\\\"")
+                case UInt8(ascii: "\\"): self.text.append("\\\\")
+                case 0x08: self.text.append("\\b")
+                case 0x0C: self.text.append("\\f")
+                case 0x0A: self.text.append("\\n")
+                case 0x0D: self.text.append("\\r")
+                case 0x09: self.text.append("\\t")
+                default:
+                    let hex: [Character] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "a", "b", "c", "d", "e", "f"]
+                    self.text.append("\\u00")
+                    self.text.append(hex[Int(byte >> 4)])
+                    self.text.append(hex[Int(byte & 0x0F)])
+                }
+            }
+            if start == 0 {
+                // Nothing escaped: the common case, one append.
+                self.text.append(String(decoding: bytes, as: UTF8.self))
+            } else if start < bytes.count {
+                self.text.append(String(decoding: UnsafeBufferPointer(rebasing: bytes[start...]), as: UTF8.self))
+            }
+        }
+        self.text.append("\"")
+    }
+}

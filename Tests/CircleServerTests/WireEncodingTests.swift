@@ -1,0 +1,92 @@
+import CircleWire
+import Testing
+
+/// The hand-written encoder of server messages against `JSONEncoder`, byte for byte.
+@Suite struct WireEncodingTests {
+    /// Every ASCII byte alone, with text around it, quotes, backslashes, slashes and non-ASCII text.
+    static let strings: [String] = {
+        var strings = ["", "plain", "a/b", "\"quoted\"", "back\\slash", "caf\u{E9}", "cafe\u{301}", "\u{1F600} grin",
+                       "line\u{2028}sep", "\u{7F}del", "nul\u{0}inside", "\u{0}", "tab\tnew\nret\r\u{8}\u{C}", "</script>"]
+        for byte in 0..<0x80 {
+            strings.append(String(UnicodeScalar(UInt8(byte))))
+            strings.append("x\(String(UnicodeScalar(UInt8(byte))))y")
+        }
+        return strings
+    }()
+
+    static func posts(_ text: String) -> [CirclePost] {
+        [
+            CirclePost(circle: text, seq: 1, author: text, text: text, attachment: nil, time: 1_764_000_000_000, id: text),
+            CirclePost(circle: "room", seq: .max, author: "ana", text: nil, attachment: text, time: 0, id: "p1"),
+            CirclePost(circle: "room", seq: 0, author: "ana", text: text, attachment: "m1", time: -5, id: "p2"),
+        ]
+    }
+
+    static func messages(_ text: String) -> [CircleServerMessage] {
+        var messages: [CircleServerMessage] = [
+            .ack(id: text, seq: nil, time: nil, duplicate: false),
+            .ack(id: "r1", seq: 42, time: 1_764_000_000_000, duplicate: true),
+            .ack(id: "r1", seq: 0, time: nil, duplicate: false),
+            .error(id: nil, code: .badRequest, message: text),
+            .error(id: text, code: .internalError, message: ""),
+            .history(id: text, circle: "room", posts: [], more: false),
+            .history(id: "h", circle: text, posts: Self.posts(text), more: true),
+            .joined(circle: text, user: "u"),
+            .left(circle: "c", user: text),
+            .typing(circle: text, user: text),
+            .gap(circle: text, from: 1, to: Int64.max),
+        ]
+        messages += Self.posts(text).map { .post($0) }
+        return messages
+    }
+
+    @Test func sameBytesAsJSONEncoder() {
+        var compared = 0
+        for text in Self.strings {
+            for message in Self.messages(text) {
+                let fast = message.encodedJSON()
+                let reference = message.encodedJSONWithEncoder()
+                #expect(Array(fast.utf8) == Array(reference.utf8), "\(message)")
+                compared += 1
+            }
+        }
+        #expect(compared > 3_000)
+    }
+
+    @Test func decodesBack() throws {
+        for text in Self.strings {
+            for message in Self.messages(text) {
+                #expect(try CircleServerMessage.decode(message.encodedJSON()) == message)
+            }
+        }
+    }
+
+    /// Repeated keys are found in small objects (compared) and large ones (hashed), whatever the
+    /// position; strings with and without escapes read the same.
+    @Test(arguments: [1, 15, 16, 17, 40])
+    func repeatedKeysAndStrings(members: Int) throws {
+        let keys = (0..<members).map { "k\($0)" }
+        let unique = "{" + keys.map { "\"\($0)\":\"v\"" }.joined(separator: ",") + "}"
+        guard case .object(let parsed) = try JSONParser.parse(Array(unique.utf8)).get() else {
+            Issue.record("not an object")
+            return
+        }
+        #expect(parsed.map(\.key) == keys)
+        for repeated in [keys.first!, keys.last!] {
+            let text = "{" + (keys + [repeated]).map { "\"\($0)\":1" }.joined(separator: ",") + "}"
+            guard case .failure(let error) = JSONParser.parse(Array(text.utf8)) else {
+                Issue.record("a repeated \(repeated) in \(members) members was accepted")
+                continue
+            }
+            #expect(error.duplicateKey == repeated)
+        }
+        // The same key spelled with an escape is the same key.
+        let escaped = #"{"k0":1,"\u006b0":2}"#
+        #expect((try? JSONParser.parse(Array(escaped.utf8)).get()) == nil)
+        #expect(try JSONParser.parse(Array(#""plain caf\u00e9 \"q\" é""#.utf8)).get() == .string("plain café \"q\" é"))
+        #expect(try JSONParser.parse(Array(#""é""#.utf8)).get() == .string("é"))
+        #expect((try? JSONParser.parse([0x22, 0x61, 0x0A, 0x22]).get()) == nil)  // a raw newline
+        #expect((try? JSONParser.parse([0x22, 0x61, 0xFF, 0x22]).get()) == nil)  // not UTF-8
+        #expect((try? JSONParser.parse([0x22, 0x61]).get()) == nil)  // unterminated
+    }
+}
