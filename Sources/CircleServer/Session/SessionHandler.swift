@@ -80,9 +80,7 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, Sessi
 
         let idleTimeout = self.services.configuration.limits.idleTimeout
         let interval = TimeAmount.nanoseconds(max(idleTimeout.nanoseconds / 4, 1_000_000))
-        let ticker = SessionTicker.ticker(on: context.eventLoop, interval: interval)
-        ticker.add(self)
-        self.ticker = ticker
+        self.ticker = SessionTicker.add(self, on: context.eventLoop, interval: interval)
         if let untilExpiry = TimeAmount(clampedSeconds: self.user.expires.timeIntervalSinceNow, horizon: Self.expiryHorizon) {
             let expiry = NIODeadline.now() + untilExpiry
             self.expiry = expiry

@@ -37,31 +37,29 @@ final class SessionTicker: @unchecked Sendable {
         self.key = key
     }
 
-    /// The ticker of `eventLoop` for checks every `interval`.
-    static func ticker(on eventLoop: any EventLoop, interval: TimeAmount) -> SessionTicker {
+    /// Adds a session to the ticker of `eventLoop` for checks every `interval` (on that loop),
+    /// making the ticker if the loop has none yet; the session's first tick comes within `interval`.
+    static func add(_ session: any Session, on eventLoop: any EventLoop, interval: TimeAmount) -> SessionTicker {
+        eventLoop.preconditionInEventLoop()
         let key = Key(eventLoop: ObjectIdentifier(eventLoop), interval: interval.nanoseconds)
-        return self.tickers.withLockedValue { tickers in
+        let ticker = self.tickers.withLockedValue { tickers in
             if let ticker = tickers[key] { return ticker }
             let ticker = SessionTicker(eventLoop: eventLoop, interval: interval, key: key)
             tickers[key] = ticker
             return ticker
         }
-    }
-
-    /// Adds a session (on the loop); its first tick comes within `interval`.
-    func add(_ session: any Session) {
-        self.eventLoop.preconditionInEventLoop()
-        self.sessions[ObjectIdentifier(session)] = session
-        if self.task == nil {
-            self.task = self.eventLoop.scheduleRepeatedTask(initialDelay: self.interval, delay: self.interval) { [self] _ in
-                self.tick()
+        ticker.sessions[ObjectIdentifier(session)] = session
+        if ticker.task == nil {
+            ticker.task = eventLoop.scheduleRepeatedTask(initialDelay: interval, delay: interval) { [ticker] _ in
+                ticker.tick()
             }
         }
+        return ticker
     }
 
     /// Removes a session (on the loop); the timer stops with the last one, and the ticker leaves
     /// the table (the next session on this loop makes a new one). Safe against a concurrent
-    /// ``ticker(on:interval:)``: only code on this loop adds to this ticker.
+    /// ``add(_:on:interval:)``: only code on this loop adds to this ticker.
     func remove(_ session: any Session) {
         self.eventLoop.preconditionInEventLoop()
         self.sessions[ObjectIdentifier(session)] = nil
