@@ -2,10 +2,9 @@ import Logging
 import NIOCore
 import NIOWebSocket
 
-/// What the public API asks of a connection; written into the channel, performed on its event loop.
+/// What the public API asks of a connection besides sends (which go through
+/// ``WebSocketOutbound``); written into the channel, performed on its event loop.
 enum WebSocketCommand: Sendable {
-    /// The write's own promise completes once the last frame is on the socket.
-    case send(WebSocketMessage, fragmentSize: Int?)
     case ping(timeout: TimeAmount, EventLoopPromise<TimeAmount>)
     case close(WebSocketCloseCode, reason: String, EventLoopPromise<WebSocketCloseInfo>?)
 }
@@ -246,7 +245,7 @@ final class WebSocketChannelHandler: ChannelDuplexHandler, RemovableChannelHandl
             throw WebSocketError(.notOpen, "the connection is closed; the message was not sent")
         }
         self.writeQueued(context: context)
-        try self.write(message, fragmentSize: fragmentSize, context: context, promise: nil)
+        try self.write(message, fragmentSize: fragmentSize, context: context)
         self.scheduleFlush(context: context)
     }
 
@@ -262,7 +261,7 @@ final class WebSocketChannelHandler: ChannelDuplexHandler, RemovableChannelHandl
     private func writeQueued(context: ChannelHandlerContext) {
         for queued in self.outbound.takeQueued() {
             do {
-                try self.write(queued.message, fragmentSize: queued.fragmentSize, context: context, promise: nil)
+                try self.write(queued.message, fragmentSize: queued.fragmentSize, context: context)
             } catch {
                 // Its sender has returned already (only the compressor can fail here): close the
                 // connection rather than send what follows out of order.
@@ -275,12 +274,10 @@ final class WebSocketChannelHandler: ChannelDuplexHandler, RemovableChannelHandl
         }
     }
 
-    private func write(_ message: WebSocketMessage, fragmentSize: Int?, context: ChannelHandlerContext, promise: EventLoopPromise<Void>?) throws {
-        let frames = try self.state.frames(for: message, fragmentSize: fragmentSize, allocator: context.channel.allocator)
-        for frame in frames.dropLast() {
+    private func write(_ message: WebSocketMessage, fragmentSize: Int?, context: ChannelHandlerContext) throws {
+        for frame in try self.state.frames(for: message, fragmentSize: fragmentSize, allocator: context.channel.allocator) {
             context.write(self.wrapOutboundOut(frame), promise: nil)
         }
-        context.write(self.wrapOutboundOut(frames[frames.count - 1]), promise: promise)
     }
 
     private func scheduleFlush(context: ChannelHandlerContext) {
@@ -297,13 +294,6 @@ final class WebSocketChannelHandler: ChannelDuplexHandler, RemovableChannelHandl
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         switch self.unwrapOutboundIn(data) {
-        case .send(let message, let fragmentSize):
-            self.writeQueued(context: context)
-            do {
-                try self.write(message, fragmentSize: fragmentSize, context: context, promise: promise)
-            } catch {
-                promise?.fail(error)
-            }
         case .ping(let timeout, let pingPromise):
             self.writeQueued(context: context)
             self.sendPing(context: context, timeout: timeout, promise: pingPromise)

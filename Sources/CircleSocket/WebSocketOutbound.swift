@@ -35,11 +35,6 @@ final class WebSocketOutbound: Sendable {
 
     let state = NIOLockedValueBox(State())
 
-    /// Throws ``WebSocketError/Code/notOpen`` once nothing more can be sent.
-    func checkOpen() throws {
-        if let closed = self.state.withLockedValue({ $0.closed }) { throw closed }
-    }
-
     /// Queues a message sent from off the loop; returns whether the caller must schedule the drain.
     func enqueue(_ message: WebSocketMessage, fragmentSize: Int?) throws -> Bool {
         try self.state.withLockedValue { state in
@@ -64,9 +59,6 @@ final class WebSocketOutbound: Sendable {
             return state.queued
         }
     }
-
-    /// Whether messages sent off the loop wait to be written.
-    var hasQueued: Bool { self.state.withLockedValue { !$0.queued.isEmpty } }
 
     /// Waits while the channel is not writable or the queue is over its limit; returns at once
     /// otherwise. Throws ``WebSocketError/Code/notOpen`` when the connection closes meanwhile.
