@@ -5,12 +5,18 @@ Each client under test runs as its own process pinned to CPU 1 and keeps C conne
 binary messages in flight (every echo answered with the next message), warms up, and measures
 its own CPU time (utime+stime of all its threads) and the round trips completed:
 
-- `circlesocket`: Circle's Swift client, `circle bench client` (CircleSocket on SwiftNIO)
+- `circlesocket`: Circle's Swift client, `circle bench client` (CircleSocket on SwiftNIO); each
+  connection's task prefers the socket's event loop as its executor (`WebSocket.taskExecutor`)
+- `circlesocket-default`: the same with `--default-executor` (the tasks on Swift's default
+  executor, as code that does not ask for the loop runs)
+- `circlesocket-base`: with `--base-circle PATH`, another circle build's client (for example the
+  release build of the commit before a change), in the same run
 - `picows`: picows on uvloop (the neutral load generator of echo.py)
 - `websockets`: Python `websockets` (asyncio client) on uvloop
 
     python client.py                         # all three, 64 B and 16 KiB
     python client.py --clients circlesocket,picows --sizes 64 --duration 5
+    python client.py --base-circle /path/to/old/circle   # adds circlesocket-base
 
 Only 127.0.0.1 is contacted; each measurement is bounded (warm-up + duration + drain).
 """
@@ -26,7 +32,8 @@ import time
 
 import benchlib
 
-CLIENTS = ("circlesocket", "picows", "websockets")
+CLIENTS = ("circlesocket", "circlesocket-default", "picows", "websockets")
+EXTRA_CLIENTS = ("circlesocket-base",)
 
 
 # ---------------------------------------------------------------- workers (run in a child process)
@@ -93,8 +100,11 @@ def run_client(name: str, args, url: str, size: int) -> dict:
     pin = ["taskset", "-c", str(args.client_cpu)]
     common = ["--size", str(size), "--connections", str(args.connections), "--warmup", str(args.warmup),
               "--duration", str(args.duration)]
-    if name == "circlesocket":
-        argv = pin + [args.circle, "bench", "client", "--url", url, "--in-flight", str(args.inflight), "--json"] + common
+    if name.startswith("circlesocket"):
+        binary = args.base_circle if name == "circlesocket-base" else args.circle
+        argv = pin + [binary, "bench", "client", "--url", url, "--in-flight", str(args.inflight), "--json"] + common
+        if name == "circlesocket-default":
+            argv.append("--default-executor")
     else:
         argv = pin + [sys.executable, __file__, "--worker", name, "--url", url, "--inflight", str(args.inflight)] + common
     limit = args.warmup + args.duration + 60
@@ -113,6 +123,7 @@ def main() -> int:
     parser.add_argument("--clients", default=",".join(CLIENTS), help="comma list of: " + ", ".join(CLIENTS))
     parser.add_argument("--server", default="picows+uvloop", help="the fixed echo server: " + ", ".join(benchlib.PEERS))
     parser.add_argument("--circle", default=str(benchlib.DEFAULT_CIRCLE), help="the circle binary (release build)")
+    parser.add_argument("--base-circle", help="another circle binary to measure as circlesocket-base in the same run")
     parser.add_argument("--sizes", default="64,16384")
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--inflight", type=int, default=16)
@@ -134,16 +145,20 @@ def main() -> int:
 
     benchlib.exit_on_sigterm()
     clients = [c.strip() for c in args.clients.split(",") if c.strip()]
-    unknown = [c for c in clients if c not in CLIENTS]
+    if args.base_circle and "circlesocket-base" not in clients:
+        clients.insert(0, "circlesocket-base")
+    unknown = [c for c in clients if c not in CLIENTS + EXTRA_CLIENTS]
     if unknown:
         parser.error(f"unknown clients: {unknown}")
+    if "circlesocket-base" in clients and not args.base_circle:
+        parser.error("circlesocket-base needs --base-circle PATH")
     sizes = [int(s) for s in args.sizes.split(",") if s]
     server = benchlib.peer_server(args.server).start(args.server_cpu)
     url = f"ws://127.0.0.1:{server.port}/"
     print(f"# client: {args.connections} connections x {args.inflight} in flight, {args.warmup:g} s warm-up, "
           f"{args.duration:g} s measured; server {args.server} on CPU {args.server_cpu}, each client on CPU "
           f"{args.client_cpu}; binary frames")
-    print(f"{'client':<14} {'size':>6} {'msgs/s':>10} {'cliCPU':>7} {'us/msg':>8} {'srvCPU~':>7}", flush=True)
+    print(f"{'client':<21} {'size':>6} {'msgs/s':>10} {'cliCPU':>7} {'us/msg':>8} {'srvCPU~':>7}", flush=True)
     results = []
     try:
         for size in sizes:
@@ -156,13 +171,13 @@ def main() -> int:
                         r["server_cpu_s_total"] = benchlib.cpu_seconds(server.pid) - s0
                         runs.append(r)
                     except Exception as error:
-                        print(f"{name:<14} {size:>6} failed: {error}", flush=True)
+                        print(f"{name:<21} {size:>6} failed: {error}", flush=True)
                 if not runs:
                     continue
                 best = sorted(runs, key=lambda r: r["client_us_per_msg"])[len(runs) // 2]
                 best = dict(best, runs=runs, us_per_msg_spread=[round(r["client_us_per_msg"], 2) for r in runs])
                 results.append(best)
-                print(f"{name:<14} {size:>6} {best['msgs_per_s']:>10,.0f} {best['client_cpu_pct']:>6.0f}% "
+                print(f"{name:<21} {size:>6} {best['msgs_per_s']:>10,.0f} {best['client_cpu_pct']:>6.0f}% "
                       f"{best['client_us_per_msg']:>8.2f} {100 * best['server_cpu_s_total'] / (args.warmup + args.duration):>6.0f}%",
                       flush=True)
     finally:

@@ -8,7 +8,7 @@ import json
 import sys
 
 TARGET_US = {64: 10.0, 16384: 18.0}   # Circle echo, server CPU per message
-TARGET_KB = 8.0                        # RSS per idle joined connection
+TARGET_KB = 6.0                        # RSS per idle joined connection (issue 14)
 TARGET_DELIVERIES = 200_000            # fan-out deliveries/s
 TARGET_P99_MS = 50.0                   # fan-out p99 at 50,000 deliveries/s
 TARGET_RESUME_S = 5.0                  # recovery: every client resumed after the restart

@@ -43,7 +43,7 @@ public final class CircleClient: Sendable {
     private let pool: HTTPConnectionPool
 
     /// Creates a client and loads its outbox and cursors. It does not connect yet.
-    public init(configuration: CircleClientConfiguration) async throws {
+    public convenience init(configuration: CircleClientConfiguration) async throws {
         precondition(!configuration.servers.isEmpty, "CircleClientConfiguration.servers is empty")
         let store: any ClientStateStore
         if let path = configuration.stateFile {
@@ -51,6 +51,12 @@ public final class CircleClient: Sendable {
         } else {
             store = MemoryClientStateStore()
         }
+        try await self.init(configuration: configuration, store: store)
+    }
+
+    /// Creates a client on a given state store (tests observe the store's calls this way).
+    init(configuration: CircleClientConfiguration, store: any ClientStateStore) async throws {
+        precondition(!configuration.servers.isEmpty, "CircleClientConfiguration.servers is empty")
         let (outbox, cursors) = try await store.load()
         let jobs = try await store.loadPhotoJobs()
         self.configuration = configuration

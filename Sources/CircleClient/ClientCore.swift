@@ -6,6 +6,10 @@ import NIOCore
 
 /// The client's state and I/O, serialized by the actor. The decisions about when to connect,
 /// back off and ping are made by the state machines; this type performs them.
+///
+/// The actor runs on the event loop its connections use, and the task that reads a connection
+/// prefers that loop too, so an inbound message reaches the actor without a thread hop and a
+/// request is written from the actor without one.
 actor ClientCore {
     private struct Circle {
         /// The last sequence number delivered to the app (and kept in the state store).
@@ -49,6 +53,13 @@ actor ClientCore {
     private var requests: [String: Waiter] = [:]
     private var joinRequests: [String: String] = [:]
     private var requestCounter = 0
+    /// Cursors set but not yet in the state store; one writer task saves them (the newest per circle).
+    private var unsavedCursors: [String: Int64] = [:]
+    private var cursorWriter: Task<Void, Never>?
+
+    /// The event loop of this client's connections and the actor's executor.
+    private let eventLoop: any EventLoop
+    nonisolated var unownedExecutor: UnownedSerialExecutor { self.eventLoop.executor.asUnownedSerialExecutor() }
 
     init(configuration: CircleClientConfiguration, store: any ClientStateStore, outbox: [OutboxEntry], cursors: [String: Int64]) {
         self.configuration = configuration
@@ -57,6 +68,7 @@ actor ClientCore {
         self.machine = ConnectionStateMachine(policy: configuration.reconnect, serverCount: configuration.servers.count)
         self.heartbeat = HeartbeatStateMachine(policy: configuration.heartbeat)
         self.outbox = outbox
+        self.eventLoop = WebSocket.defaultEventLoop()
         for (circle, seq) in cursors { self.circles[circle] = Circle(cursor: seq) }
     }
 
@@ -147,7 +159,9 @@ actor ClientCore {
             var socketConfiguration = self.configuration.socket
             socketConfiguration.subprotocols = [circleSubprotocol]
             socketConfiguration.headers.replaceOrAdd(name: "Authorization", value: "Bearer \(token)")
-            let socket = try await WebSocket.connect(to: url, configuration: socketConfiguration, logger: self.logger)
+            let socket = try await WebSocket.connect(
+                to: url, configuration: socketConfiguration, eventLoopGroup: self.eventLoop, logger: self.logger
+            )
             guard case .connecting = self.machine.state else {
                 await socket.close()
                 return
@@ -175,7 +189,7 @@ actor ClientCore {
         self.socket = socket
         self.sentOnConnection = []
         self.perform(self.machine.connected())
-        Task { await self.read(socket, generation: generation) }
+        Task(executorPreference: socket.taskExecutor) { await self.read(socket, generation: generation) }
         self.startHeartbeat(generation: generation)
         for name in self.circles.keys { self.circles[name]?.joined = false; self.circles[name]?.joinRequested = false }
         // Re-join what the app reads, then what the outbox needs, then re-send the outbox in order.
@@ -365,8 +379,23 @@ actor ClientCore {
 
     private func setCursor(_ seq: Int64, for circle: String) {
         self.circles[circle, default: Circle()].cursor = seq
-        let store = self.store
-        Task { try? await store.setCursor(seq, for: circle) }
+        self.unsavedCursors[circle] = seq
+        if self.cursorWriter == nil {
+            self.cursorWriter = Task { await self.saveCursors() }
+        }
+    }
+
+    /// Saves the unsaved cursors until none are left: a burst of deliveries costs one write per
+    /// circle, and a circle's cursor is never overwritten by an older one.
+    private func saveCursors() async {
+        while !self.unsavedCursors.isEmpty {
+            let batch = self.unsavedCursors
+            self.unsavedCursors = [:]
+            for (circle, seq) in batch {
+                try? await self.store.setCursor(seq, for: circle)
+            }
+        }
+        self.cursorWriter = nil
     }
 
     private func broadcast(_ event: CircleEvent, in circle: String) {
@@ -542,10 +571,8 @@ actor ClientCore {
         return "c\(self.requestCounter)"
     }
 
-    /// Sends in order: one task per connection would reorder nothing, but sends are awaited
-    /// off the actor, so they are chained to keep the order of the frames.
-    private var sendChain: Task<Void, Never>?
-
+    /// Sends in order, without waiting: the socket queues the frame (written and flushed with
+    /// the others of the same burst). Requests are bounded by their waiters and the outbox.
     private func send(_ request: CircleRequest, on socket: WebSocket) {
         let text: String
         do {
@@ -553,13 +580,9 @@ actor ClientCore {
         } catch {
             return
         }
-        let previous = self.sendChain
-        self.sendChain = Task {
-            await previous?.value
-            // A failed send means the connection is gone; the reader notices and reconnects,
-            // and the outbox re-sends what was not acknowledged.
-            try? await socket.send(text)
-        }
+        // A failed send means the connection is gone; the reader notices and reconnects,
+        // and the outbox re-sends what was not acknowledged.
+        try? socket.sendWithoutWaiting(.text(text))
     }
 
     // MARK: Observation
@@ -599,6 +622,7 @@ actor ClientCore {
 
     func closeStore() async {
         self.sweeper?.cancel()
+        await self.cursorWriter?.value
         await self.store.close()
     }
 }

@@ -19,9 +19,19 @@ import NIOSSL
 /// print(await socket.closeInfo)   // how it ended
 /// ```
 ///
-/// Sends never crash and never vanish: ``send(_:)`` returns once the frames are written to the
-/// socket and throws ``WebSocketError`` with code ``WebSocketError/Code/notOpen`` once the
-/// connection is closing or closed.
+/// Sends never crash: ``send(_:)`` queues the message on the connection (waiting while the
+/// connection's outbound buffer is full) and throws ``WebSocketError`` with code
+/// ``WebSocketError/Code/notOpen`` once the connection is closing or closed. A burst of sends is
+/// written and flushed together.
+///
+/// The connection's I/O runs on one NIO event loop. A task that reads and sends with that loop as
+/// its executor preference (``taskExecutor``) does so without a thread hop per message:
+///
+/// ```swift
+/// try await withTaskExecutorPreference(socket.taskExecutor) {
+///     for try await message in socket.messages { try await socket.send(message) }
+/// }
+/// ```
 public final class WebSocket: Sendable {
     /// The subprotocol the server chose from ``WebSocketConfiguration/subprotocols``, if any.
     public let subprotocol: String?
@@ -35,12 +45,24 @@ public final class WebSocket: Sendable {
     /// close frame. Only one task may iterate it.
     public let messages: Messages
 
+    /// Runs jobs on the event loop of this connection's I/O. Reading ``messages`` and calling
+    /// ``send(_:fragmentSize:)`` from a task with this executor preference
+    /// (`withTaskExecutorPreference(_:operation:)`, `Task(executorPreference:)`,
+    /// `group.addTask(executorPreference:)`) costs no thread hop per message. Long synchronous work
+    /// in such a task delays every connection on that loop.
+    public var taskExecutor: any TaskExecutor { self.executor }
+
     private let channel: any Channel
     private let closed: EventLoopFuture<WebSocketCloseInfo>
     private let fragmentSize: Int?
+    private let handler: NIOLoopBound<WebSocketChannelHandler>
+    let outbound: WebSocketOutbound
+    private let executor: EventLoopTaskExecutor
 
     init(
         channel: any Channel,
+        handler: NIOLoopBound<WebSocketChannelHandler>,
+        outbound: WebSocketOutbound,
         subprotocol: String?,
         compression: PerMessageDeflateParameters?,
         handshakeHeaders: HTTPHeaders,
@@ -49,6 +71,9 @@ public final class WebSocket: Sendable {
         fragmentSize: Int?
     ) {
         self.channel = channel
+        self.handler = handler
+        self.outbound = outbound
+        self.executor = EventLoopTaskExecutor(eventLoop: channel.eventLoop)
         self.subprotocol = subprotocol
         self.compression = compression
         self.handshakeHeaders = handshakeHeaders
@@ -153,6 +178,8 @@ public final class WebSocket: Sendable {
         logger.debug("connected", metadata: ["ws.subprotocol": "\(result.subprotocol ?? "")"])
         return WebSocket(
             channel: channel,
+            handler: result.handler,
+            outbound: result.outbound,
             subprotocol: result.subprotocol,
             compression: result.compression,
             handshakeHeaders: result.headers,
@@ -174,18 +201,37 @@ public final class WebSocket: Sendable {
 
     /// Sends a message, in fragments of `fragmentSize` bytes when given (else as configured).
     ///
-    /// Returns once the frames are handed to the socket, so a sender that awaits each send cannot
-    /// outrun the network. Throws ``WebSocketError`` with ``WebSocketError/Code/notOpen`` when the
-    /// connection is closing or closed.
+    /// Queues the message on the connection and returns at once while the connection's outbound
+    /// buffer has room; otherwise waits until it has, so a sender that awaits each send cannot
+    /// outrun the network. Messages sent one after another without a suspension in between are
+    /// written and flushed together. A message queued while the connection is lost is lost with
+    /// it (as one in the kernel's buffer would be). Throws ``WebSocketError`` with
+    /// ``WebSocketError/Code/notOpen`` when the connection is closing or closed, also when it
+    /// closes while the send waits for room.
     public func send(_ message: WebSocketMessage, fragmentSize: Int? = nil) async throws {
-        do {
-            try await self.channel.writeAndFlush(
-                WebSocketCommand.send(message, fragmentSize: fragmentSize ?? self.fragmentSize)
-            ).get()
-        } catch let error as WebSocketError {
-            throw error
-        } catch {
-            throw WebSocketError(.notOpen, "the connection is closed; the message was not sent", underlying: error)
+        try self.enqueue(message, fragmentSize: fragmentSize ?? self.fragmentSize)
+        try await self.outbound.waitUntilWritable()
+    }
+
+    /// Queues a message like ``send(_:fragmentSize:)`` but never waits for room in the outbound
+    /// buffer: for a caller that bounds what it sends by other means (CircleClient's requests
+    /// each wait for their answer).
+    package func sendWithoutWaiting(_ message: WebSocketMessage) throws {
+        try self.enqueue(message, fragmentSize: self.fragmentSize)
+    }
+
+    private func enqueue(_ message: WebSocketMessage, fragmentSize: Int?) throws {
+        if self.channel.eventLoop.inEventLoop {
+            do {
+                try self.handler.value.send(message, fragmentSize: fragmentSize)
+            } catch let error as WebSocketError {
+                throw error
+            } catch {
+                throw WebSocketError(.notOpen, "the message could not be sent", underlying: error)
+            }
+        } else if try self.outbound.enqueue(message, fragmentSize: fragmentSize) {
+            let handler = self.handler
+            self.channel.eventLoop.execute { handler.value.drain() }
         }
     }
 
@@ -249,6 +295,14 @@ extension WebSocket {
                 try await self.base.next()
             }
         }
+    }
+}
+
+extension WebSocket {
+    /// An event loop of the group connections use by default (`MultiThreadedEventLoopGroup.singleton`):
+    /// for a caller that wants its own work on the thread of its connections' I/O.
+    package static func defaultEventLoop() -> any EventLoop {
+        MultiThreadedEventLoopGroup.singleton.next()
     }
 }
 

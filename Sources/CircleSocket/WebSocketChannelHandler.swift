@@ -2,10 +2,9 @@ import Logging
 import NIOCore
 import NIOWebSocket
 
-/// What the public API asks of a connection; written into the channel, performed on its event loop.
+/// What the public API asks of a connection besides sends (which go through
+/// ``WebSocketOutbound``); written into the channel, performed on its event loop.
 enum WebSocketCommand: Sendable {
-    /// The write's own promise completes once the last frame is on the socket.
-    case send(WebSocketMessage, fragmentSize: Int?)
     case ping(timeout: TimeAmount, EventLoopPromise<TimeAmount>)
     case close(WebSocketCloseCode, reason: String, EventLoopPromise<WebSocketCloseInfo>?)
 }
@@ -57,6 +56,10 @@ final class WebSocketChannelHandler: ChannelDuplexHandler, RemovableChannelHandl
     private var peerClose: (code: WebSocketCloseCode, reason: String)?
     private var failure: WebSocketError?
     private var peerInitiatedClose = false
+    /// Frames were written without a flush; a task on the loop flushes them once.
+    private var flushScheduled = false
+    /// The send side shared with ``WebSocket``.
+    let outbound = WebSocketOutbound()
 
     init(state: WebSocketProtocolState, closeTimeout: TimeAmount, closedPromise: EventLoopPromise<WebSocketCloseInfo>, logger: Logger) {
         self.state = state
@@ -106,6 +109,7 @@ final class WebSocketChannelHandler: ChannelDuplexHandler, RemovableChannelHandl
             self.peerClose = (code, reason)
             self.peerInitiatedClose = reply != nil
             self.source?.finish()
+            self.stopSending()
             self.logger.debug("peer closed", metadata: ["ws.code": "\(code.rawValue)", "ws.reason": "\(reason)"])
             if let reply {
                 let written = context.writeAndFlush(self.wrapOutboundOut(reply))
@@ -145,6 +149,18 @@ final class WebSocketChannelHandler: ChannelDuplexHandler, RemovableChannelHandl
         } else {
             context.close(promise: nil)
         }
+        self.stopSending()
+    }
+
+    /// Once the close handshake began or the connection ended: later sends throw `notOpen`.
+    private func stopSending(_ error: WebSocketError? = nil) {
+        guard !self.state.canSend || error != nil else { return }
+        let dropped = self.outbound.close(
+            error ?? WebSocketError(.notOpen, "the connection is closing; nothing more can be sent")
+        )
+        if dropped > 0 {
+            self.logger.debug("messages dropped at close", metadata: ["ws.dropped": "\(dropped)"])
+        }
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
@@ -180,6 +196,7 @@ final class WebSocketChannelHandler: ChannelDuplexHandler, RemovableChannelHandl
             self.source?.finish()
         }
         let error = self.failure ?? WebSocketError(.notOpen, "the connection is closed", closeInfo: info)
+        self.stopSending(WebSocketError(.notOpen, "the connection is closed; the message was not sent", closeInfo: info))
         for ping in self.pings {
             ping.timeout.cancel()
             ping.promise.fail(error)
@@ -214,25 +231,76 @@ final class WebSocketChannelHandler: ChannelDuplexHandler, RemovableChannelHandl
 
     // MARK: Outbound
 
-    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
-        switch self.unwrapOutboundIn(data) {
-        case .send(let message, let fragmentSize):
-            let frames: [WebSocketFrame]
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        self.outbound.setWritable(context.channel.isWritable)
+        context.fireChannelWritabilityChanged()
+    }
+
+    /// Writes a message sent on the event loop: after whatever was queued off the loop, unflushed,
+    /// with one flush per burst (a task on the loop, run once the sender yields).
+    ///
+    /// - Throws: ``WebSocketError/Code/notOpen`` once the close handshake has begun; errors of the compressor.
+    func send(_ message: WebSocketMessage, fragmentSize: Int?) throws {
+        guard let context else {
+            throw WebSocketError(.notOpen, "the connection is closed; the message was not sent")
+        }
+        self.writeQueued(context: context)
+        try self.write(message, fragmentSize: fragmentSize, context: context)
+        self.scheduleFlush(context: context)
+    }
+
+    /// Writes and flushes what was sent off the loop (the task ``WebSocket`` schedules once per burst).
+    func drain() {
+        guard let context else { return }
+        self.writeQueued(context: context)
+        self.flushScheduled = false
+        context.flush()
+        self.outbound.drained()
+    }
+
+    private func writeQueued(context: ChannelHandlerContext) {
+        for queued in self.outbound.takeQueued() {
             do {
-                frames = try self.state.frames(for: message, fragmentSize: fragmentSize, allocator: context.channel.allocator)
+                try self.write(queued.message, fragmentSize: queued.fragmentSize, context: context)
             } catch {
-                promise?.fail(error)
+                // Its sender has returned already (only the compressor can fail here): close the
+                // connection rather than send what follows out of order.
+                self.fail(
+                    context: context, code: .internalError,
+                    error: WebSocketError(.connectionLost, "a queued message could not be compressed; the connection was closed", underlying: error)
+                )
                 return
             }
-            for frame in frames.dropLast() {
-                context.write(self.wrapOutboundOut(frame), promise: nil)
-            }
-            context.writeAndFlush(self.wrapOutboundOut(frames[frames.count - 1]), promise: promise)
+        }
+    }
+
+    private func write(_ message: WebSocketMessage, fragmentSize: Int?, context: ChannelHandlerContext) throws {
+        for frame in try self.state.frames(for: message, fragmentSize: fragmentSize, allocator: context.channel.allocator) {
+            context.write(self.wrapOutboundOut(frame), promise: nil)
+        }
+    }
+
+    private func scheduleFlush(context: ChannelHandlerContext) {
+        guard !self.flushScheduled else { return }
+        self.flushScheduled = true
+        let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
+        context.eventLoop.execute {
+            let handler = handler.value
+            guard handler.flushScheduled, let context = handler.context else { return }
+            handler.flushScheduled = false
+            context.flush()
+        }
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        switch self.unwrapOutboundIn(data) {
         case .ping(let timeout, let pingPromise):
+            self.writeQueued(context: context)
             self.sendPing(context: context, timeout: timeout, promise: pingPromise)
             promise?.succeed()
         case .close(let code, let reason, let closePromise):
             if let closePromise { self.closedPromise.futureResult.cascade(to: closePromise) }
+            self.writeQueued(context: context)
             if let frame = self.state.close(code: code, reason: reason) {
                 let loopBoundContext = NIOLoopBound(context, eventLoop: context.eventLoop)
                 context.writeAndFlush(self.wrapOutboundOut(frame), promise: nil)
@@ -240,6 +308,7 @@ final class WebSocketChannelHandler: ChannelDuplexHandler, RemovableChannelHandl
                     loopBoundContext.value.close(promise: nil)
                 }
             }
+            self.stopSending()
             promise?.succeed()
         }
     }

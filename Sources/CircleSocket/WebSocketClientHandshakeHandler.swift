@@ -16,6 +16,8 @@ struct WebSocketUpgradeResult: Sendable {
     var compression: PerMessageDeflateParameters?
     var messages: WebSocketInboundProducer
     var closed: EventLoopFuture<WebSocketCloseInfo>
+    var handler: NIOLoopBound<WebSocketChannelHandler>
+    var outbound: WebSocketOutbound
 }
 
 /// Sends the HTTP upgrade request (after TLS and the pin check of CircleHTTPClient's
@@ -298,7 +300,9 @@ final class WebSocketClientHandshakeHandler: ChannelInboundHandler, RemovableCha
                     subprotocol: head.headers.first(name: "Sec-WebSocket-Protocol"),
                     compression: compression,
                     messages: messages,
-                    closed: closed.futureResult
+                    closed: closed.futureResult,
+                    handler: NIOLoopBound(handler, eventLoop: context.eventLoop),
+                    outbound: handler.outbound
                 )
             )
         )

@@ -183,6 +183,8 @@ public final class WebSocketServer: Sendable {
         try channel.pipeline.syncOperations.addHandler(channelHandler)
         let socket = WebSocket(
             channel: channel,
+            handler: NIOLoopBound(channelHandler, eventLoop: channel.eventLoop),
+            outbound: channelHandler.outbound,
             subprotocol: self.subprotocol(for: head, configuration),
             compression: compression,
             handshakeHeaders: head.headers,

@@ -75,6 +75,11 @@ struct BenchClientCommand: AsyncParsableCommand {
             core with taskset to compare it with other clients. Prints a table line, or one JSON \
             object with --json.
 
+            Each connection is driven by one task that reads with `for try await` and answers \
+            with `send`. By default that task prefers the socket's event loop as its executor \
+            (`WebSocket.taskExecutor`), as the CircleSocket docs recommend; --default-executor \
+            runs it on Swift's default executor instead (a thread hop per wake-up).
+
             Exit status: 0 measured; 1 no round trips completed; 2 the server could not be \
             reached; 64 usage.
 
@@ -90,6 +95,7 @@ struct BenchClientCommand: AsyncParsableCommand {
     @Option(help: "Seconds measured.") var duration: Double = 10
     @Flag(help: "Send text messages instead of binary.") var text = false
     @Flag(help: "Print one JSON object instead of a table line.") var json = false
+    @Flag(help: "Run the connection tasks on Swift's default executor, not the socket's event loop.") var defaultExecutor = false
 
     func validate() throws {
         guard (1...100_000_000).contains(self.size) else { throw ValidationError("--size: 1 … 100,000,000 bytes") }
@@ -126,7 +132,7 @@ struct BenchClientCommand: AsyncParsableCommand {
         let sockets = opened
         let measured: (seconds: Double, trips: Int, cpu: Double, switches: Int) = try await withThrowingTaskGroup(of: Void.self) { group in
             for socket in sockets {
-                group.addTask {
+                group.addTask(executorPreference: self.defaultExecutor ? nil : socket.taskExecutor) {
                     for _ in 0..<inFlight { try await socket.send(payload) }
                     var outstanding = inFlight
                     for try await message in socket.messages {
@@ -173,6 +179,7 @@ struct BenchClientCommand: AsyncParsableCommand {
         if self.json {
             printJSONLine([
                 "client": "circlesocket", "size": self.size, "connections": self.connections,
+                "executor": self.defaultExecutor ? "default" : "event loop",
                 "inflight": self.inFlight, "seconds": measured.seconds, "messages": measured.trips,
                 "msgs_per_s": rate, "client_cpu_s": measured.cpu,
                 "client_cpu_pct": 100 * measured.cpu / measured.seconds,

@@ -153,6 +153,19 @@ public struct CircleHTTPChannel: ServerChildChannel, HTTPChannelHandler {
         try options.setOption(.allowRemoteHalfClosure, value: false)
     }
 
+    /// After the upgrade: NIO keeps up to `maxMessagesPerRead` receive buffers per channel, and
+    /// reading the HTTP request may have left a second one (and grown the next read's size).
+    /// Shrinking the pool to one buffer and back drops the others, and a fresh adaptive
+    /// allocator starts the WebSocket's reads small again: an idle connection then holds one
+    /// small receive buffer (benchmarks/idle.py).
+    static func trimReceiveBuffers(_ channel: any Channel) throws {
+        guard let options = channel.syncOptions else { return }
+        let perRead = try options.getOption(.maxMessagesPerRead)
+        try options.setOption(.maxMessagesPerRead, value: 1)
+        try options.setOption(.maxMessagesPerRead, value: perRead)
+        try options.setOption(.recvAllocator, value: AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 256, maximum: 64 * 1024))
+    }
+
     /// The HTTP/1.1 pipeline with the WebSocket upgrade.
     func configureHTTP1(channel: any Channel, ticket: AdmissionTicketHolder, logger: Logger) throws -> EventLoopFuture<Connection> {
         let services = self.services
@@ -181,6 +194,7 @@ public struct CircleHTTPChannel: ServerChildChannel, HTTPChannelHandler {
                     sync.removeHandler(loopBoundTimeout.value, promise: nil)
                     // A WebSocket is bounded per user (and by its own timeouts) from here on.
                     ticket.release()
+                    try Self.trimReceiveBuffers(channel)
                     services.markWebSocket(channel)
                     let endpoint: WebSocketSessionInstaller.Endpoint
                     if URI(head.uri).path == self.paths.echo {

@@ -14,7 +14,7 @@ import NIOWebSocket
 /// A reply that finds more than `slowConsumerFactor` × `outboundQueueBytes` still unsent closes
 /// the connection as a slow consumer (1013), as live posts do, so that a client that does not
 /// read cannot grow the server.
-final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler {
+final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, SessionTicker.Session {
     typealias InboundIn = WebSocketFrame
     typealias OutboundIn = WebSocketFrame
     typealias OutboundOut = WebSocketFrame
@@ -28,10 +28,20 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private let user: AuthenticatedUser
     private let framing: ServerWebSocketFraming
     private var state: SessionState
-    private var logger: Logger
+    private let baseLogger: Logger
+    /// The server's logger with this session's user: made when something is logged, so that an
+    /// idle connection does not hold a metadata dictionary of its own.
+    private var logger: Logger {
+        var logger = self.baseLogger
+        logger[metadataKey: "circle.user"] = "\(self.user.name)"
+        return logger
+    }
     private var context: ChannelHandlerContext?
     private var subscriber: HubSubscriber?
-    private var idleTimer: RepeatedTask?
+    /// Drives the idle and expiry checks (one timer per event loop, not per connection).
+    private var ticker: SessionTicker?
+    /// When the token expires (nil: not during the connection); a timer is set once it is near.
+    private var expiry: NIODeadline?
     private var expiryTimer: Scheduled<Void>?
     /// Hub deliveries written but not yet flushed (see `HubSubscriber`).
     private var unflushed = false
@@ -50,8 +60,7 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler {
         // the connection simply has no expiry.
         let expires = TimeAmount(clampedSeconds: user.expires.timeIntervalSinceNow, horizon: Self.expiryHorizon).map { now.uptime + $0 }
         self.state = SessionState(settings: .init(user: user.name, limits: limits), now: now, expires: expires)
-        self.logger = logger
-        self.logger[metadataKey: "circle.user"] = "\(user.name)"
+        self.baseLogger = logger
     }
 
     // MARK: Lifecycle
@@ -74,15 +83,27 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
         let idleTimeout = self.services.configuration.limits.idleTimeout
         let interval = TimeAmount.nanoseconds(max(idleTimeout.nanoseconds / 4, 1_000_000))
-        self.idleTimer = context.eventLoop.scheduleRepeatedTask(initialDelay: interval, delay: interval) { _ in
-            loopBound.value.feed { $0.timerFired(now: .now()) }
-        }
+        self.ticker = SessionTicker.add(self, on: context.eventLoop, interval: interval)
         if let untilExpiry = TimeAmount(clampedSeconds: self.user.expires.timeIntervalSinceNow, horizon: Self.expiryHorizon) {
-            self.expiryTimer = context.eventLoop.scheduleTask(in: untilExpiry) {
-                loopBound.value.feed { $0.timerFired(now: .now()) }
-            }
+            let expiry = NIODeadline.now() + untilExpiry
+            self.expiry = expiry
+            self.armExpiryTimer(ifBefore: NIODeadline.now() + interval)
         }
         self.logger.info("connected", metadata: ["circle.address": "\(context.channel.remoteAddress.logDescription)"])
+    }
+
+    /// The ticker's periodic call: the idle check, and the expiry timer once expiry is near.
+    func tick(nextTick: NIODeadline) {
+        self.feed { $0.timerFired(now: .now()) }
+        self.armExpiryTimer(ifBefore: nextTick)
+    }
+
+    private func armExpiryTimer(ifBefore deadline: NIODeadline) {
+        guard self.expiryTimer == nil, let expiry = self.expiry, expiry <= deadline, let context else { return }
+        let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        self.expiryTimer = context.eventLoop.scheduleTask(deadline: expiry) {
+            loopBound.value.feed { $0.timerFired(now: .now()) }
+        }
     }
 
     func channelInactive(context: ChannelHandlerContext) {
@@ -97,7 +118,8 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     private func tearDown() {
         guard self.subscriber != nil else { return }
-        self.idleTimer?.cancel()
+        self.ticker?.remove(self)
+        self.ticker = nil
         self.expiryTimer?.cancel()
         self.perform(self.state.ended())
         self.subscriber = nil
