@@ -37,25 +37,10 @@ public actor PostgresTestServer {
         var components = try await self.url()
         self.counter += 1
         let name = "t\(getpid())_\(self.counter)_\(UInt32.random(in: 0...UInt32.max))"
-        let connection = try await PostgresConnection.connect(
-            configuration: .init(
-                host: components.host ?? "127.0.0.1",
-                port: components.port ?? 5432,
-                username: components.user ?? "circle",
-                password: components.password,
-                database: String(components.path.dropFirst()),
-                tls: .disable
-            ),
-            id: self.counter,
-            logger: Logger(label: "circle.test.postgres")
-        )
-        do {
-            // A database name cannot be a bind parameter; this one is made of [a-z0-9_] only.
-            try await connection.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name)"), logger: Logger(label: "circle.test.postgres"))
-            try await connection.close()
-        } catch {
-            try? await connection.close()
-            throw error
+        guard let base = components.string else { throw PostgresTestServerError("cannot build the server's URL") }
+        // A database name cannot be a bind parameter; this one is made of [a-z0-9_] only.
+        _ = try await Self.withConnection(to: base) { connection, logger in
+            try await connection.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name)"), logger: logger)
         }
         components.path = "/" + name
         components.queryItems = [URLQueryItem(name: "sslmode", value: "disable")]

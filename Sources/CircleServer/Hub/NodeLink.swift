@@ -188,7 +188,10 @@ private final class Poll: Sendable {
             let cursor = self.revocationCursor.withLockedValue { $0 }
             let (revoked, newest) = try await self.store.revocations(after: cursor)
             if cursor != nil {
-                for revocation in revoked { self.hub.revokeHere(user: revocation.user, from: revocation.circle) }
+                // A user removed and added again since the last look keeps their connections.
+                for revocation in revoked where try await !self.store.isMember(revocation.user, of: revocation.circle) {
+                    self.hub.revokeHere(user: revocation.user, from: revocation.circle)
+                }
             }
             self.revocationCursor.withLockedValue { $0 = max($0 ?? newest, newest) }
             let circles = self.hub.subscribedCircles

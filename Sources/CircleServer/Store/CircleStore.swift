@@ -147,7 +147,7 @@ public protocol SharedCircleStore: CircleStore {
     func listen(connected: @escaping @Sendable () async -> Void, receive: @escaping @Sendable (String) -> Void) async
     /// The newest `seq` of each of `circles` that exists.
     func lastSeqs(of circles: [String]) async throws -> [String: Int64]
-    /// Members removed from circles (``removeMember(_:from:)``) with a log id above `after`,
+    /// Members removed from private circles (``removeMember(_:from:)``) with a log id above `after`,
     /// oldest first, and the newest log id (with `after == nil`: none, and the newest id).
     func revocations(after: Int64?) async throws -> (revoked: [(circle: String, user: String)], newest: Int64)
 }

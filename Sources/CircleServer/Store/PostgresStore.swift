@@ -174,9 +174,10 @@ public final class PostgresStore: CircleStore {
         }
     }
 
-    /// Removes a member and, when they were one, logs the removal (``revocations(after:)``) in
-    /// the same transaction, so every node takes the user's connections out of the circle even
-    /// when the signal saying so is lost.
+    /// Removes a member and, when they were one of a private circle, logs the removal
+    /// (``revocations(after:)``) in the same transaction, so every node takes the user's
+    /// connections out of the circle even when the signal saying so is lost. (Removal from a
+    /// public circle takes no connection out of it, on one node or several.)
     public func removeMember(_ user: String, from circle: String) async throws {
         try await self.operation("remove member") {
             try await self.client.withTransaction(logger: self.logger) { connection in
@@ -184,7 +185,8 @@ public final class PostgresStore: CircleStore {
                     """
                     WITH removed AS (DELETE FROM members WHERE circle = \(circle) AND user_name = \(user) RETURNING circle, user_name)
                     INSERT INTO member_removals (circle, user_name, removed_at)
-                    SELECT circle, user_name, \(Int64(Date().timeIntervalSince1970 * 1000)) FROM removed
+                    SELECT r.circle, r.user_name, \(Int64(Date().timeIntervalSince1970 * 1000))
+                    FROM removed r JOIN circles c ON c.name = r.circle WHERE c.private
                     """,
                     logger: self.logger
                 )
