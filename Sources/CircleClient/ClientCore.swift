@@ -351,8 +351,10 @@ actor ClientCore {
             self.logger.warning("server error without id", metadata: ["code": "\(code)", "message": "\(text)"])
         case .post(let post):
             self.deliver(post)
-        case .history(let id, _, _, _):
+        case .history(let id, _, _, _), .circles(let id, _):
             self.resolveRequest(id, .success(message))
+        case .read:
+            break
         case .joined(let circle, let user):
             self.broadcast(.joined(user: user), in: circle)
         case .left(let circle, let user):

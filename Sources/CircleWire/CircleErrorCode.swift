@@ -29,6 +29,17 @@ public struct CircleErrorCode: RawRepresentable, Hashable, Sendable, Codable, Cu
     public static let rangeNotSatisfiable = Self(rawValue: "range_not_satisfiable")
     /// A post's `attachment` is not a media id its author uploaded.
     public static let invalidAttachment = Self(rawValue: "invalid_attachment")
+    /// `edit`, `delete`, `react`, `unreact`, or a reply: no post with that `seq` in the circle
+    /// (or the `seq` names a change, not a post).
+    public static let noSuchPost = Self(rawValue: "no_such_post")
+    /// Editing or reacting to a post that was deleted.
+    public static let postDeleted = Self(rawValue: "post_deleted")
+    /// Editing someone else's post, or deleting it outside a private circle one owns.
+    public static let notAuthor = Self(rawValue: "not_author")
+    /// A post already has the maximum number of distinct reaction emoji.
+    public static let tooManyReactions = Self(rawValue: "too_many_reactions")
+    /// `react` or `unreact` with an `emoji` that is not exactly one emoji.
+    public static let invalidEmoji = Self(rawValue: "invalid_emoji")
     /// Something failed inside the server; the request may be retried.
     public static let internalError = Self(rawValue: "internal")
 

@@ -15,6 +15,38 @@ public enum CircleAction: String, Sendable, CaseIterable, Codable {
     /// Keep the connection alive and measure the round trip, for clients that cannot send
     /// WebSocket pings (browsers). `circle` is not needed.
     case ping
+    /// Replace the text of one's own post `target`.
+    case edit
+    /// Delete one's own post `target` (the owner of a private circle: any post there).
+    case delete
+    /// Add reaction `emoji` to post `target`.
+    case react
+    /// Take back one's reaction `emoji` from post `target`.
+    case unreact
+    /// Move the user's read marker in `circle` forward to `seq`.
+    case read
+    /// List the circles the user sees, with read markers and unread counts. `circle` is not needed.
+    case circles
+
+    /// The actions stored as entries of the circle's stream (each acked with its `seq`, and
+    /// idempotent by request id like a post).
+    public var isStored: Bool {
+        switch self {
+        case .post, .edit, .delete, .react, .unreact: return true
+        case .join, .leave, .history, .typing, .ping, .read, .circles: return false
+        }
+    }
+
+    /// The change a stored action makes to an earlier post (`nil` for a post).
+    public var change: CircleChange? {
+        switch self {
+        case .edit: return .edit
+        case .delete: return .delete
+        case .react: return .react
+        case .unreact: return .unreact
+        default: return nil
+        }
+    }
 }
 
 /// One request from a client: a JSON object in a text frame.
@@ -41,6 +73,14 @@ public struct CircleRequest: Sendable, Hashable, Codable {
     /// `join`: do not announce this connection to the circle (no `joined`/`left` for it), for
     /// one-shot clients such as `circle send`. Absent means `false`.
     public var quiet: Bool?
+    /// `edit`, `delete`, `react`, `unreact`: the `seq` of the post to change.
+    public var target: Int64?
+    /// `react`, `unreact`: one emoji.
+    public var emoji: String?
+    /// `post`: the `seq` of the post this one answers.
+    public var replyTo: Int64?
+    /// `read`: the new read marker.
+    public var seq: Int64?
 
     public init(
         action: CircleAction,
@@ -52,7 +92,11 @@ public struct CircleRequest: Sendable, Hashable, Codable {
         before: Int64? = nil,
         after: Int64? = nil,
         limit: Int? = nil,
-        quiet: Bool? = nil
+        quiet: Bool? = nil,
+        target: Int64? = nil,
+        emoji: String? = nil,
+        replyTo: Int64? = nil,
+        seq: Int64? = nil
     ) {
         self.action = action
         self.id = id
@@ -64,6 +108,10 @@ public struct CircleRequest: Sendable, Hashable, Codable {
         self.after = after
         self.limit = limit
         self.quiet = quiet
+        self.target = target
+        self.emoji = emoji
+        self.replyTo = replyTo
+        self.seq = seq
     }
 
     public static func join(_ circle: String, id: String, since: Int64? = nil, quiet: Bool? = nil) -> CircleRequest {
@@ -74,8 +122,32 @@ public struct CircleRequest: Sendable, Hashable, Codable {
         CircleRequest(action: .leave, id: id, circle: circle)
     }
 
-    public static func post(_ text: String, to circle: String, id: String, attachment: String? = nil) -> CircleRequest {
-        CircleRequest(action: .post, id: id, circle: circle, text: text, attachment: attachment)
+    public static func post(_ text: String, to circle: String, id: String, attachment: String? = nil, replyTo: Int64? = nil) -> CircleRequest {
+        CircleRequest(action: .post, id: id, circle: circle, text: text, attachment: attachment, replyTo: replyTo)
+    }
+
+    public static func edit(_ target: Int64, in circle: String, text: String, id: String) -> CircleRequest {
+        CircleRequest(action: .edit, id: id, circle: circle, text: text, target: target)
+    }
+
+    public static func delete(_ target: Int64, in circle: String, id: String) -> CircleRequest {
+        CircleRequest(action: .delete, id: id, circle: circle, target: target)
+    }
+
+    public static func react(_ emoji: String, to target: Int64, in circle: String, id: String) -> CircleRequest {
+        CircleRequest(action: .react, id: id, circle: circle, target: target, emoji: emoji)
+    }
+
+    public static func unreact(_ emoji: String, from target: Int64, in circle: String, id: String) -> CircleRequest {
+        CircleRequest(action: .unreact, id: id, circle: circle, target: target, emoji: emoji)
+    }
+
+    public static func read(_ circle: String, upTo seq: Int64, id: String) -> CircleRequest {
+        CircleRequest(action: .read, id: id, circle: circle, seq: seq)
+    }
+
+    public static func circles(id: String) -> CircleRequest {
+        CircleRequest(action: .circles, id: id, circle: "")
     }
 
     public static func history(of circle: String, id: String, before: Int64? = nil, after: Int64? = nil, limit: Int? = nil) -> CircleRequest {
@@ -131,8 +203,8 @@ extension CircleRequest {
             )
         }
         var fields = FieldReader(object: object)
-        if action == .ping {
-            return .success(CircleRequest(action: .ping, id: id, circle: fields.optionalString("circle") ?? ""))
+        if action == .ping || action == .circles {
+            return .success(CircleRequest(action: action, id: id, circle: fields.optionalString("circle") ?? ""))
         }
         let request = CircleRequest(
             action: action,
@@ -144,10 +216,15 @@ extension CircleRequest {
             before: fields.optionalInteger("before"),
             after: fields.optionalInteger("after"),
             limit: fields.optionalInteger("limit").flatMap { Int(exactly: $0) },
-            quiet: fields.optionalBool("quiet")
+            quiet: fields.optionalBool("quiet"),
+            target: fields.optionalInteger("target"),
+            emoji: fields.optionalString("emoji"),
+            replyTo: fields.optionalInteger("replyTo"),
+            seq: fields.optionalInteger("seq")
         )
         if let problem = fields.problem ?? request.validationProblem {
-            return .failure(.init(id: id, code: .badRequest, message: problem))
+            let code: CircleErrorCode = fields.problem == nil && request.emoji.map(Self.isEmoji) == false ? .invalidEmoji : .badRequest
+            return .failure(.init(id: id, code: code, message: problem))
         }
         return .success(request)
     }
@@ -211,20 +288,51 @@ extension CircleRequest {
 
     /// A sentence describing what is wrong with the fields for this action, or `nil`.
     public var validationProblem: String? {
-        if self.action == .ping { return nil }
+        if self.action == .ping || self.action == .circles { return nil }
         if self.circle.isEmpty { return "\"circle\" must not be empty" }
         switch self.action {
         case .post:
             if self.text == nil && self.attachment == nil { return "a post needs \"text\" or \"attachment\"" }
+            if let replyTo, replyTo < 1 { return "\"replyTo\" must be a seq (1 or more)" }
+        case .edit, .delete, .react, .unreact:
+            guard let target else { return "\"\(self.action.rawValue)\" needs \"target\", the seq of a post" }
+            if target < 1 { return "\"target\" must be a seq (1 or more)" }
+            if self.action == .edit && (self.text ?? "").isEmpty { return "an edit needs a non-empty \"text\"" }
+            if self.action == .react || self.action == .unreact {
+                guard let emoji else { return "\"\(self.action.rawValue)\" needs \"emoji\"" }
+                if !Self.isEmoji(emoji) { return "\"emoji\" must be one emoji" }
+            }
+        case .read:
+            guard let seq else { return "\"read\" needs \"seq\"" }
+            if seq < 0 { return "\"seq\" must not be negative" }
         case .history:
             if let limit, !(1...200).contains(limit) { return "\"limit\" must be between 1 and 200" }
             if self.before != nil && self.after != nil { return "give \"before\" or \"after\", not both" }
             if (self.before ?? 0) < 0 || (self.after ?? 0) < 0 { return "\"before\" and \"after\" must not be negative" }
         case .join:
             if let since, since < 0 { return "\"since\" must not be negative" }
-        case .leave, .typing, .ping:
+        case .leave, .typing, .ping, .circles:
             break
         }
         return nil
+    }
+
+    /// Largest accepted emoji, in UTF-8 bytes (family and flag sequences included).
+    public static let maxEmojiBytes = 64
+
+    /// Whether `text` is exactly one emoji: a single grapheme cluster of at most
+    /// ``maxEmojiBytes`` bytes whose first scalar is shown as an emoji — by default (😀), with
+    /// the emoji variation selector U+FE0F (❤️), as a keycap (1️⃣) or as a regional-indicator
+    /// flag (🇫🇷). Plain digits, `#`, `*` and text symbols (™) are not.
+    public static func isEmoji(_ text: String) -> Bool {
+        guard text.utf8.count <= Self.maxEmojiBytes, text.count == 1, let first = text.unicodeScalars.first else {
+            return false
+        }
+        let scalars = Array(text.unicodeScalars)
+        if first.properties.isEmojiPresentation { return true }
+        guard first.properties.isEmoji else { return false }
+        // Text-default emoji need a following U+FE0F (emoji style) or U+20E3 (keycap); a
+        // modifier or a ZWJ sequence after them also makes them emoji.
+        return scalars.dropFirst().contains { $0.value == 0xFE0F || $0.value == 0x20E3 || $0.properties.isEmojiModifier || $0.value == 0x200D }
     }
 }

@@ -86,23 +86,9 @@ public enum HTTPAPI {
         }
     }
 
-    /// One circle, as listed and created.
-    public struct Circle: Codable, Sendable, Hashable {
-        public var name: String
-        public var owner: String
-        public var `private`: Bool
-        /// Creation time, milliseconds since 1970 (UTC).
-        public var createdAt: Int64
-        /// The newest post's seq (0 for an empty circle).
-        public var lastSeq: Int64
-        public init(name: String, owner: String, private: Bool, createdAt: Int64, lastSeq: Int64) {
-            self.name = name
-            self.owner = owner
-            self.private = `private`
-            self.createdAt = createdAt
-            self.lastSeq = lastSeq
-        }
-    }
+    /// One circle, as listed and created: ``CircleSummary`` (the same JSON as the WebSocket
+    /// `circles` reply).
+    public typealias Circle = CircleSummary
 
     /// `GET /v1/circles`.
     public struct CircleList: Codable, Sendable, Hashable {

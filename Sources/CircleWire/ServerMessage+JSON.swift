@@ -64,6 +64,24 @@ extension CircleServerMessage {
             out.field("to", to)
             out.field("type", "gap")
             out.close()
+        case .read(let circle, let seq):
+            out.open()
+            out.field("circle", circle)
+            out.field("seq", seq)
+            out.field("type", "read")
+            out.close()
+        case .circles(let id, let circles):
+            out.open()
+            out.key("circles")
+            out.raw("[")
+            for (index, circle) in circles.enumerated() {
+                if index > 0 { out.raw(",") }
+                circle.writeJSON(to: &out)
+            }
+            out.raw("]")
+            out.field("id", id)
+            out.field("type", "circles")
+            out.close()
         }
     }
 
@@ -81,11 +99,51 @@ extension CirclePost {
     func writeFields(to out: inout JSONTextWriter) {
         if let attachment = self.attachment { out.field("attachment", attachment) }
         out.field("author", self.author)
+        if let change = self.change { out.field("change", change.rawValue) }
         out.field("circle", self.circle)
+        if self.deleted { out.field("deleted", true) }
+        if let edited = self.edited { out.field("edited", edited) }
+        if let emoji = self.emoji { out.field("emoji", emoji) }
         out.field("id", self.id)
+        if let reactions = self.reactions {
+            out.key("reactions")
+            out.raw("[")
+            for (index, reaction) in reactions.enumerated() {
+                if index > 0 { out.raw(",") }
+                out.open()
+                out.field("count", reaction.count)
+                out.field("emoji", reaction.emoji)
+                out.field("me", reaction.me)
+                out.key("users")
+                out.raw("[")
+                for (userIndex, user) in reaction.users.enumerated() {
+                    if userIndex > 0 { out.raw(",") }
+                    out.string(user)
+                }
+                out.raw("]")
+                out.close()
+            }
+            out.raw("]")
+        }
+        if let replyTo = self.replyTo { out.field("replyTo", replyTo) }
         out.field("seq", self.seq)
+        if let target = self.target { out.field("target", target) }
         if let text = self.text { out.field("text", text) }
         out.field("time", self.time)
+    }
+}
+
+extension CircleSummary {
+    func writeJSON(to out: inout JSONTextWriter) {
+        out.open()
+        out.field("createdAt", self.createdAt)
+        out.field("lastSeq", self.lastSeq)
+        out.field("name", self.name)
+        out.field("owner", self.owner)
+        out.field("private", self.private)
+        out.field("readSeq", self.readSeq)
+        out.field("unread", self.unread)
+        out.close()
     }
 }
 

@@ -3,20 +3,98 @@ import Foundation
 /// The subprotocol name for this protocol version.
 public let circleSubprotocol = "circle.v1"
 
-/// A stored post as clients see it.
+/// What a stream entry changes, when it is not a post of its own.
+///
+/// Every stored entry of a circle has the next `seq`: posts, and the changes made to posts
+/// (edits, deletes, reactions). So `join since=N` replays changes too, once and in order.
+public enum CircleChange: String, Sendable, Hashable, Codable, CaseIterable {
+    /// The author replaced the text of post `target`; `text` is the new text.
+    case edit
+    /// Post `target` was deleted (by its author, or by the owner of a private circle).
+    case delete
+    /// The entry's author added reaction `emoji` to post `target`.
+    case react
+    /// The entry's author took back reaction `emoji` from post `target`.
+    case unreact
+}
+
+/// The reactions with one emoji on a post, in a post's current state (history pages).
+public struct CircleReaction: Sendable, Hashable, Codable {
+    public var emoji: String
+    /// How many users reacted with this emoji (the length of `users`).
+    public var count: Int64
+    /// Who reacted, in the order they did.
+    public var users: [String]
+    /// Whether the user who asked for the page is one of them.
+    public var me: Bool
+
+    public init(emoji: String, users: [String], me: Bool) {
+        self.emoji = emoji
+        self.count = Int64(users.count)
+        self.users = users
+        self.me = me
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.emoji = try container.decode(String.self, forKey: .emoji)
+        self.users = try container.decodeIfPresent([String].self, forKey: .users) ?? []
+        self.count = try container.decodeIfPresent(Int64.self, forKey: .count) ?? Int64(self.users.count)
+        self.me = try container.decodeIfPresent(Bool.self, forKey: .me) ?? false
+    }
+}
+
+/// One entry of a circle's ordered stream as clients see it: a post, or (with `change` set) a
+/// change to an earlier post.
+///
+/// A post (no `change`) carries its *current* state wherever it is served: edited text with
+/// `edited`, or a tombstone (`deleted`, no `text` or `attachment`) once deleted. History pages
+/// add `reactions`; streamed posts do not, since the `react`/`unreact` entries that follow
+/// carry them. Applying entries in `seq` order with ``CirclePostState`` is idempotent, so a
+/// reader that resumes with `since` ends in the same state as one that never left.
 public struct CirclePost: Sendable, Hashable, Codable {
     public var circle: String
     /// Position in the circle: 1, 2, 3, … with no gaps.
     public var seq: Int64
     public var author: String
+    /// A post's text; an `edit`'s new text (absent once the target is deleted).
     public var text: String?
     public var attachment: String?
     /// Commit time, milliseconds since 1970 (UTC).
     public var time: Int64
-    /// The request id the author's client gave the post (its idempotency key).
+    /// The request id the author's client gave the entry (its idempotency key).
     public var id: String
+    /// Set on change entries: what the entry does to post `target`.
+    public var change: CircleChange?
+    /// The `seq` of the post a change entry applies to.
+    public var target: Int64?
+    /// `react`/`unreact`: the emoji.
+    public var emoji: String?
+    /// A reply: the `seq` of the post it answers.
+    public var replyTo: Int64?
+    /// A post edited since it was made: the time of the last edit (ms since 1970).
+    public var edited: Int64?
+    /// A deleted post (a tombstone): `text` and `attachment` are gone.
+    public var deleted: Bool
+    /// History pages only: the post's reactions, in the order each emoji was first used.
+    public var reactions: [CircleReaction]?
 
-    public init(circle: String, seq: Int64, author: String, text: String?, attachment: String?, time: Int64, id: String) {
+    public init(
+        circle: String,
+        seq: Int64,
+        author: String,
+        text: String?,
+        attachment: String?,
+        time: Int64,
+        id: String,
+        change: CircleChange? = nil,
+        target: Int64? = nil,
+        emoji: String? = nil,
+        replyTo: Int64? = nil,
+        edited: Int64? = nil,
+        deleted: Bool = false,
+        reactions: [CircleReaction]? = nil
+    ) {
         self.circle = circle
         self.seq = seq
         self.author = author
@@ -24,6 +102,93 @@ public struct CirclePost: Sendable, Hashable, Codable {
         self.attachment = attachment
         self.time = time
         self.id = id
+        self.change = change
+        self.target = target
+        self.emoji = emoji
+        self.replyTo = replyTo
+        self.edited = edited
+        self.deleted = deleted
+        self.reactions = reactions
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case circle, seq, author, text, attachment, time, id, change, target, emoji, replyTo, edited, deleted, reactions
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.circle = try container.decode(String.self, forKey: .circle)
+        self.seq = try container.decode(Int64.self, forKey: .seq)
+        self.author = try container.decode(String.self, forKey: .author)
+        self.text = try container.decodeIfPresent(String.self, forKey: .text)
+        self.attachment = try container.decodeIfPresent(String.self, forKey: .attachment)
+        self.time = try container.decode(Int64.self, forKey: .time)
+        self.id = try container.decode(String.self, forKey: .id)
+        self.change = try container.decodeIfPresent(CircleChange.self, forKey: .change)
+        self.target = try container.decodeIfPresent(Int64.self, forKey: .target)
+        self.emoji = try container.decodeIfPresent(String.self, forKey: .emoji)
+        self.replyTo = try container.decodeIfPresent(Int64.self, forKey: .replyTo)
+        self.edited = try container.decodeIfPresent(Int64.self, forKey: .edited)
+        self.deleted = try container.decodeIfPresent(Bool.self, forKey: .deleted) ?? false
+        self.reactions = try container.decodeIfPresent([CircleReaction].self, forKey: .reactions)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(self.circle, forKey: .circle)
+        try container.encode(self.seq, forKey: .seq)
+        try container.encode(self.author, forKey: .author)
+        try container.encodeIfPresent(self.text, forKey: .text)
+        try container.encodeIfPresent(self.attachment, forKey: .attachment)
+        try container.encode(self.time, forKey: .time)
+        try container.encode(self.id, forKey: .id)
+        try container.encodeIfPresent(self.change, forKey: .change)
+        try container.encodeIfPresent(self.target, forKey: .target)
+        try container.encodeIfPresent(self.emoji, forKey: .emoji)
+        try container.encodeIfPresent(self.replyTo, forKey: .replyTo)
+        try container.encodeIfPresent(self.edited, forKey: .edited)
+        if self.deleted { try container.encode(true, forKey: .deleted) }
+        try container.encodeIfPresent(self.reactions, forKey: .reactions)
+    }
+
+    /// Whether this entry is a post of its own (not a change to another).
+    public var isPost: Bool { self.change == nil }
+}
+
+/// A circle in the list a user sees (`GET /v1/circles` and the `circles` request), with where
+/// the user stands in it.
+public struct CircleSummary: Sendable, Hashable, Codable {
+    public var name: String
+    public var owner: String
+    public var `private`: Bool
+    /// Creation time, milliseconds since 1970 (UTC).
+    public var createdAt: Int64
+    /// The newest entry's seq (0 for an empty circle).
+    public var lastSeq: Int64
+    /// The user's read marker: everything up to this seq is read (0: nothing).
+    public var readSeq: Int64
+    /// Posts above the read marker by others, not deleted.
+    public var unread: Int64
+
+    public init(name: String, owner: String, private: Bool, createdAt: Int64, lastSeq: Int64, readSeq: Int64 = 0, unread: Int64 = 0) {
+        self.name = name
+        self.owner = owner
+        self.private = `private`
+        self.createdAt = createdAt
+        self.lastSeq = lastSeq
+        self.readSeq = readSeq
+        self.unread = unread
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.name = try container.decode(String.self, forKey: .name)
+        self.owner = try container.decode(String.self, forKey: .owner)
+        self.private = try container.decode(Bool.self, forKey: .private)
+        self.createdAt = try container.decode(Int64.self, forKey: .createdAt)
+        self.lastSeq = try container.decode(Int64.self, forKey: .lastSeq)
+        self.readSeq = try container.decodeIfPresent(Int64.self, forKey: .readSeq) ?? 0
+        self.unread = try container.decodeIfPresent(Int64.self, forKey: .unread) ?? 0
     }
 }
 
@@ -48,15 +213,19 @@ public enum CircleServerMessage: Sendable, Hashable {
     case typing(circle: String, user: String)
     /// Posts `from...to` cannot be replayed (no longer stored); the client should tell its user.
     case gap(circle: String, from: Int64, to: Int64)
+    /// The user's read marker in `circle` moved to `seq` (sent to the user's other connections).
+    case read(circle: String, seq: Int64)
+    /// The circles the user sees, answering `circles`.
+    case circles(id: String, circles: [CircleSummary])
 }
 
 extension CircleServerMessage: Codable {
     private enum Kind: String, Codable {
-        case ack, error, post, history, joined, left, typing, gap
+        case ack, error, post, history, joined, left, typing, gap, read, circles
     }
 
     private enum Keys: String, CodingKey {
-        case type, id, seq, time, duplicate, code, message, circle, user, posts, more, from, to
+        case type, id, seq, time, duplicate, code, message, circle, user, posts, more, from, to, circles
         case author, text, attachment
     }
 
@@ -97,6 +266,10 @@ extension CircleServerMessage: Codable {
                 from: try container.decode(Int64.self, forKey: .from),
                 to: try container.decode(Int64.self, forKey: .to)
             )
+        case .read:
+            self = .read(circle: try container.decode(String.self, forKey: .circle), seq: try container.decode(Int64.self, forKey: .seq))
+        case .circles:
+            self = .circles(id: try container.decode(String.self, forKey: .id), circles: try container.decode([CircleSummary].self, forKey: .circles))
         }
     }
 
@@ -140,6 +313,14 @@ extension CircleServerMessage: Codable {
             try container.encode(circle, forKey: .circle)
             try container.encode(from, forKey: .from)
             try container.encode(to, forKey: .to)
+        case .read(let circle, let seq):
+            try container.encode(Kind.read, forKey: .type)
+            try container.encode(circle, forKey: .circle)
+            try container.encode(seq, forKey: .seq)
+        case .circles(let id, let circles):
+            try container.encode(Kind.circles, forKey: .type)
+            try container.encode(id, forKey: .id)
+            try container.encode(circles, forKey: .circles)
         }
     }
 

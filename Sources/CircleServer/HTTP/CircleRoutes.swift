@@ -118,7 +118,7 @@ struct CircleRoutes: Sendable {
         }
         router.get(RouterPath(circle + "/messages")) { request, context in
             let info = try await self.visibleCircle(context)
-            return try await self.messages(request, circle: info.name)
+            return try await self.messages(request, circle: info.name, viewer: try context.requireUser().name)
         }
         router.get(RouterPath(circle + "/members")) { _, context in
             let info = try await self.visibleCircle(context)
@@ -170,7 +170,7 @@ struct CircleRoutes: Sendable {
     }
 
     /// `GET /v1/circles/{name}/messages?before=&after=&limit=`: the same paging as `history`.
-    private func messages(_ request: Request, circle: String) async throws -> Response {
+    private func messages(_ request: Request, circle: String, viewer: String) async throws -> Response {
         let query = request.uri.queryParameters
         func integer(_ key: String) -> Int64?? {
             guard let text = query.get(key) else { return .some(nil) }
@@ -183,15 +183,11 @@ struct CircleRoutes: Sendable {
         let limit = Int(limitValue ?? 50)
         guard (1...200).contains(limit) else { throw APIError(.badRequest, .badRequest, "limit is between 1 and 200") }
         guard before == nil || after == nil else { throw APIError(.badRequest, .badRequest, "give before or after, not both") }
-        if let after {
-            let page = try await self.services.store.posts(in: circle, after: after, limit: limit + 1)
-            return .json(.ok, HTTPAPI.MessagePage(posts: Array(page.prefix(limit)), more: page.count > limit))
-        }
-        let page = try await self.services.store.posts(in: circle, before: before, limit: limit + 1)
-        return .json(.ok, HTTPAPI.MessagePage(posts: Array(page.suffix(limit)), more: page.count > limit))
+        let page = try await self.services.store.historyPage(in: circle, before: before, after: after, limit: limit, viewer: viewer)
+        return .json(.ok, HTTPAPI.MessagePage(posts: page.posts, more: page.more))
     }
 
     private static func body(_ info: CircleInfo) -> HTTPAPI.Circle {
-        HTTPAPI.Circle(name: info.name, owner: info.owner, private: info.isPrivate, createdAt: info.createdAt, lastSeq: info.lastSeq)
+        info.summary
     }
 }

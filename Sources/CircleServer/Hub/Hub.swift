@@ -70,6 +70,8 @@ enum HubEvent: Sendable {
     case ephemeral(circle: String, payload: HubPayload)
     /// The user lost access to the circle (removed from a private circle).
     case revoke(circle: String)
+    /// An event for the connection's user, whatever circles it joined (a read marker moved).
+    case user(HubPayload)
 }
 
 /// A session as the hub sees it: where it runs and how to reach it there.
@@ -223,6 +225,9 @@ final class Hub: Sendable {
             return self.sequence(circle) { $0.advanced(circle, first: first, last: last) }
         case .ephemeral(let circle, let json, let limit):
             self.broadcastHere(.framing(self.allocator.buffer(string: json), allocator: self.allocator), in: circle, except: nil, limit: limit)
+        case .user(let user, let json):
+            self.sendHere(.framing(self.allocator.buffer(string: json), allocator: self.allocator), toUser: user, except: nil)
+            return 0
         case .revoke(let circle, let user):
             self.revokeHere(user: user, from: circle)
         }
@@ -364,6 +369,26 @@ final class Hub: Sendable {
         let targets = self.subscriptions.withLockedValue { $0[circle].map { Array($0) } ?? [] }
         for subscriber in targets where subscriber.user == user {
             subscriber.eventLoop.execute { subscriber.receive(.revoke(circle: circle)) }
+        }
+    }
+
+    /// Sends `message` to every connection of `user` except `sender`, here and on the other
+    /// nodes sharing the store.
+    func send(_ message: CircleServerMessage, toUser user: String, except sender: HubSubscriber?) {
+        let text = self.encode(message)
+        self.sendHere(.framing(text, allocator: self.allocator), toUser: user, except: sender)
+        self.link.send(.user(user: user, json: String(buffer: text)))
+    }
+
+    /// ``send(_:toUser:except:)`` on this node only.
+    func sendHere(_ payload: HubPayload, toUser user: String, except sender: HubSubscriber?) {
+        let targets = self.connections.withLockedValue { $0.keys.filter { $0.user == user && $0 !== sender } }
+        let event = HubEvent.user(payload)
+        for subscriber in targets {
+            subscriber.eventLoop.execute {
+                subscriber.receive(event)
+                subscriber.flush()
+            }
         }
     }
 

@@ -15,6 +15,8 @@ struct NodeSignal: Sendable, Hashable, Codable {
         case ephemeral(circle: String, json: String, limit: Int?)
         /// `user` lost access to `circle`: their connections leave it.
         case revoke(circle: String, user: String)
+        /// An event for every connection of `user` (a read marker moved), as its JSON text.
+        case user(user: String, json: String)
     }
 
     /// The sending node, so that it can ignore its own signals.
@@ -24,7 +26,7 @@ struct NodeSignal: Sendable, Hashable, Codable {
     /// The largest signal sent: PostgreSQL's `NOTIFY` takes payloads shorter than 8000 bytes.
     static let maximumSize = 7900
 
-    // A compact JSON shape: { "n": node, "k": "p"|"e"|"r", "c": circle, ... }.
+    // A compact JSON shape: { "n": node, "k": "p"|"e"|"r"|"u", "c": circle, ... }.
     private enum CodingKeys: String, CodingKey {
         case node = "n", kind = "k", circle = "c", first = "f", last = "l", posts = "p", json = "j", limit = "m", user = "u"
     }
@@ -37,8 +39,13 @@ struct NodeSignal: Sendable, Hashable, Codable {
     init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         self.node = try container.decode(String.self, forKey: .node)
+        let kind = try container.decode(String.self, forKey: .kind)
+        if kind == "u" {
+            self.kind = .user(user: try container.decode(String.self, forKey: .user), json: try container.decode(String.self, forKey: .json))
+            return
+        }
         let circle = try container.decode(String.self, forKey: .circle)
-        switch try container.decode(String.self, forKey: .kind) {
+        switch kind {
         case "p":
             self.kind = .posts(
                 circle: circle,
@@ -74,6 +81,10 @@ struct NodeSignal: Sendable, Hashable, Codable {
             try container.encode(circle, forKey: .circle)
             try container.encode(json, forKey: .json)
             try container.encodeIfPresent(limit, forKey: .limit)
+        case .user(let user, let json):
+            try container.encode("u", forKey: .kind)
+            try container.encode(user, forKey: .user)
+            try container.encode(json, forKey: .json)
         case .revoke(let circle, let user):
             try container.encode("r", forKey: .kind)
             try container.encode(circle, forKey: .circle)

@@ -234,6 +234,12 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, Sessi
                 self.readHistory(request)
             case .submit(let post):
                 self.submit(post, eventLoop: context.eventLoop)
+            case .markRead(let request):
+                self.markRead(request)
+            case .listCircles(let request):
+                self.listCircles(request)
+            case .broadcastRead(let circle, let seq):
+                self.services.hub.send(.read(circle: circle, seq: seq), toUser: self.user.name, except: self.subscriber)
             case .read:
                 context.read()
             case .close(let code, let reason):
@@ -316,14 +322,26 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, Sessi
         self.onLoop({ () async throws -> HistoryAnswer in
             guard let info = try await store.circle(named: circle) else { return .notFound }
             if info.isPrivate, try await !store.isMember(user, of: circle) { return .forbidden }
-            if let after = request.after {
-                let page = try await store.posts(in: circle, after: after, limit: limit + 1)
-                return .page(Array(page.prefix(limit)), more: page.count > limit)
-            }
-            let page = try await store.posts(in: circle, before: request.before, limit: limit + 1)
-            return .page(Array(page.suffix(limit)), more: page.count > limit)
+            let page = try await store.historyPage(in: circle, before: request.before, after: request.after, limit: limit, viewer: user)
+            return .page(page.posts, more: page.more)
         }) { handler, result in
             handler.feed { $0.historyRead(request, result, now: .now()) }
+        }
+    }
+
+    private func markRead(_ request: CircleRequest) {
+        let user = self.user.name
+        let store = self.services.store
+        self.onLoop({ try await store.markRead(user, in: request.circle, upTo: request.seq ?? 0) }) { handler, result in
+            handler.feed { $0.readMarked(request, result, now: .now()) }
+        }
+    }
+
+    private func listCircles(_ request: CircleRequest) {
+        let user = self.user.name
+        let store = self.services.store
+        self.onLoop({ try await store.circles(visibleTo: user).map(\.summary) }) { handler, result in
+            handler.feed { $0.circlesListed(request, result, now: .now()) }
         }
     }
 

@@ -110,6 +110,12 @@ struct SessionState {
         case readHistory(CircleRequest)
         /// Hand the post to the committer, then feed ``SessionState/postCommitted(id:_:)``.
         case submit(NewPost)
+        /// Move the user's read marker, then feed ``SessionState/readMarked(_:_:now:)``.
+        case markRead(CircleRequest)
+        /// Read the user's circle list, then feed ``SessionState/circlesListed(_:_:now:)``.
+        case listCircles(CircleRequest)
+        /// Tell the user's other connections (on every node) where their read marker now stands.
+        case broadcastRead(circle: String, seq: Int64)
         /// Resume reading from the socket.
         case read
         /// Start the close handshake.
@@ -322,6 +328,37 @@ struct SessionState {
         return actions
     }
 
+    /// The store's answer to a `read` request: the marker as stored.
+    mutating func readMarked(_ request: CircleRequest, _ result: Result<Int64, any Error>, now: SessionInstant) -> [Action] {
+        var actions: [Action] = []
+        switch result {
+        case .success(let seq):
+            actions.append(.send(.ack(id: request.id, seq: seq, time: nil, duplicate: false)))
+            actions.append(.broadcastRead(circle: request.circle, seq: seq))
+        case .failure(let error as StoreError) where error.code == .notFound:
+            self.fail(request.id, .notFound, "no circle \"\(request.circle)\"", into: &actions)
+        case .failure(let error):
+            self.fail(request.id, .internalError, "the read marker was not stored (\(error)); retry", into: &actions)
+        }
+        self.requestsInFlight -= 1
+        self.drain(now: now, into: &actions)
+        return actions
+    }
+
+    /// The store's answer to a `circles` request.
+    mutating func circlesListed(_ request: CircleRequest, _ result: Result<[CircleSummary], any Error>, now: SessionInstant) -> [Action] {
+        var actions: [Action] = []
+        switch result {
+        case .success(let circles):
+            actions.append(.send(.circles(id: request.id, circles: circles)))
+        case .failure(let error):
+            self.fail(request.id, .internalError, "could not list the circles: \(error)", into: &actions)
+        }
+        self.requestsInFlight -= 1
+        self.drain(now: now, into: &actions)
+        return actions
+    }
+
     /// The committer's answer for the post with request id `id`.
     mutating func postCommitted(id: String, _ result: Result<PostOutcome, any Error>) -> [Action] {
         var actions: [Action] = []
@@ -334,6 +371,8 @@ struct SessionState {
             actions.append(.send(.ack(id: id, seq: post.seq, time: post.time, duplicate: true)))
         case .success(.noSuchCircle):
             self.fail(id, .notFound, "the circle no longer exists", into: &actions)
+        case .success(.rejected(let code, let message)):
+            self.fail(id, code, message, into: &actions)
         case .failure(let error as InvalidAttachment):
             self.fail(id, .invalidAttachment, "\"\(error.media)\" is not the id of media you uploaded (POST /v1/media)", into: &actions)
         case .failure(let error as StoreError) where error.code == .unavailable:
@@ -352,6 +391,9 @@ struct SessionState {
         switch event {
         case .revoke(let circle):
             self.revoke(circle, into: &actions)
+        case .user(let payload):
+            guard self.isWritable else { return actions }
+            actions.append(.write(payload))
         case .ephemeral(let circle, let payload):
             guard self.memberships[circle] != nil, self.isWritable else { return actions }
             actions.append(.write(payload))
@@ -421,7 +463,17 @@ struct SessionState {
         switch request.action {
         case .join: self.join(request, into: &actions)
         case .leave: self.leave(request, into: &actions)
-        case .post: self.post(request, now: now, into: &actions)
+        case .post, .edit, .delete, .react, .unreact: self.post(request, now: now, into: &actions)
+        case .read:
+            guard self.memberships[request.circle]?.confirmed == true else {
+                self.fail(request.id, .forbidden, "join \"\(request.circle)\" first", into: &actions)
+                return
+            }
+            self.requestsInFlight += 1
+            actions.append(.markRead(request))
+        case .circles:
+            self.requestsInFlight += 1
+            actions.append(.listCircles(request))
         case .history:
             self.requestsInFlight += 1
             actions.append(.readHistory(request))
@@ -577,7 +629,8 @@ struct SessionState {
     private mutating func post(_ request: CircleRequest, now: SessionInstant, into actions: inout [Action]) {
         let circle = request.circle
         guard let membership = self.memberships[circle] else {
-            self.fail(request.id, .forbidden, "join \"\(circle)\" before posting in it", into: &actions)
+            let what = request.action == .post ? "posting" : "changing posts"
+            self.fail(request.id, .forbidden, "join \"\(circle)\" before \(what) in it", into: &actions)
             return
         }
         guard membership.confirmed else {
@@ -606,7 +659,11 @@ struct SessionState {
                     clientID: request.id,
                     text: request.text,
                     attachment: request.attachment,
-                    time: now.wallMilliseconds
+                    time: now.wallMilliseconds,
+                    change: request.action.change,
+                    target: request.target,
+                    emoji: request.emoji,
+                    replyTo: request.replyTo
                 )
             )
         )

@@ -7,37 +7,88 @@ public struct CircleInfo: Sendable, Hashable, Codable {
     public var isPrivate: Bool
     /// Creation time, milliseconds since 1970.
     public var createdAt: Int64
-    /// The newest post's sequence number (0 for an empty circle).
+    /// The newest entry's sequence number (0 for an empty circle).
     public var lastSeq: Int64
+    /// Filled by ``CircleStore/circles(visibleTo:)`` for that user: their read marker (0: none).
+    public var readSeq: Int64
+    /// Filled by ``CircleStore/circles(visibleTo:)``: posts (not changes) above the read marker
+    /// by other users, not deleted.
+    public var unread: Int64
 
-    public init(name: String, owner: String, isPrivate: Bool, createdAt: Int64, lastSeq: Int64) {
+    public init(name: String, owner: String, isPrivate: Bool, createdAt: Int64, lastSeq: Int64, readSeq: Int64 = 0, unread: Int64 = 0) {
         self.name = name
         self.owner = owner
         self.isPrivate = isPrivate
         self.createdAt = createdAt
         self.lastSeq = lastSeq
+        self.readSeq = readSeq
+        self.unread = unread
+    }
+
+    /// The wire form (`GET /v1/circles`, the `circles` reply).
+    public var summary: CircleSummary {
+        CircleSummary(
+            name: self.name,
+            owner: self.owner,
+            private: self.isPrivate,
+            createdAt: self.createdAt,
+            lastSeq: self.lastSeq,
+            readSeq: self.readSeq,
+            unread: self.unread
+        )
     }
 }
 
-/// A post on its way to the store.
+/// An entry on its way to the store: a post, or (with `change`) a change to post `target`.
 public struct NewPost: Sendable, Hashable {
     public var circle: String
     public var author: String
     /// The client's request id: with `circle` and `author`, the idempotency key.
     public var clientID: String
+    /// A post's text, or an edit's new text.
     public var text: String?
     public var attachment: String?
     /// Server time at commit, milliseconds since 1970.
     public var time: Int64
+    /// What the entry changes; `nil` for a post.
+    public var change: CircleChange?
+    /// The post a change applies to.
+    public var target: Int64?
+    /// `react`/`unreact`: the emoji (checked by the protocol layer).
+    public var emoji: String?
+    /// A reply: the post it answers.
+    public var replyTo: Int64?
 
-    public init(circle: String, author: String, clientID: String, text: String?, attachment: String?, time: Int64) {
+    public init(
+        circle: String,
+        author: String,
+        clientID: String,
+        text: String?,
+        attachment: String?,
+        time: Int64,
+        change: CircleChange? = nil,
+        target: Int64? = nil,
+        emoji: String? = nil,
+        replyTo: Int64? = nil
+    ) {
         self.circle = circle
         self.author = author
         self.clientID = clientID
         self.text = text
         self.attachment = attachment
         self.time = time
+        self.change = change
+        self.target = target
+        self.emoji = emoji
+        self.replyTo = replyTo
     }
+}
+
+/// Limits every store enforces on changes.
+public enum StoreLimits {
+    /// Distinct reaction emoji one post can carry; a `react` with a new emoji beyond it is
+    /// rejected with `too_many_reactions`.
+    public static let maxReactionsPerPost = 20
 }
 
 /// What became of one post of a committed batch.
@@ -48,11 +99,14 @@ public enum PostOutcome: Sendable, Hashable {
     case duplicate(CirclePost)
     /// The circle does not exist.
     case noSuchCircle
+    /// A change (or reply) the rules refuse; nothing was stored and no `seq` was used:
+    /// `no_such_post`, `post_deleted`, `not_author` or `too_many_reactions`.
+    case rejected(CircleErrorCode, String)
 
     public var post: CirclePost? {
         switch self {
         case .stored(let post), .duplicate(let post): return post
-        case .noSuchCircle: return nil
+        case .noSuchCircle, .rejected: return nil
         }
     }
 }
@@ -90,8 +144,13 @@ public protocol CircleStore: Sendable {
     /// Creates a circle; the owner becomes its first member. Throws `StoreError(.conflict)` when it exists.
     func createCircle(name: String, owner: String, isPrivate: Bool, createdAt: Int64) async throws -> CircleInfo
     func circle(named name: String) async throws -> CircleInfo?
-    /// Public circles and the private circles `user` is a member of, by name.
+    /// Public circles and the private circles `user` is a member of, by name, each with the
+    /// user's read marker (`readSeq`) and unread count (`unread`).
     func circles(visibleTo user: String) async throws -> [CircleInfo]
+    /// Moves `user`'s read marker in `circle` forward to `seq` (clamped to the circle's
+    /// `lastSeq`; a marker never moves back) and returns the marker as stored afterwards.
+    /// Throws `StoreError(.notFound)` for an unknown circle.
+    func markRead(_ user: String, in circle: String, upTo seq: Int64) async throws -> Int64
 
     /// Adds a member (idempotent). Throws `StoreError(.notFound)` for an unknown circle.
     func addMember(_ user: String, to circle: String) async throws
@@ -100,12 +159,31 @@ public protocol CircleStore: Sendable {
     func isMember(_ user: String, of circle: String) async throws -> Bool
     func members(of circle: String) async throws -> [String]
 
-    /// Stores a batch of posts in one durable transaction (group commit); outcomes in input order.
+    /// Stores a batch of entries in one durable transaction (group commit); outcomes in input
+    /// order. Entries are applied one after another, each seeing the ones before it:
+    /// - the idempotency key comes first: a stored (circle, author, clientID) is `.duplicate`
+    ///   with the entry as it is now;
+    /// - a reply's `replyTo`, and a change's `target`, must be a post (not a change) of the
+    ///   circle, else `.rejected(.noSuchPost)`;
+    /// - `edit`: only the author (`.notAuthor`), not of a deleted post (`.postDeleted`); sets the
+    ///   post's text and its edit time;
+    /// - `delete`: the author, or the owner of a private circle (`.notAuthor`); not twice
+    ///   (`.postDeleted`); clears the post's text and attachment, the text of the edits made to
+    ///   it, and its reactions;
+    /// - `react`: not on a deleted post; a new emoji beyond ``StoreLimits/maxReactionsPerPost``
+    ///   distinct ones is `.tooManyReactions`; reacting again with the same emoji changes nothing
+    ///   but is still stored as an entry; `unreact` likewise removes one if present.
+    /// A rejected entry stores nothing and uses no `seq`.
     func commit(_ posts: [NewPost]) async throws -> [PostOutcome]
-    /// Posts with `seq > after`, oldest first, at most `limit`.
+    /// Entries (posts and changes) with `seq > after`, oldest first, at most `limit`: the
+    /// stream a join replays. Posts come in their current state (edited text, `edited`,
+    /// tombstones) without `reactions`; edits of a deleted post without text.
     func posts(in circle: String, after: Int64, limit: Int) async throws -> [CirclePost]
-    /// Posts with `seq < before` (all when `nil`), the newest `limit` of them, returned oldest first.
-    func posts(in circle: String, before: Int64?, limit: Int) async throws -> [CirclePost]
+    /// A history page: posts only (no change entries), in their current state with
+    /// `reactions` (`me` for `viewer`). With `after`: posts above it, oldest first, at most
+    /// `limit`. Otherwise posts below `before` (all when `nil`), the newest `limit` of them,
+    /// returned oldest first.
+    func history(in circle: String, before: Int64?, after: Int64?, limit: Int, viewer: String) async throws -> [CirclePost]
 
     /// Records a resumable upload that was just created (its bytes live in the data directory).
     func createUpload(_ upload: MediaUpload) async throws
@@ -194,5 +272,15 @@ public struct MediaUpload: Sendable, Hashable {
         self.contentType = contentType
         self.createdAt = createdAt
         self.media = media
+    }
+}
+
+extension CircleStore {
+    /// One page of history as the `history` request and `GET /v1/circles/{name}/messages`
+    /// answer it: at most `limit` posts and whether more exist in the direction read.
+    func historyPage(in circle: String, before: Int64?, after: Int64?, limit: Int, viewer: String) async throws -> (posts: [CirclePost], more: Bool) {
+        let page = try await self.history(in: circle, before: before, after: after, limit: limit + 1, viewer: viewer)
+        if after != nil { return (Array(page.prefix(limit)), page.count > limit) }
+        return (Array(page.suffix(limit)), page.count > limit)
     }
 }

@@ -557,3 +557,15 @@ extension SQLiteStore {
         }
     }
 }
+
+// PROVISIONAL (replaced by the store work of issue 15 before landing).
+extension SQLiteStore {
+    public func markRead(_ user: String, in circle: String, upTo seq: Int64) async throws -> Int64 {
+        throw StoreError(.unavailable, "read markers are not implemented yet")
+    }
+
+    public func history(in circle: String, before: Int64?, after: Int64?, limit: Int, viewer: String) async throws -> [CirclePost] {
+        if let after { return try await self.posts(in: circle, after: after, limit: limit) }
+        return try await self.posts(in: circle, before: before, limit: limit)
+    }
+}
