@@ -262,15 +262,15 @@ enum StoreLocation: Sendable {
             #expect(try await store.posts(in: "lobby", after: 10, limit: 5) == [])
             #expect(try await store.posts(in: "lobby", after: 0, limit: 0) == [])
 
-            #expect(try await store.posts(in: "lobby", before: nil, limit: 3).map(\.seq) == [8, 9, 10])
-            #expect(try await store.posts(in: "lobby", before: 8, limit: 3).map(\.seq) == [5, 6, 7])
-            #expect(try await store.posts(in: "lobby", before: 3, limit: 5).map(\.seq) == [1, 2])
-            #expect(try await store.posts(in: "lobby", before: 1, limit: 5) == [])
-            #expect(try await store.posts(in: "lobby", before: nil, limit: 100).map(\.seq) == Array(1...10))
-            #expect(try await store.posts(in: "lobby", before: nil, limit: 0) == [])
-            #expect(try await store.posts(in: "other", before: nil, limit: 100).map(\.id) == ["o1", "o2", "o3"])
+            #expect(try await store.history(in: "lobby", before: nil, after: nil, limit: 3, viewer: "ann").map(\.seq) == [8, 9, 10])
+            #expect(try await store.history(in: "lobby", before: 8, after: nil, limit: 3, viewer: "ann").map(\.seq) == [5, 6, 7])
+            #expect(try await store.history(in: "lobby", before: 3, after: nil, limit: 5, viewer: "ann").map(\.seq) == [1, 2])
+            #expect(try await store.history(in: "lobby", before: 1, after: nil, limit: 5, viewer: "ann") == [])
+            #expect(try await store.history(in: "lobby", before: nil, after: nil, limit: 100, viewer: "ann").map(\.seq) == Array(1...10))
+            #expect(try await store.history(in: "lobby", before: nil, after: nil, limit: 0, viewer: "ann") == [])
+            #expect(try await store.history(in: "other", before: nil, after: nil, limit: 100, viewer: "ann").map(\.id) == ["o1", "o2", "o3"])
 
-            let page = try await store.posts(in: "lobby", before: 5, limit: 1)
+            let page = try await store.history(in: "lobby", before: 5, after: nil, limit: 1, viewer: "ann")
             #expect(page == [CirclePost(circle: "lobby", seq: 4, author: "alice", text: "hello", attachment: nil, time: 4, id: "p4")])
         }
     }
