@@ -66,6 +66,7 @@ public struct CircleTimeline: Sendable, Hashable {
             post.deleted = true
             post.text = nil
             post.attachment = nil
+            post.edited = nil
             post.reactions = post.reactions.map { _ in [] }
         case .react, .unreact:
             guard !post.deleted, let emoji = entry.emoji else { return .none }

@@ -23,6 +23,18 @@ struct ChatFeaturesLiveTests {
         return others
     }
 
+    /// Sends a request and waits for its reply, applying the entries that arrive meanwhile.
+    static func request(_ client: TestClient, applyingTo timeline: inout CircleTimeline, _ make: (String) -> CircleRequest) async throws -> CircleServerMessage {
+        let request = make(client.nextID())
+        try await client.send(request)
+        let (reply, others) = try await client.reply(to: request.id)
+        for post in others.compactMap(\.post) {
+            #expect(post.seq == timeline.lastSeq + 1, "entries arrive in order, each once")
+            timeline.apply(post)
+        }
+        return reply
+    }
+
     static func seq(_ reply: CircleServerMessage) throws -> Int64 {
         guard let seq = reply.ackSeq else { throw TestFailure("expected an ack, got \(reply)") }
         return seq
@@ -80,7 +92,7 @@ struct ChatFeaturesLiveTests {
 
         // Restart the server on the same data; everyone reconnects from their cursor.
         var annTimeline = CircleTimeline(viewer: "ann")
-        _ = try await Self.follow(follower, into: &followed, until: deleted + 1)
+        _ = try await Self.follow(follower, into: &followed, until: deleted)
         await ann.close()
         await bo.close()
         await follower.close()
@@ -89,18 +101,23 @@ struct ChatFeaturesLiveTests {
         ann = try await TestClient.connect(server, user: "ann")
         bo = try await TestClient.connect(server, user: "bo")
         follower = try await TestClient.connect(server, user: "cy")
+        // New ids: the same ids as before the restart would be answered as retries (duplicates).
+        for client in [ann, bo, follower] { client.idPrefix = "after-restart-" }
         _ = try await ann.request { .join("general", id: $0, since: 0) }
+        _ = try await Self.follow(ann, into: &annTimeline, until: deleted)
         _ = try await bo.request { .join("general", id: $0) }
         _ = try await follower.request { .join("general", id: $0, since: followed.lastSeq) }
 
         // More after the restart.
         _ = try await bo.request { .unreact("👍", from: first, in: "general", id: $0) }
-        #expect(try await ann.request { .edit(reply, in: "general", text: "x", id: $0) }.errorCode == .notAuthor)
-        let last = try Self.seq(try await ann.request { .post("after the restart", to: "general", id: $0) })
+        let refusedEdit = try await Self.request(ann, applyingTo: &annTimeline) { .edit(reply, in: "general", text: "x", id: $0) }
+        #expect(refusedEdit.errorCode == .notAuthor, "\(refusedEdit)")
+        let last = try Self.seq(try await Self.request(ann, applyingTo: &annTimeline) { .post("after the restart", to: "general", id: $0) })
         _ = try await Self.follow(follower, into: &followed, until: last)
         _ = try await Self.follow(ann, into: &annTimeline, until: last)
 
         away = try await TestClient.connect(server, user: "di")
+        away.idPrefix = "back-"
         _ = try await away.request { .join("general", id: $0, since: cursor) }
         var replayed: [CirclePost] = []
         while awayTimeline.lastSeq < last {
