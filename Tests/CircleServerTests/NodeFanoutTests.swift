@@ -122,16 +122,17 @@ import Testing
         let annA = try await TestClient.connect(nodes.a, user: "ann")
         let annB = try await TestClient.connect(nodes.b, user: "ann")
         let boB = try await TestClient.connect(nodes.b, user: "bo")
-        for client in [annA, annB, boB] { try await client.request { .join("general", id: $0) } }
+        let cyB = try await TestClient.connect(nodes.b, user: "cy")
+        for client in [annA, annB, boB, cyB] { try await client.request { .join("general", id: $0) } }
         let first = try #require(try await annA.request { .post("helo", to: "general", id: $0) }.ackSeq)
         try await annA.request { .edit(first, in: "general", text: "hello", id: $0) }
         try await boB.request { .react("🎉", to: first, in: "general", id: $0) }
         #expect(try await annA.request { .react("🎉", to: first + 1, in: "general", id: $0) }.errorCode == .noSuchPost)
         let reply = try #require(try await boB.request { .post("hi", to: "general", id: $0, replyTo: first) }.ackSeq)
 
-        // Both nodes' readers end with the same state, the one the history page shows.
+        // Readers on node B (who send nothing meanwhile) end with the same state.
         var timelines: [CircleTimeline] = []
-        for client in [annB, boB] {
+        for client in [annB, cyB] {
             var timeline = CircleTimeline()
             while timeline.lastSeq < reply, let message = try await client.next(timeout: .seconds(20)) {
                 if let post = message.post {
@@ -153,7 +154,7 @@ import Testing
             if case .read("general", let seq) = message { marker = seq }
         }
         #expect(marker == reply)
-        for client in [annA, annB, boB] { await client.close() }
+        for client in [annA, annB, boB, cyB] { await client.close() }
         await nodes.stop()
     }
 
