@@ -435,7 +435,7 @@ actor ClientCore {
             if self.circles[post.circle]?.timeline == nil {
                 self.circles[post.circle]?.timeline = CircleTimeline(limit: self.configuration.cacheLimit, me: self.user)
             }
-            if self.circles[post.circle]?.timeline?.apply(post) == true { self.unsavedCaches.insert(post.circle) }
+            self.circles[post.circle]?.timeline?.apply(post)
         }
         self.setCursor(post.seq, for: post.circle)
         self.broadcast(.post(post), in: post.circle)
@@ -444,6 +444,8 @@ actor ClientCore {
     private func setCursor(_ seq: Int64, for circle: String) {
         self.circles[circle, default: Circle()].cursor = seq
         self.unsavedCursors[circle] = seq
+        // The saved cache names the cursor it goes with: it is saved whenever the cursor moves.
+        if self.circles[circle]?.timeline != nil { self.unsavedCaches.insert(circle) }
         if self.cursorWriter == nil {
             self.cursorWriter = Task { await self.saveCursors() }
         }

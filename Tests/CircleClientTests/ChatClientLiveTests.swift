@@ -104,12 +104,19 @@ struct ChatClientLiveTests {
         let awayEvents = await away.messages(in: "general")
         _ = stayEvents
         _ = awayEvents
-        #expect(await eventually { await stay.cursor(of: "general") != nil && (await away.cursor(of: "general")) != nil })
+        #expect(await eventually {
+            let stayed = await stay.cursor(of: "general")
+            let left = await away.cursor(of: "general")
+            return stayed != nil && left != nil
+        })
 
         let first = try await alice.post("helo", to: "general")
         let second = try await dave.post("second", to: "general")
         try await alice.react("👍", to: first.seq, in: "general")
-        #expect(await eventually { await away.cursor(of: "general") == (await stay.cursor(of: "general")) })
+        #expect(await eventually {
+            let left = await away.cursor(of: "general")
+            return left == first.seq + 2
+        })
         #expect(await away.cachedPosts(in: "general").count == 2)
 
         // carl goes away; every kind of change happens, with a server restart in between.
@@ -120,7 +127,11 @@ struct ChatClientLiveTests {
         let reply = try await dave.post("a reply", to: "general", replyTo: first.seq)
         await server.stop()
         try await server.start()
-        #expect(await eventually { await alice.state == .connected && (await dave.state) == .connected })
+        #expect(await eventually {
+            let one = await alice.state
+            let other = await dave.state
+            return one == .connected && other == .connected
+        })
         try await alice.unreact("👍", from: first.seq, in: "general")
         try await dave.delete(second.seq, in: "general")
         let last = try await dave.edit(reply.seq, in: "general", text: "a better reply")
@@ -348,7 +359,10 @@ struct ChatClientLiveTests {
         #expect(await model.unread == 1)
         try await alice.edit(hello.seq, in: "general", text: "hello")
         try await alice.react("👍", to: hello.seq, in: "general")
-        #expect(await eventually { await model.posts.first?.post.text == "hello" && (await model.posts.first?.post.reactions?.count) == 1 })
+        #expect(await eventually {
+            let first = await model.posts.first?.post
+            return first?.text == "hello" && first?.reactions?.count == 1
+        })
 
         // Observation tells a view when posts change.
         let changed = AsyncStream<Void>.makeStream()
@@ -369,11 +383,17 @@ struct ChatClientLiveTests {
         await server.stop()
         #expect(await eventually { await model.connectionState != .connected })
         let pending = Task { try await model.post("offline") }
-        #expect(await eventually { await model.posts.last?.delivery == .sending && (await model.posts.last?.post.text) == "offline" })
+        #expect(await eventually {
+            let last = await model.posts.last
+            return last?.delivery == .sending && last?.post.text == "offline"
+        })
         server.configuration.port = port
         try await server.start()
         let offline = try await pending.value
-        #expect(await eventually { await model.posts.last?.post.seq == offline.seq && (await model.posts.last?.delivery) == .sent })
+        #expect(await eventually {
+            let last = await model.posts.last
+            return last?.post.seq == offline.seq && last?.delivery == .sent
+        })
         #expect(await eventually { await model.connectionState == .connected })
 
         try await alice.typing(in: "general")
