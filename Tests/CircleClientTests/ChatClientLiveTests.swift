@@ -395,6 +395,7 @@ struct ChatClientLiveTests {
             return last?.post.seq == offline.seq && last?.delivery == .sent
         })
         #expect(await eventually { await model.connectionState == .connected })
+        #expect(await eventually { await alice.state == .connected })
 
         try await alice.typing(in: "general")
         #expect(await eventually { await model.typingUsers == ["alice"] })
