@@ -33,6 +33,10 @@ import NIOCore
 ///   retried (and, with a state file, persisted) transfer queue, then posts it; ``download(media:to:progress:)``
 ///   resumes interrupted downloads and keeps an on-disk cache; ``transferEvents()`` reports
 ///   progress and ``TransferMetrics`` (docs/CLIENT.md, "Photos and transfers").
+/// - Replies, edits, deletes and reactions go through the outbox like posts; read markers and
+///   the circle list with unread counts (`CircleClient+Chat.swift`). With a state file the
+///   client keeps an offline cache of each circle's posts in current state (``cachedPosts(in:)``),
+///   and ``CircleModel`` is one circle as a UI binds to it.
 public final class CircleClient: Sendable {
     /// The session (the chat calls in `CircleClient+Chat.swift` use it too).
     let core: ClientCore

@@ -381,6 +381,16 @@ struct ChatClientLiveTests {
         #expect(item?.post.replyTo == hello.seq)
         #expect(await model.unread == 1)  // own posts are not unread
 
+        // A refused post stays, failed, until dismissed.
+        let refused = try? await model.post(String(repeating: "x", count: 9000))
+        #expect(refused == nil)
+        #expect(await eventually {
+            guard case .failed(let error) = await model.posts.last?.delivery else { return false }
+            return error.code == .tooLarge
+        })
+        if let failed = await model.posts.last { await model.dismiss(failed.id) }
+        #expect(await model.posts.last?.post.seq == mine.seq)
+
         // A post made while disconnected shows as sending until it is stored.
         let port = server.port
         await server.stop()
