@@ -426,4 +426,49 @@ struct ChatClientLiveTests {
         await bob.shutdown()
         await server.stop()
     }
+
+    @Test("CircleModel on a state file: cached posts at once while offline, restored outbox posts as sending, then sent")
+    func modelOffline() async throws {
+        let server = TestServer()
+        defer { server.remove(); removeStateFiles(server, "model") }
+        try await server.start()
+        try await server.createCircle("general", owner: "alice")
+        let alice = try await chatClient(server, user: "alice")
+        await alice.connect()
+        let first = try await chatClient(server, user: "bob", stateFile: stateFile(server, "model"))
+        let events = await first.messages(in: "general")
+        _ = events
+        await first.connect()
+        #expect(await eventually { await first.cursor(of: "general") != nil })
+        let hello = try await alice.post("hello", to: "general")
+        try await alice.react("👍", to: hello.seq, in: "general")
+        #expect(await eventually { await first.cursor(of: "general") == hello.seq + 1 })
+        let port = server.port
+        await server.stop()
+        // Queued offline, then the app quits.
+        let queued = Task { try? await first.post("from the train", to: "general") }
+        #expect(await eventually { await first.outbox.count == 1 })
+        await first.shutdown()
+        _ = await queued.value
+
+        let second = try await chatClient(server, user: "bob", port: port, stateFile: stateFile(server, "model"))
+        let model = await CircleModel(client: second, circle: "general")
+        await model.start()
+        #expect(await eventually {
+            let posts = await model.posts
+            return posts.count == 2 && posts[0].post.reactions?.first?.users == ["alice"] && posts[1].delivery == .sending
+                && posts[1].post.text == "from the train"
+        })
+        server.configuration.port = port
+        try await server.start()
+        await second.connect()
+        #expect(await eventually {
+            let posts = await model.posts
+            return posts.count == 2 && posts[1].delivery == .sent && posts[1].post.seq == hello.seq + 2
+        })
+        await model.stop()
+        await second.shutdown()
+        await alice.shutdown()
+        await server.stop()
+    }
 }
