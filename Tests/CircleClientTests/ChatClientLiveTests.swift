@@ -70,6 +70,12 @@ private func firstPosts(_ stream: AsyncStream<CircleEvent>, count: Int, timeout:
     }
 }
 
+/// A value one task sets and another reads.
+private actor Box {
+    private(set) var value: Int64 = 0
+    func set(_ value: Int64) { self.value = value }
+}
+
 /// The first value of a stream, or `nil` when none came within `timeout`.
 private func firstValue<T: Sendable>(_ stream: AsyncStream<T>, timeout: Duration = .seconds(30)) async -> T? {
     await withTaskGroup(of: T?.self) { group in
@@ -468,6 +474,95 @@ struct ChatClientLiveTests {
         })
         await model.stop()
         await second.shutdown()
+        await alice.shutdown()
+        await server.stop()
+    }
+
+    @Test("edits and reactions made while the server restarts all resolve, are stored once, and the reader's cache equals the server's history")
+    func changesAcrossServerRestart() async throws {
+        let server = TestServer(limits: .init(postsPerSecond: 10_000, postBurst: 10_000))
+        defer { server.remove(); removeStateFiles(server, "restart") }
+        try await server.start()
+        try await server.createCircle("ops", owner: "alice")
+        let alice = try await chatClient(server, user: "alice")
+        await alice.connect()
+        let reader = try await chatClient(server, user: "reader", stateFile: stateFile(server, "restart"))
+        let events = await reader.messages(in: "ops")
+        _ = events
+        await reader.connect()
+        // The first join is live-only: the reader joins before the first post.
+        #expect(await eventually { await reader.cursor(of: "ops") != nil })
+        let target = try await alice.post("react to me", to: "ops")
+        let writers = 3
+        let perWriter = 30
+        let stoppedAt = Box()
+        let results = try await withThrowingTaskGroup(of: [Result<PostReceipt, CircleClientError>].self) { group in
+            for writer in 0..<writers {
+                group.addTask {
+                    let client = try await chatClient(server, user: "w\(writer)")
+                    await client.connect()
+                    var results: [Result<PostReceipt, CircleClientError>] = []
+                    func record(_ call: () async throws -> PostReceipt) async {
+                        do {
+                            results.append(.success(try await call()))
+                        } catch let error as CircleClientError {
+                            results.append(.failure(error))
+                        } catch {
+                            results.append(.failure(CircleClientError(.badRequest, "\(error)")))
+                        }
+                    }
+                    await record { try await client.post("w\(writer)", to: "ops") }
+                    guard case .success(let own) = results[0] else { return results }
+                    for index in 0..<perWriter {
+                        switch index % 3 {
+                        case 0: await record { try await client.react("👍", to: target.seq, in: "ops") }
+                        case 1: await record { try await client.edit(own.seq, in: "ops", text: "w\(writer) v\(index)") }
+                        default: await record { try await client.unreact("👍", from: target.seq, in: "ops") }
+                        }
+                        try await Task.sleep(for: .milliseconds(10))
+                    }
+                    // Ends with a reaction: every writer's 👍 stays.
+                    await record { try await client.react("👍", to: target.seq, in: "ops") }
+                    await client.shutdown()
+                    return results
+                }
+            }
+            group.addTask {
+                // Restart once a fifth of the entries are in: the rest are in flight or queued.
+                _ = await eventually { (await reader.cursor(of: "ops") ?? 0) >= Int64(writers * (perWriter + 2) / 5) }
+                await stoppedAt.set(await reader.cursor(of: "ops") ?? 0)
+                await server.stop()
+                try await Task.sleep(for: .milliseconds(300))
+                try await server.start()
+                return []
+            }
+            var all: [Result<PostReceipt, CircleClientError>] = []
+            for try await partial in group { all += partial }
+            return all
+        }
+        let expectedCount = writers * (perWriter + 2)
+        let receipts = results.compactMap { try? $0.get() }
+        #expect(receipts.count == expectedCount, "failures: \(results.filter { (try? $0.get()) == nil })")
+        #expect(Set(receipts.map(\.seq)).count == receipts.count)
+        // Each entry stored once: the stream holds exactly the target post and the writers' entries.
+        let last = Int64(1 + expectedCount)
+        #expect(try await alice.circleSummaries().first { $0.name == "ops" }?.lastSeq == last)
+        #expect(await eventually { await reader.cursor(of: "ops") == last })
+        // The restart came while the writers were busy.
+        #expect(await stoppedAt.value < last)
+
+        func shape(_ posts: [CirclePost]) -> [String] {
+            posts.map { post in
+                let reactions = (post.reactions ?? []).map { "\($0.emoji):\($0.users.sorted())" }
+                return "\(post.seq) \(post.author) \(post.text ?? "-") \(post.edited.map { "e\($0)" } ?? "") \(reactions)"
+            }
+        }
+        let cached = await reader.cachedPosts(in: "ops")
+        let history = try await reader.history(of: "ops", limit: 100)
+        #expect(shape(cached) == shape(history.posts))
+        #expect(cached.first?.reactions?.first?.users.sorted() == (0..<writers).map { "w\($0)" })
+        #expect(Set(cached.dropFirst().map { $0.text ?? "" }) == Set((0..<writers).map { "w\($0) v28" }))
+        await reader.shutdown()
         await alice.shutdown()
         await server.stop()
     }
