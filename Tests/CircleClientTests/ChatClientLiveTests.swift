@@ -566,4 +566,32 @@ struct ChatClientLiveTests {
         await alice.shutdown()
         await server.stop()
     }
+
+    @Test("CircleModel without a cache loads the newest page of history once connected, reactions included")
+    func modelHistoryPage() async throws {
+        let server = TestServer(limits: .init(postsPerSecond: 10_000, postBurst: 10_000))
+        defer { server.remove() }
+        try await server.start()
+        try await server.createCircle("general", owner: "alice")
+        let alice = try await chatClient(server, user: "alice")
+        await alice.connect()
+        var last: PostReceipt?
+        for index in 1...4 { last = try await alice.post("old \(index)", to: "general") }
+        guard let last else { return }
+        try await alice.react("🎉", to: last.seq, in: "general")
+        let bob = try await chatClient(server, user: "bob")
+        await bob.connect()
+        let model = await CircleModel(client: bob, circle: "general", historyPage: 3)
+        await model.start()
+        #expect(await eventually { await model.posts.map(\.post.text) == ["old 2", "old 3", "old 4"] })
+        #expect(await model.posts.last?.post.reactions == [CircleReaction(emoji: "🎉", users: ["alice"], me: false)])
+        #expect(await model.unread == 3)
+        // Live entries apply on top of the page.
+        try await alice.unreact("🎉", from: last.seq, in: "general")
+        #expect(await eventually { await model.posts.last?.post.reactions?.isEmpty ?? true })
+        await model.stop()
+        await bob.shutdown()
+        await alice.shutdown()
+        await server.stop()
+    }
 }
