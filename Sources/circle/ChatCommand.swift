@@ -182,6 +182,8 @@ actor ChatScreen {
                 self.typing[user] = nil
                 self.note("\(user) left")
             }
+        case .read:
+            break
         }
         self.redraw()
     }
