@@ -112,6 +112,58 @@ import Testing
         }
     }
 
+    /// Three nodes react to one post at once, 30 users with 30 different emoji, each reaction sent
+    /// through every node: the circle's row lock serialises the changes, so exactly 20 distinct
+    /// emoji get in (each stored once, its retries duplicates), the others are refused, and the
+    /// sequence numbers stay gapless.
+    @Test func nodesReactingAtOnceKeepTheReactionLimit() async throws {
+        let emoji = (0..<30).compactMap { Unicode.Scalar(0x1F600 + $0).map { String(Character($0)) } }
+        #expect(emoji.count == 30)
+        try await self.withNodes(3) { stores in
+            _ = try await stores[0].createCircle(name: "busy", owner: "alice", isPrivate: false, createdAt: 1)
+            _ = try await stores[0].commit([NewPost(circle: "busy", author: "alice", clientID: "p", text: "react!", attachment: nil, time: 1)])
+            let outcomes = try await withThrowingTaskGroup(of: [(String, PostOutcome)].self) { group in
+                for node in 0..<stores.count {
+                    group.addTask {
+                        var outcomes: [(String, PostOutcome)] = []
+                        for index in 0..<emoji.count {
+                            let user = (index + node * 10) % emoji.count  // each node in another order
+                            let react = NewPost(
+                                circle: "busy", author: "u\(user)", clientID: "r", text: nil, attachment: nil, time: 2,
+                                change: .react, target: 1, emoji: emoji[user])
+                            outcomes += try await stores[node].commit([react]).map { ("u\(user)", $0) }
+                        }
+                        return outcomes
+                    }
+                }
+                return try await group.reduce(into: [(String, PostOutcome)]()) { $0 += $1 }
+            }
+            var stored: [String: Int64] = [:]
+            var refused = Set<String>()
+            for (user, outcome) in outcomes {
+                switch outcome {
+                case .stored(let entry):
+                    #expect(stored.updateValue(entry.seq, forKey: user) == nil, "\(user) stored twice")
+                case .duplicate(let entry):
+                    #expect(entry.change == .react)
+                case .rejected(let code, _):
+                    #expect(code == .tooManyReactions)
+                    refused.insert(user)
+                case .noSuchCircle:
+                    Issue.record("no circle")
+                }
+            }
+            #expect(stored.count == StoreLimits.maxReactionsPerPost)
+            #expect(refused.count == emoji.count - StoreLimits.maxReactionsPerPost)
+            #expect(refused.isDisjoint(with: stored.keys))
+            #expect(stored.values.sorted() == Array(2...Int64(1 + StoreLimits.maxReactionsPerPost)))
+            let post = try await stores[1].history(in: "busy", before: nil, after: nil, limit: 1, viewer: "u0").first
+            #expect(post?.reactions?.count == StoreLimits.maxReactionsPerPost)
+            #expect(Set(post?.reactions?.flatMap(\.users) ?? []) == Set(stored.keys))
+            #expect(try await stores[2].circle(named: "busy")?.lastSeq == Int64(1 + StoreLimits.maxReactionsPerPost))
+        }
+    }
+
     @Test func newerSchemaIsRefused() async throws {
         let url = try await PostgresTestServer.shared.freshDatabase()
         try await self.withNodes(1, url: url) { stores in
