@@ -127,6 +127,12 @@ actor ChatScreen {
         var text: String
         var status: String
         var time: Int64
+        var edited = false
+        var deleted = false
+        var photo = false
+        var replyTo: Int64?
+        /// Emoji in the order they were first used, each with who reacted.
+        var reactions: [(emoji: String, users: [String])] = []
     }
 
     /// A line that is not a post (someone joined or left, a command's answer), shown after the
@@ -145,6 +151,8 @@ actor ChatScreen {
     private var notes: [Note] = []
     private var noteCounter = 0
     private var more = false
+    /// The newest seq seen, posts and changes alike.
+    private var lastEntry: Int64 = 0
     private var input: [UInt8] = []
     private var escape: [UInt8] = []
     private var state = "connecting…"
@@ -160,15 +168,25 @@ actor ChatScreen {
     var oldestSeq: Int64? { self.more ? self.posts.keys.min() : nil }
 
     func addHistory(_ page: [CirclePost], more: Bool) {
-        for post in page { self.posts[post.seq] = Self.line(post) }
+        for post in page where post.change == nil {
+            var line = Self.line(post)
+            // A history page gives reactions as they are now.
+            line.reactions = (post.reactions ?? []).map { (emoji: $0.emoji, users: $0.users) }
+            self.posts[post.seq] = line
+        }
         if page.isEmpty || self.posts.keys.min() == page.first?.seq { self.more = more }
         self.redraw()
     }
 
     func handle(_ event: CircleEvent) {
         switch event {
+        case .post(let post) where post.change != nil:
+            self.apply(post)
         case .post(let post):
-            self.posts[post.seq] = Self.line(post)
+            // Inserted or replaced (a replay after a reconnect): reactions already known stay.
+            var line = Self.line(post)
+            line.reactions = self.posts[post.seq]?.reactions ?? []
+            self.posts[post.seq] = line
             self.pending.removeAll { $0.id == post.id }
             self.typing[post.author] = nil
         case .gap(let from, let to):
@@ -184,6 +202,53 @@ actor ChatScreen {
             }
         }
         self.redraw()
+    }
+
+    /// An edit, delete or reaction: changes the post it targets when it is on screen, and
+    /// reactions are also said where they happened. Applying one twice changes nothing.
+    private func apply(_ entry: CirclePost) {
+        guard let target = entry.target, let change = entry.change else { return }
+        if var line = self.posts[target] {
+            switch change {
+            case .edit where !line.deleted:
+                if let text = entry.text { line.text = line.photo ? "[photo] \(text)" : text }
+                line.edited = true
+            case .edit:
+                break
+            case .delete:
+                line.deleted = true
+                line.text = ""
+                line.reactions = []
+            case .react:
+                if let emoji = entry.emoji, !line.deleted {
+                    if let index = line.reactions.firstIndex(where: { $0.emoji == emoji }) {
+                        if !line.reactions[index].users.contains(entry.author) { line.reactions[index].users.append(entry.author) }
+                    } else {
+                        line.reactions.append((emoji: emoji, users: [entry.author]))
+                    }
+                }
+            case .unreact:
+                if let emoji = entry.emoji, let index = line.reactions.firstIndex(where: { $0.emoji == emoji }) {
+                    line.reactions[index].users.removeAll { $0 == entry.author }
+                    if line.reactions[index].users.isEmpty { line.reactions.remove(at: index) }
+                }
+            }
+            self.posts[target] = line
+        }
+        if change == .react || change == .unreact, let text = EntryFormat.change(entry) {
+            self.notes.append(Note(afterSeq: entry.seq, order: self.nextNote(), text: text))
+            self.trimNotes()
+        }
+        self.lastEntry = max(self.lastEntry, entry.seq)
+    }
+
+    private func nextNote() -> Int {
+        self.noteCounter += 1
+        return self.noteCounter
+    }
+
+    private func trimNotes() {
+        if self.notes.count > 100 { self.notes.removeFirst(self.notes.count - 100) }
     }
 
     private func note(_ text: String) {
@@ -310,7 +375,12 @@ actor ChatScreen {
             let caption = text.trimmingCharacters(in: .whitespaces)
             text = caption.isEmpty ? "[photo \(attachment.prefix(6))]" : "[photo] \(caption)"
         }
-        return Line(seq: post.seq, author: post.author, text: text, status: "", time: post.time)
+        var line = Line(seq: post.seq, author: post.author, text: text, status: "", time: post.time)
+        line.edited = post.edited != nil
+        line.deleted = post.deleted
+        line.replyTo = post.replyTo
+        line.photo = post.attachment != nil
+        return line
     }
 
     /// One line on screen: the plain text (for measuring and wrapping) and how it is drawn.
@@ -348,7 +418,22 @@ actor ChatScreen {
         let seqs = self.posts.keys.sorted()
         if let first = seqs.first { addNotes(through: first - 1) }
         for seq in seqs {
-            guard let post = self.posts[seq] else { continue }
+            guard var post = self.posts[seq] else { continue }
+            if post.deleted {
+                let text = "#\(seq) \(Self.clock(post.time)) \(post.author): message deleted"
+                rows.append(Row(plain: text, styled: self.style(text, "2")))
+                previous = nil
+                addNotes(through: seq)
+                continue
+            }
+            if let replyTo = post.replyTo {
+                let quoted = self.posts[replyTo].map { $0.deleted ? "message deleted" : "\($0.author): \($0.text)" } ?? "#\(replyTo)"
+                let quote = "   ↳ reply to #\(replyTo) \(Self.shorten(quoted, 50))"
+                rows.append(Row(plain: quote, styled: self.style(quote, "2")))
+                previous = nil
+            }
+            if post.edited { post.text += " (edited)" }
+            post.text += EntryFormat.reactions(post.reactions.map { (emoji: $0.emoji, count: $0.users.count) })
             let prefix = "#\(seq) \(Self.clock(post.time)) "
             // Consecutive posts of one author within five minutes share the name.
             let continues = previous.map { $0.author == post.author && post.time - $0.time < 300_000 } ?? false
@@ -402,6 +487,10 @@ actor ChatScreen {
         let formatter = DateFormatter()
         formatter.dateFormat = "HH:mm"
         return formatter.string(from: Date(timeIntervalSince1970: Double(milliseconds) / 1000))
+    }
+
+    private static func shorten(_ text: String, _ length: Int) -> String {
+        text.count > length ? String(text.prefix(length - 1)) + "…" : text
     }
 
     private static func wrap(_ line: String, width: Int) -> [String] {
