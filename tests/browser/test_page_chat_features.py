@@ -4,39 +4,11 @@ editing and deleting one's own posts, reactions, replies with a quote, unread co
 while the server restarts. Other users' changes are made over a raw WebSocket (websocket-client,
 which Selenium installs)."""
 
-import json
-import time
-
-import websocket
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
-from harness import open_circle, post, posts, sign_in, wait_until
-
-
-class Raw:
-    """One `circle.v1` WebSocket connection of `user`, answering requests one at a time."""
-
-    def __init__(self, server, user):
-        self.ws = websocket.create_connection(
-            f"ws://127.0.0.1:{server.port}/v1/ws?token={server.token(user)}", subprotocols=["circle.v1"], timeout=15)
-        self.counter = 0
-
-    def request(self, message):
-        self.counter += 1
-        message = {"id": f"raw-{time.time_ns()}-{self.counter}", **message}
-        self.ws.send(json.dumps(message))
-        deadline = time.time() + 15
-        while time.time() < deadline:
-            reply = json.loads(self.ws.recv())
-            if reply.get("id") == message["id"] and reply.get("type") in ("ack", "error", "circles", "history"):
-                assert reply["type"] != "error", reply
-                return reply
-        raise AssertionError(f"no answer to {message}")
-
-    def close(self):
-        self.ws.close()
+from harness import Raw, open_circle, post, posts, sign_in, wait_until
 
 
 def post_node(page, seq):

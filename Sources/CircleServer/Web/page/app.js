@@ -543,6 +543,15 @@ function readingNewest() {
   return S.pinned || box.scrollHeight - box.scrollTop - box.clientHeight < 40;
 }
 
+/// Marks read once the current task is done, so that a circle being opened is judged where it
+/// ends up (at the "New" line or at the bottom), not where a first drawing left it.
+let markQueued = false;
+function scheduleMarkRead() {
+  if (markQueued) return;
+  markQueued = true;
+  queueMicrotask(() => { markQueued = false; markRead(); });
+}
+
 /// Moves the read marker to the newest entry once the reader sees it (tab focused, newest post
 /// on screen, the circle joined on this connection).
 function markRead() {
@@ -720,7 +729,8 @@ function renderCircles() {
   }
   ul.replaceChildren(...items);
   $("nocircles").classList.toggle("hidden", S.circles.length > 0);
-  const total = S.circles.reduce((sum, c) => sum + (c.name === S.current ? 0 : c.unread || 0), 0);
+  // The open circle counts too while its newest posts are not seen (tab in the background).
+  const total = S.circles.reduce((sum, c) => sum + (c.unread || 0), 0);
   document.title = (total ? `(${total}) ` : "") + (S.current ? `#${S.current} · Circle` : "Circle");
 }
 
@@ -1329,7 +1339,7 @@ function renderTimeline() {
   if (!d.loading) showOlder("");
   if (S.pinned) $("messages").scrollTop = $("messages").scrollHeight;
   updateJump();
-  markRead();
+  scheduleMarkRead();
 }
 
 function renderTyping() {
