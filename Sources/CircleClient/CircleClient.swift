@@ -34,7 +34,8 @@ import NIOCore
 ///   resumes interrupted downloads and keeps an on-disk cache; ``transferEvents()`` reports
 ///   progress and ``TransferMetrics`` (docs/CLIENT.md, "Photos and transfers").
 public final class CircleClient: Sendable {
-    private let core: ClientCore
+    /// The session (the chat calls in `CircleClient+Chat.swift` use it too).
+    let core: ClientCore
     private let configuration: CircleClientConfiguration
     private let transfers: MediaTransfers
     /// The HTTP API calls (``circles()`` and the rest, in `CircleClient+API.swift`).
@@ -59,8 +60,9 @@ public final class CircleClient: Sendable {
         precondition(!configuration.servers.isEmpty, "CircleClientConfiguration.servers is empty")
         let (outbox, cursors) = try await store.load()
         let jobs = try await store.loadPhotoJobs()
+        let caches = configuration.cacheLimit > 0 ? try await store.loadCaches() : [:]
         self.configuration = configuration
-        self.core = ClientCore(configuration: configuration, store: store, outbox: outbox, cursors: cursors)
+        self.core = ClientCore(configuration: configuration, store: store, outbox: outbox, cursors: cursors, caches: caches)
         let pool = HTTPConnectionPool()
         self.pool = pool
         self.transfers = try MediaTransfers(configuration: configuration, store: store, core: self.core, jobs: jobs, pool: pool)
@@ -191,13 +193,27 @@ public final class CircleClient: Sendable {
     public var pendingPhotoPosts: [String] { get async { await self.transfers.pendingPhotoPosts } }
 
     /// Posts text (and optionally a media id) to a circle; see the type's documentation for the promises.
+    ///
+    /// - Parameters:
+    ///   - text: The post's text.
+    ///   - circle: Where to post.
+    ///   - attachment: A media id (from ``upload(file:contentType:progress:)``).
+    ///   - replyTo: The `seq` of the post this one answers (a reply); the server refuses with
+    ///     `no_such_post` when it is not a post of the circle.
     @discardableResult
-    public func post(_ text: String, to circle: String, attachment: String? = nil) async throws -> PostReceipt {
-        try await self.core.post(text: text, attachment: attachment, to: circle)
+    public func post(_ text: String, to circle: String, attachment: String? = nil, replyTo: Int64? = nil) async throws -> PostReceipt {
+        try await self.core.enqueue(OutboxEntry(id: ClientCore.newID(), circle: circle, action: .post, text: text, attachment: attachment, replyTo: replyTo, createdAt: ClientCore.nowMillis()))
     }
 
     /// Joins the circle (if not yet) and returns its events in order. Each call returns its own
     /// stream; the circle stays joined while any stream is alive or until ``leave(_:)``.
+    ///
+    /// With the offline cache (a ``CircleClientConfiguration/stateFile`` and a non-zero
+    /// ``CircleClientConfiguration/cacheLimit``) the stream starts with the cached posts at once,
+    /// oldest first, each in its current state (edits, deletes and reactions applied, as
+    /// ``cachedPosts(in:)`` returns them), then continues with the entries after them as they
+    /// come from the server, without a gap. Changes (edits, deletes, reactions) arrive as
+    /// `.post` events whose ``CirclePost/change`` is set; ``CircleTimeline`` applies them.
     public func messages(in circle: String) async -> AsyncStream<CircleEvent> {
         await self.core.subscribe(circle)
     }
@@ -206,13 +222,17 @@ public final class CircleClient: Sendable {
     public func leave(_ circle: String) async throws { try await self.core.leave(circle) }
 
     /// A page of stored posts before `before` (the newest when `nil`), oldest first, and whether
-    /// older ones exist. Needs a connection (the `history` request of `circle.v1`).
+    /// older ones exist. Connected, it asks the server (the `history` request of `circle.v1`;
+    /// posts in their current state with reactions). Not connected, it answers from the offline
+    /// cache when there is one (`more` then says whether the cache holds older posts); without a
+    /// cache it throws `not_connected`.
     public func history(of circle: String, before: Int64? = nil, limit: Int = 50) async throws -> (posts: [CirclePost], more: Bool) {
         try await self.core.history(circle, before: before, after: nil, limit: limit)
     }
 
     /// Paging forwards: the oldest `limit` posts with `seq > after`, oldest first, and whether
-    /// newer ones exist. To read on, pass the last post's `seq`. Needs a connection.
+    /// newer ones exist. To read on, pass the last post's `seq`. Not connected, it answers from the
+    /// offline cache like ``history(of:before:limit:)``.
     ///
     /// ```swift
     /// var cursor: Int64 = 0

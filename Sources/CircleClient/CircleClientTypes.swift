@@ -25,6 +25,9 @@ public struct CircleClientConfiguration: Sendable {
     /// Where the outbox and the per-circle cursors live: `nil` keeps them in memory; a file path
     /// keeps them in SQLite, so unsent posts survive an app restart and readers resume where they were.
     public var stateFile: String?
+    /// With a ``stateFile``: how many posts per circle the offline cache keeps (the newest; older
+    /// ones are dropped). `0` turns the cache off. See ``CircleClient/cachedPosts(in:)``.
+    public var cacheLimit: Int
     /// The transport settings (TLS, timeouts, …); subprotocol and Authorization are set by the client.
     /// Media transfers use the same TLS trust and pins.
     public var socket: WebSocketConfiguration
@@ -42,6 +45,7 @@ public struct CircleClientConfiguration: Sendable {
         failFast: Bool = false,
         announcesPresence: Bool = true,
         stateFile: String? = nil,
+        cacheLimit: Int = 500,
         socket: WebSocketConfiguration = .init(),
         transfers: TransferConfiguration = .init(),
         logger: Logger = Logger(label: "circle.client")
@@ -55,6 +59,7 @@ public struct CircleClientConfiguration: Sendable {
         self.failFast = failFast
         self.announcesPresence = announcesPresence
         self.stateFile = stateFile
+        self.cacheLimit = max(0, cacheLimit)
         self.socket = socket
         self.transfers = transfers
         self.logger = logger
@@ -112,6 +117,18 @@ public struct CircleClientError: Error, Sendable, Hashable, CustomStringConverti
         public static let unauthorized = server(.unauthorized)
         /// The name is taken (creating a circle that exists).
         public static let conflict = server(.conflict)
+        /// An edit, delete, reaction or reply names a seq that is not a post of the circle.
+        public static let noSuchPost = server(.noSuchPost)
+        /// An edit, delete or reaction of a deleted post.
+        public static let postDeleted = server(.postDeleted)
+        /// Editing someone else's post, or deleting it outside a private circle one owns.
+        public static let notAuthor = server(.notAuthor)
+        /// The reaction is not exactly one emoji.
+        public static let invalidEmoji = server(.invalidEmoji)
+        /// A new emoji beyond the per-post limit of distinct reactions.
+        public static let tooManyReactions = server(.tooManyReactions)
+        /// The outbox entry was cancelled (``CircleClient/cancelOutboxEntry(_:)``) before it was sent.
+        public static let cancelled = Code(rawValue: "cancelled")
         public var description: String { self.rawValue }
     }
 
@@ -144,16 +161,105 @@ public enum CircleEvent: Sendable, Hashable {
     case joined(user: String)
     case left(user: String)
     case typing(user: String)
+    /// This user's read marker in the circle moved to `seq` (marked read on another connection).
+    case read(seq: Int64)
 }
 
-/// A post waiting in the outbox.
+/// What an outbox entry asks the server to do.
+public enum OutboxAction: String, Sendable, Hashable, Codable {
+    /// A new post (or a reply, with ``OutboxEntry/replyTo``).
+    case post
+    /// Replace the text of post ``OutboxEntry/target``.
+    case edit
+    /// Delete post ``OutboxEntry/target``.
+    case delete
+    /// Add reaction ``OutboxEntry/emoji`` to post ``OutboxEntry/target``.
+    case react
+    /// Take back reaction ``OutboxEntry/emoji`` from post ``OutboxEntry/target``.
+    case unreact
+}
+
+/// A post, or a change to a post, waiting in the outbox.
 public struct OutboxEntry: Sendable, Hashable, Codable {
+    /// The request id (the idempotency key the server stores the entry once by).
     public var id: String
     public var circle: String
+    /// What the entry does (`post` for entries written by older versions).
+    public var action: OutboxAction
+    /// A post's text, or an edit's new text.
     public var text: String?
     public var attachment: String?
+    /// The post an edit, delete or reaction applies to.
+    public var target: Int64?
+    /// A reaction's emoji.
+    public var emoji: String?
+    /// A reply: the post it answers.
+    public var replyTo: Int64?
     /// When it was queued, milliseconds since 1970.
     public var createdAt: Int64
+
+    public init(
+        id: String,
+        circle: String,
+        action: OutboxAction = .post,
+        text: String? = nil,
+        attachment: String? = nil,
+        target: Int64? = nil,
+        emoji: String? = nil,
+        replyTo: Int64? = nil,
+        createdAt: Int64
+    ) {
+        self.id = id
+        self.circle = circle
+        self.action = action
+        self.text = text
+        self.attachment = attachment
+        self.target = target
+        self.emoji = emoji
+        self.replyTo = replyTo
+        self.createdAt = createdAt
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case id, circle, action, text, attachment, target, emoji, replyTo, createdAt
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.id = try container.decode(String.self, forKey: .id)
+        self.circle = try container.decode(String.self, forKey: .circle)
+        self.action = try container.decodeIfPresent(OutboxAction.self, forKey: .action) ?? .post
+        self.text = try container.decodeIfPresent(String.self, forKey: .text)
+        self.attachment = try container.decodeIfPresent(String.self, forKey: .attachment)
+        self.target = try container.decodeIfPresent(Int64.self, forKey: .target)
+        self.emoji = try container.decodeIfPresent(String.self, forKey: .emoji)
+        self.replyTo = try container.decodeIfPresent(Int64.self, forKey: .replyTo)
+        self.createdAt = try container.decode(Int64.self, forKey: .createdAt)
+    }
+
+    /// The request that sends this entry.
+    var request: CircleRequest {
+        var request = CircleRequest(action: self.action.wireAction, id: self.id, circle: self.circle, text: self.text, attachment: self.attachment)
+        request.target = self.target
+        request.emoji = self.emoji
+        request.replyTo = self.replyTo
+        return request
+    }
+}
+
+extension OutboxAction {
+    var wireAction: CircleAction {
+        switch self {
+        case .post: return .post
+        case .edit: return .edit
+        case .delete: return .delete
+        case .react: return .react
+        case .unreact: return .unreact
+        }
+    }
+
+    /// Whether the entry has text an app may replace before it is sent.
+    var hasText: Bool { self == .post || self == .edit }
 }
 
 /// The life of an outbox entry, for an app's "sending / sent / failed" UI.

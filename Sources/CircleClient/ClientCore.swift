@@ -18,6 +18,10 @@ actor ClientCore {
         var joined = false
         var joinRequested = false
         var subscribers: [UUID: AsyncStream<CircleEvent>.Continuation] = [:]
+        /// The offline cache (with a state file and a cache limit), current state.
+        var timeline: CircleTimeline?
+        /// Calls waiting for the join on the current connection (``markRead``).
+        var joinWaiters: [UUID: CheckedContinuation<Void, any Error>] = [:]
         /// The app wants this circle's events (not only to post in it).
         var wanted: Bool { !self.subscribers.isEmpty }
     }
@@ -55,13 +59,25 @@ actor ClientCore {
     private var requestCounter = 0
     /// Cursors set but not yet in the state store; one writer task saves them (the newest per circle).
     private var unsavedCursors: [String: Int64] = [:]
+    /// Circles whose cache changed since it was last saved (written by the cursor writer).
+    private var unsavedCaches: Set<String> = []
     private var cursorWriter: Task<Void, Never>?
+    /// The user in the token's `sub` claim, once a token was fetched.
+    private(set) var user: String?
+    /// Whether received posts are kept (a state file and a non-zero cache limit).
+    private let caching: Bool
 
     /// The event loop of this client's connections and the actor's executor.
     private let eventLoop: any EventLoop
     nonisolated var unownedExecutor: UnownedSerialExecutor { self.eventLoop.executor.asUnownedSerialExecutor() }
 
-    init(configuration: CircleClientConfiguration, store: any ClientStateStore, outbox: [OutboxEntry], cursors: [String: Int64]) {
+    init(
+        configuration: CircleClientConfiguration,
+        store: any ClientStateStore,
+        outbox: [OutboxEntry],
+        cursors: [String: Int64],
+        caches: [String: CachedCircle] = [:]
+    ) {
         self.configuration = configuration
         self.store = store
         self.logger = configuration.logger
@@ -70,6 +86,38 @@ actor ClientCore {
         self.outbox = outbox
         self.eventLoop = WebSocket.defaultEventLoop()
         for (circle, seq) in cursors { self.circles[circle] = Circle(cursor: seq) }
+        self.caching = configuration.stateFile != nil && configuration.cacheLimit > 0
+        if self.caching {
+            for (circle, cache) in caches {
+                // The cache is saved before its cursor: resume from what the cache holds, so a
+                // crash between the two writes costs a replay, never a hole in the cache.
+                self.circles[circle, default: Circle()].cursor = cache.upTo
+                self.circles[circle]?.timeline = CircleTimeline(limit: configuration.cacheLimit, posts: cache.posts)
+            }
+        }
+    }
+
+    static func newID() -> String { UUID().uuidString.lowercased() }
+
+    static func nowMillis() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+
+    /// Remembers the token's user (`sub`, not verified: the server does that).
+    private func learnUser(from token: String) {
+        guard let user = Self.subject(of: token), user != self.user else { return }
+        self.user = user
+        for name in self.circles.keys { self.circles[name]?.timeline?.me = user }
+    }
+
+    /// The `sub` claim of a JWT, unverified.
+    static func subject(of token: String) -> String? {
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3 else { return nil }
+        var base64 = parts[1].replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while base64.count % 4 != 0 { base64 += "=" }
+        guard let data = Data(base64Encoded: base64),
+            let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
+        else { return nil }
+        return object["sub"] as? String
     }
 
     // MARK: Connection
@@ -138,6 +186,7 @@ actor ClientCore {
         do {
             let token = try await self.configuration.tokenProvider()
             self.token = token
+            self.learnUser(from: token)
             self.perform(self.machine.tokenRefreshed())
         } catch {
             self.logger.warning("token provider failed", metadata: ["error": "\(error)"])
@@ -155,6 +204,7 @@ actor ClientCore {
             } else {
                 token = try await self.configuration.tokenProvider()
                 self.token = token
+                self.learnUser(from: token)
             }
             var socketConfiguration = self.configuration.socket
             socketConfiguration.subprotocols = [circleSubprotocol]
@@ -324,6 +374,9 @@ actor ClientCore {
                     // A first join is live-only: start after the newest post at join time.
                     self.setCursor(seq, for: circle)
                 }
+                let waiters = self.circles[circle]?.joinWaiters ?? [:]
+                self.circles[circle]?.joinWaiters = [:]
+                for waiter in waiters.values { waiter.resume() }
             }
             if self.postWaiters[id] != nil || self.outbox.contains(where: { $0.id == id }) {
                 self.postResolved(id, .success(PostReceipt(id: id, circle: self.outbox.first { $0.id == id }?.circle ?? "", seq: seq ?? 0, time: time ?? 0, duplicate: duplicate)))
@@ -335,6 +388,9 @@ actor ClientCore {
                 self.circles[circle]?.joinRequested = false
                 for continuation in self.circles[circle]?.subscribers.values ?? [:].values { continuation.finish() }
                 self.circles[circle]?.subscribers = [:]
+                let waiters = self.circles[circle]?.joinWaiters ?? [:]
+                self.circles[circle]?.joinWaiters = [:]
+                for waiter in waiters.values { waiter.resume(throwing: CircleClientError(.server(code), text)) }
                 self.logger.warning("join refused", metadata: ["circle": "\(circle)", "code": "\(code)", "message": "\(text)"])
             }
             if self.outbox.contains(where: { $0.id == id }) {
@@ -353,8 +409,8 @@ actor ClientCore {
             self.deliver(post)
         case .history(let id, _, _, _), .circles(let id, _):
             self.resolveRequest(id, .success(message))
-        case .read:
-            break
+        case .read(let circle, let seq):
+            self.broadcast(.read(seq: seq), in: circle)
         case .joined(let circle, let user):
             self.broadcast(.joined(user: user), in: circle)
         case .left(let circle, let user):
@@ -375,6 +431,12 @@ actor ClientCore {
             // The server never skips; if posts are missing anyway, say so instead of hiding it.
             self.broadcast(.gap(from: cursor + 1, to: post.seq - 1), in: post.circle)
         }
+        if self.caching {
+            if self.circles[post.circle]?.timeline == nil {
+                self.circles[post.circle]?.timeline = CircleTimeline(limit: self.configuration.cacheLimit, me: self.user)
+            }
+            self.circles[post.circle]?.timeline?.apply(post)
+        }
         self.setCursor(post.seq, for: post.circle)
         self.broadcast(.post(post), in: post.circle)
     }
@@ -382,6 +444,8 @@ actor ClientCore {
     private func setCursor(_ seq: Int64, for circle: String) {
         self.circles[circle, default: Circle()].cursor = seq
         self.unsavedCursors[circle] = seq
+        // The saved cache names the cursor it goes with: it is saved whenever the cursor moves.
+        if self.circles[circle]?.timeline != nil { self.unsavedCaches.insert(circle) }
         if self.cursorWriter == nil {
             self.cursorWriter = Task { await self.saveCursors() }
         }
@@ -389,15 +453,35 @@ actor ClientCore {
 
     /// Saves the unsaved cursors until none are left: a burst of deliveries costs one write per
     /// circle, and a circle's cursor is never overwritten by an older one.
+    ///
+    /// A circle's cache is saved in the same pass, before its cursor, as the snapshot that goes
+    /// with that cursor (see ``init``): a burst costs one cache write per circle too.
     private func saveCursors() async {
-        while !self.unsavedCursors.isEmpty {
+        while !self.unsavedCursors.isEmpty || !self.unsavedCaches.isEmpty {
             let batch = self.unsavedCursors
+            let caches = self.unsavedCaches
             self.unsavedCursors = [:]
+            self.unsavedCaches = []
+            var snapshots: [(String, [CirclePost], Int64)] = []
+            for circle in caches {
+                guard let timeline = self.circles[circle]?.timeline, let cursor = self.circles[circle]?.cursor else { continue }
+                snapshots.append((circle, timeline.posts, cursor))
+            }
+            for (circle, posts, cursor) in snapshots {
+                try? await self.store.saveCache(posts, upTo: cursor, for: circle)
+            }
             for (circle, seq) in batch {
                 try? await self.store.setCursor(seq, for: circle)
             }
         }
         self.cursorWriter = nil
+    }
+
+    private func markCacheChanged(_ circle: String) {
+        self.unsavedCaches.insert(circle)
+        if self.cursorWriter == nil {
+            self.cursorWriter = Task { await self.saveCursors() }
+        }
     }
 
     private func broadcast(_ event: CircleEvent, in circle: String) {
@@ -409,19 +493,18 @@ actor ClientCore {
     /// Queues a post and waits for it to resolve. With an `id` that is already in the outbox
     /// (a photo post queued again after a restart), waits for that entry instead.
     func post(text: String?, attachment: String?, to circle: String, id: String? = nil) async throws -> PostReceipt {
+        try await self.enqueue(OutboxEntry(id: id ?? Self.newID(), circle: circle, action: .post, text: text, attachment: attachment, createdAt: Self.nowMillis()))
+    }
+
+    /// Queues an outbox entry (a post or a change) and waits for it to resolve. An entry whose
+    /// id is already in the outbox is waited for, not queued again.
+    func enqueue(_ entry: OutboxEntry) async throws -> PostReceipt {
         if case .stopped = self.machine.state {
             throw CircleClientError(.stopped, "the client is stopped; call connect() first")
         }
         if self.configuration.failFast && self.socket == nil {
             throw CircleClientError(.notConnected, "not connected, and failFast is on")
         }
-        let entry = OutboxEntry(
-            id: id ?? UUID().uuidString.lowercased(),
-            circle: circle,
-            text: text,
-            attachment: attachment,
-            createdAt: Int64(Date().timeIntervalSince1970 * 1000)
-        )
         if self.postWaiters[entry.id] != nil {
             throw CircleClientError(.badRequest, "a post with id \(entry.id) is already waiting for its answer")
         }
@@ -430,6 +513,7 @@ actor ClientCore {
             self.outbox.append(entry)
             self.emit(.queued(entry))
         }
+        let circle = entry.circle
         return try await withCheckedThrowingContinuation { continuation in
             self.postWaiters[entry.id] = continuation
             self.postDeadlines[entry.id] = .now + self.configuration.postTimeout
@@ -440,14 +524,39 @@ actor ClientCore {
         }
     }
 
+    /// Removes an entry not yet sent on the current connection.
+    func cancelOutboxEntry(_ id: String) async -> Bool {
+        guard !self.sentOnConnection.contains(id), let index = self.outbox.firstIndex(where: { $0.id == id }) else { return false }
+        let entry = self.outbox.remove(at: index)
+        self.postDeadlines[id] = nil
+        let error = CircleClientError(.cancelled, "the entry was cancelled before it was sent")
+        self.emit(.failed(entry, error))
+        self.postWaiters.removeValue(forKey: id)?.resume(throwing: error)
+        try? await self.store.remove(id: id)
+        return true
+    }
+
+    /// Replaces the text of a post or edit not yet sent on the current connection.
+    func replaceOutboxText(_ id: String, with text: String) async -> Bool {
+        guard !self.sentOnConnection.contains(id), let index = self.outbox.firstIndex(where: { $0.id == id }),
+            self.outbox[index].action.hasText
+        else { return false }
+        self.outbox[index].text = text
+        do {
+            try await self.store.replaceText(id: id, text: text)
+        } catch {
+            self.logger.warning("could not save the replaced text", metadata: ["id": "\(id)", "error": "\(error)"])
+        }
+        return true
+    }
+
     private func flushOutbox() {
         guard let socket = self.socket else { return }
         for entry in self.outbox where !self.sentOnConnection.contains(entry.id) {
             if self.circles[entry.circle]?.joinRequested != true { self.join(entry.circle) }
             self.sentOnConnection.insert(entry.id)
             self.emit(.sending(entry))
-            let request = CircleRequest(action: .post, id: entry.id, circle: entry.circle, text: entry.text, attachment: entry.attachment)
-            self.send(request, on: socket)
+            self.send(entry.request, on: socket)
         }
     }
 
@@ -496,6 +605,8 @@ actor ClientCore {
     func subscribe(_ circle: String) -> AsyncStream<CircleEvent> {
         let (stream, continuation) = AsyncStream<CircleEvent>.makeStream(bufferingPolicy: .unbounded)
         let id = UUID()
+        // The cache first, in current state, then what follows its cursor: no gap, no overlap.
+        for post in self.circles[circle]?.timeline?.posts ?? [] { continuation.yield(.post(post)) }
         self.circles[circle, default: Circle()].subscribers[id] = continuation
         continuation.onTermination = { _ in Task { await self.unsubscribe(circle, id) } }
         if self.socket != nil, self.circles[circle]?.joinRequested != true { self.join(circle) }
@@ -524,11 +635,69 @@ actor ClientCore {
     }
 
     func history(_ circle: String, before: Int64?, after: Int64?, limit: Int) async throws -> (posts: [CirclePost], more: Bool) {
+        if self.socket == nil, self.caching {
+            let timeline = self.circles[circle]?.timeline ?? CircleTimeline(limit: 1)
+            if let after { return timeline.page(after: after, limit: limit) }
+            return timeline.page(before: before, limit: limit)
+        }
         let reply = try await self.request { .history(of: circle, id: $0, before: before, after: after, limit: limit) }
         guard case .history(_, _, let posts, let more) = reply else {
             throw CircleClientError(.badRequest, "unexpected reply \(reply)")
         }
+        if self.caching, self.circles[circle]?.timeline != nil {
+            // A page gives each post's current reactions: refresh the cached posts it names.
+            let held = posts.filter { self.circles[circle]?.timeline?.post($0.seq) != nil }
+            if !held.isEmpty {
+                self.circles[circle]?.timeline?.applyHistory(held)
+                self.markCacheChanged(circle)
+            }
+        }
         return (posts, more)
+    }
+
+    func markRead(_ circle: String, upTo seq: Int64) async throws -> Int64 {
+        try await self.waitForJoin(circle)
+        let reply = try await self.request { .read(circle, upTo: seq, id: $0) }
+        guard case .ack(_, let stored, _, _) = reply, let stored else {
+            throw CircleClientError(.badRequest, "unexpected reply \(reply)")
+        }
+        return stored
+    }
+
+    func circleSummaries() async throws -> [CircleSummary] {
+        let reply = try await self.request { .circles(id: $0) }
+        guard case .circles(_, let circles) = reply else {
+            throw CircleClientError(.badRequest, "unexpected reply \(reply)")
+        }
+        return circles
+    }
+
+    func cachedPosts(in circle: String) -> [CirclePost] {
+        self.circles[circle]?.timeline?.posts ?? []
+    }
+
+    /// Joins the circle on the current connection if needed, and waits for the join's ack.
+    private func waitForJoin(_ circle: String) async throws {
+        guard self.socket != nil else {
+            throw CircleClientError(.notConnected, "not connected; try again when the state is connected")
+        }
+        if self.circles[circle]?.joined == true { return }
+        if self.circles[circle]?.joinRequested != true { self.join(circle) }
+        let id = UUID()
+        let timeout = self.configuration.requestTimeout
+        let timer = Task {
+            try? await Task.sleep(for: timeout)
+            guard !Task.isCancelled else { return }
+            self.joinTimedOut(circle, id, timeout)
+        }
+        defer { timer.cancel() }
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            self.circles[circle, default: Circle()].joinWaiters[id] = continuation
+        }
+    }
+
+    private func joinTimedOut(_ circle: String, _ id: UUID, _ timeout: Duration) {
+        self.circles[circle]?.joinWaiters.removeValue(forKey: id)?.resume(throwing: CircleClientError(.timedOut, "the join of \(circle) was not answered within \(timeout)"))
     }
 
     func typing(_ circle: String) async throws {
@@ -562,6 +731,11 @@ actor ClientCore {
         let waiting = self.requests
         self.requests = [:]
         self.joinRequests = [:]
+        for name in self.circles.keys {
+            let waiters = self.circles[name]?.joinWaiters ?? [:]
+            self.circles[name]?.joinWaiters = [:]
+            for waiter in waiters.values { waiter.resume(throwing: error) }
+        }
         for (_, waiter) in waiting {
             waiter.timeout?.cancel()
             waiter.continuation.resume(throwing: error)

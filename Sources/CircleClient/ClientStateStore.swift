@@ -16,7 +16,26 @@ protocol ClientStateStore: Sendable {
     /// Inserts or updates a photo job (its upload id and media id as they become known).
     func savePhotoJob(_ job: PhotoJob) async throws
     func removePhotoJob(id: String) async throws
+    /// Replaces the text of an outbox entry.
+    func replaceText(id: String, text: String) async throws
+    /// The offline caches by circle.
+    func loadCaches() async throws -> [String: CachedCircle]
+    /// Replaces a circle's cache: its posts in current state, and the seq they reflect.
+    func saveCache(_ posts: [CirclePost], upTo: Int64, for circle: String) async throws
     func close() async
+}
+
+extension ClientStateStore {
+    func replaceText(id: String, text: String) async throws {}
+    func loadCaches() async throws -> [String: CachedCircle] { [:] }
+    func saveCache(_ posts: [CirclePost], upTo: Int64, for circle: String) async throws {}
+}
+
+/// A circle's offline cache as saved: the posts, and the last seq applied to them (the cursor
+/// they go with).
+struct CachedCircle: Sendable, Hashable, Codable {
+    var upTo: Int64
+    var posts: [CirclePost]
 }
 
 /// A queued photo post: the file to upload, then the post to make with its media id.
@@ -68,7 +87,14 @@ actor SQLiteClientStateStore: ClientStateStore {
         _ = try await connection.query(
             "CREATE TABLE IF NOT EXISTS outbox (id TEXT PRIMARY KEY, ord INTEGER NOT NULL, circle TEXT NOT NULL, text TEXT, attachment TEXT, created_at INTEGER NOT NULL)"
         )
+        // Outbox entries of older versions are posts: the columns of changes are added empty.
+        let columns = Set(try await connection.query("PRAGMA table_info(outbox)").compactMap { $0.column("name")?.string })
+        for (column, type) in [("action", "TEXT"), ("target", "INTEGER"), ("emoji", "TEXT"), ("reply_to", "INTEGER")] where !columns.contains(column) {
+            _ = try await connection.query("ALTER TABLE outbox ADD COLUMN \(column) \(type)")
+        }
         _ = try await connection.query("CREATE TABLE IF NOT EXISTS cursors (circle TEXT PRIMARY KEY, seq INTEGER NOT NULL)")
+        // One row per circle: its cached posts as JSON, rewritten as a whole (coalesced by the client).
+        _ = try await connection.query("CREATE TABLE IF NOT EXISTS post_cache (circle TEXT PRIMARY KEY, up_to INTEGER NOT NULL, posts BLOB NOT NULL)")
         _ = try await connection.query(
             """
             CREATE TABLE IF NOT EXISTS photo_jobs (id TEXT PRIMARY KEY, circle TEXT NOT NULL, caption TEXT, path TEXT NOT NULL,
@@ -83,7 +109,9 @@ actor SQLiteClientStateStore: ClientStateStore {
     }
 
     func load() async throws -> (outbox: [OutboxEntry], cursors: [String: Int64]) {
-        let rows = try await self.connection.query("SELECT id, ord, circle, text, attachment, created_at FROM outbox ORDER BY ord")
+        let rows = try await self.connection.query(
+            "SELECT id, ord, circle, action, text, attachment, target, emoji, reply_to, created_at FROM outbox ORDER BY ord"
+        )
         var outbox: [OutboxEntry] = []
         for row in rows {
             guard let id = row.column("id")?.string, let circle = row.column("circle")?.string else { continue }
@@ -91,8 +119,12 @@ actor SQLiteClientStateStore: ClientStateStore {
                 OutboxEntry(
                     id: id,
                     circle: circle,
+                    action: row.column("action")?.string.flatMap(OutboxAction.init(rawValue:)) ?? .post,
                     text: row.column("text")?.string,
                     attachment: row.column("attachment")?.string,
+                    target: row.column("target")?.integer.map(Int64.init),
+                    emoji: row.column("emoji")?.string,
+                    replyTo: row.column("reply_to")?.integer.map(Int64.init),
                     createdAt: Int64(row.column("created_at")?.integer ?? 0)
                 )
             )
@@ -109,11 +141,40 @@ actor SQLiteClientStateStore: ClientStateStore {
         let order = self.nextOrder
         self.nextOrder += 1
         _ = try await self.connection.query(
-            "INSERT OR IGNORE INTO outbox (id, ord, circle, text, attachment, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            """
+            INSERT OR IGNORE INTO outbox (id, ord, circle, action, text, attachment, target, emoji, reply_to, created_at)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """,
             [
-                .text(entry.id), .integer(Int(order)), .text(entry.circle), entry.text.map { .text($0) } ?? .null,
-                entry.attachment.map { .text($0) } ?? .null, .integer(Int(entry.createdAt)),
+                .text(entry.id), .integer(Int(order)), .text(entry.circle), .text(entry.action.rawValue), entry.text.map { .text($0) } ?? .null,
+                entry.attachment.map { .text($0) } ?? .null, entry.target.map { .integer(Int($0)) } ?? .null,
+                entry.emoji.map { .text($0) } ?? .null, entry.replyTo.map { .integer(Int($0)) } ?? .null, .integer(Int(entry.createdAt)),
             ]
+        )
+    }
+
+    func replaceText(id: String, text: String) async throws {
+        _ = try await self.connection.query("UPDATE outbox SET text = ? WHERE id = ?", [.text(text), .text(id)])
+    }
+
+    func loadCaches() async throws -> [String: CachedCircle] {
+        var caches: [String: CachedCircle] = [:]
+        let decoder = JSONDecoder()
+        for row in try await self.connection.query("SELECT circle, up_to, posts FROM post_cache") {
+            guard let circle = row.column("circle")?.string, let upTo = row.column("up_to")?.integer,
+                let blob = row.column("posts")?.blob,
+                let posts = try? decoder.decode([CirclePost].self, from: Data(buffer: blob))
+            else { continue }
+            caches[circle] = CachedCircle(upTo: Int64(upTo), posts: posts)
+        }
+        return caches
+    }
+
+    func saveCache(_ posts: [CirclePost], upTo: Int64, for circle: String) async throws {
+        let data = try JSONEncoder().encode(posts)
+        _ = try await self.connection.query(
+            "INSERT INTO post_cache (circle, up_to, posts) VALUES (?, ?, ?) ON CONFLICT(circle) DO UPDATE SET up_to = excluded.up_to, posts = excluded.posts",
+            [.text(circle), .integer(Int(upTo)), .blob(ByteBuffer(bytes: data))]
         )
     }
 

@@ -200,6 +200,8 @@ actor ChatScreen {
                 self.typing[user] = nil
                 self.note("\(user) left")
             }
+        case .read:
+            break
         }
         self.redraw()
     }

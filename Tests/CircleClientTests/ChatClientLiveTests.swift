@@ -1,0 +1,416 @@
+import CircleClient
+import CircleServer
+import CircleTestSupport
+import Foundation
+import Observation
+import Testing
+
+private func chatClient(
+    _ server: TestServer,
+    user: String,
+    port: Int? = nil,
+    stateFile: String? = nil,
+    cacheLimit: Int = 500
+) async throws -> CircleClient {
+    try await CircleClient(
+        configuration: .init(
+            servers: ["ws://127.0.0.1:\(port ?? server.port)/v1/ws"],
+            tokenProvider: { try await server.token(user, ttl: .seconds(3600)) },
+            reconnect: .init(base: .milliseconds(100), cap: .seconds(1)),
+            postTimeout: .seconds(60),
+            stateFile: stateFile,
+            cacheLimit: cacheLimit
+        )
+    )
+}
+
+/// Waits until `condition` holds, polling; `false` when `timeout` passed first.
+private func eventually(timeout: Duration = .seconds(30), _ condition: () async -> Bool) async -> Bool {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if await condition() { return true }
+        try? await Task.sleep(for: .milliseconds(20))
+    }
+    return await condition()
+}
+
+/// A state file path that is removed when the test's directory is.
+private func stateFile(_ server: TestServer, _ name: String) -> String {
+    server.dataDirectory + "-\(name).sqlite"
+}
+
+private func removeStateFiles(_ server: TestServer, _ names: String...) {
+    for name in names {
+        for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: stateFile(server, name) + suffix) }
+    }
+}
+
+/// The first events of a stream, until `count` posts arrived or the time is up.
+private func firstPosts(_ stream: AsyncStream<CircleEvent>, count: Int, timeout: Duration = .seconds(30)) async -> [CirclePost] {
+    await withTaskGroup(of: [CirclePost]?.self) { group in
+        group.addTask {
+            var posts: [CirclePost] = []
+            for await event in stream {
+                if case .post(let post) = event { posts.append(post) }
+                if posts.count >= count { break }
+            }
+            return posts
+        }
+        group.addTask {
+            try? await Task.sleep(for: timeout)
+            return nil
+        }
+        var result: [CirclePost] = []
+        for await value in group {
+            if let value { result = value }
+            group.cancelAll()
+            break
+        }
+        return result
+    }
+}
+
+/// The first value of a stream, or `nil` when none came within `timeout`.
+private func firstValue<T: Sendable>(_ stream: AsyncStream<T>, timeout: Duration = .seconds(30)) async -> T? {
+    await withTaskGroup(of: T?.self) { group in
+        group.addTask {
+            for await value in stream { return value }
+            return nil
+        }
+        group.addTask {
+            try? await Task.sleep(for: timeout)
+            return nil
+        }
+        let first = await group.next() ?? nil
+        group.cancelAll()
+        return first
+    }
+}
+
+@Suite("CircleClient chat features against a real server", .serialized)
+struct ChatClientLiveTests {
+    @Test("edits, deletes, reactions and replies: a reader that was away (and a server restart) ends with the state of one that stayed")
+    func awayReaderCatchesUp() async throws {
+        let server = TestServer(limits: .init(postsPerSecond: 10_000, postBurst: 10_000))
+        defer { server.remove(); removeStateFiles(server, "stay", "away") }
+        try await server.start()
+        try await server.createCircle("general", owner: "alice")
+        let alice = try await chatClient(server, user: "alice")
+        let dave = try await chatClient(server, user: "dave")
+        let stay = try await chatClient(server, user: "bob", stateFile: stateFile(server, "stay"))
+        var away = try await chatClient(server, user: "carl", stateFile: stateFile(server, "away"))
+        for client in [alice, dave, stay, away] { await client.connect() }
+        let stayEvents = await stay.messages(in: "general")
+        let awayEvents = await away.messages(in: "general")
+        _ = stayEvents
+        _ = awayEvents
+        #expect(await eventually {
+            let stayed = await stay.cursor(of: "general")
+            let left = await away.cursor(of: "general")
+            return stayed != nil && left != nil
+        })
+
+        let first = try await alice.post("helo", to: "general")
+        let second = try await dave.post("second", to: "general")
+        try await alice.react("👍", to: first.seq, in: "general")
+        #expect(await eventually {
+            let left = await away.cursor(of: "general")
+            return left == first.seq + 2
+        })
+        #expect(await away.cachedPosts(in: "general").count == 2)
+
+        // carl goes away; every kind of change happens, with a server restart in between.
+        await away.shutdown()
+        try await alice.edit(first.seq, in: "general", text: "hello")
+        try await dave.react("👍", to: first.seq, in: "general")
+        try await dave.react("🎉", to: first.seq, in: "general")
+        let reply = try await dave.post("a reply", to: "general", replyTo: first.seq)
+        await server.stop()
+        try await server.start()
+        #expect(await eventually {
+            let one = await alice.state
+            let other = await dave.state
+            return one == .connected && other == .connected
+        })
+        try await alice.unreact("👍", from: first.seq, in: "general")
+        try await dave.delete(second.seq, in: "general")
+        let last = try await dave.edit(reply.seq, in: "general", text: "a better reply")
+
+        away = try await chatClient(server, user: "carl", stateFile: stateFile(server, "away"))
+        // Offline, carl reads the two posts he had.
+        #expect(await away.cachedPosts(in: "general").map(\.seq) == [first.seq, second.seq])
+        let resumed = await away.messages(in: "general")
+        await away.connect()
+        #expect(await eventually { await stay.cursor(of: "general") == last.seq })
+        #expect(await eventually { await away.cursor(of: "general") == last.seq })
+        // The cache first (two posts in their state when carl left), then every entry after them.
+        let replayed = await firstPosts(resumed, count: 2 + Int(last.seq - first.seq - 2))
+        #expect(replayed.map(\.seq) == [first.seq, second.seq] + Array((first.seq + 3)...last.seq))
+
+        let expected = await stay.cachedPosts(in: "general")
+        #expect(await away.cachedPosts(in: "general") == expected)
+        #expect(expected.map(\.seq) == [first.seq, second.seq, reply.seq])
+        #expect(expected[0].text == "hello")
+        #expect(expected[0].edited != nil)
+        #expect(expected[0].reactions == [
+            CircleReaction(emoji: "👍", users: ["dave"], me: false), CircleReaction(emoji: "🎉", users: ["dave"], me: false),
+        ])
+        #expect(expected[1].deleted && expected[1].text == nil)
+        #expect(expected[2].replyTo == first.seq && expected[2].text == "a better reply")
+        for client in [alice, dave, stay, away] { await client.shutdown() }
+        await server.stop()
+    }
+
+    @Test("edits, reactions, deletes and replies made offline are sent on reconnect and each resolves once")
+    func offlineChanges() async throws {
+        let server = TestServer(limits: .init(postsPerSecond: 10_000, postBurst: 10_000))
+        defer { server.remove(); removeStateFiles(server, "offline") }
+        try await server.start()
+        try await server.createCircle("notes", owner: "nina")
+        let nina = try await chatClient(server, user: "nina", stateFile: stateFile(server, "offline"))
+        await nina.connect()
+        let one = try await nina.post("one", to: "notes")
+        let two = try await nina.post("two", to: "notes")
+        let port = server.port
+        await server.stop()
+        #expect(await eventually { await nina.state != .connected })
+
+        let events = await nina.outboxEvents()
+        let edit = Task { try await nina.edit(one.seq, in: "notes", text: "ONE") }
+        #expect(await eventually { await nina.outbox.count == 1 })
+        let react = Task { try await nina.react("👍", to: one.seq, in: "notes") }
+        #expect(await eventually { await nina.outbox.count == 2 })
+        let delete = Task { try await nina.delete(two.seq, in: "notes") }
+        #expect(await eventually { await nina.outbox.count == 3 })
+        let reply = Task { try await nina.post("re", to: "notes", replyTo: one.seq) }
+        #expect(await eventually { await nina.outbox.count == 4 })
+        #expect(await nina.outbox.map(\.action) == [.edit, .react, .delete, .post])
+
+        server.configuration.port = port
+        try await server.start()
+        let receipts = [try await edit.value, try await react.value, try await delete.value, try await reply.value]
+        #expect(receipts.map(\.seq) == [3, 4, 5, 6])
+        #expect(receipts.allSatisfy { !$0.duplicate })
+        var sent = 0
+        for await event in events {
+            if case .sent = event { sent += 1 }
+            if case .failed(let entry, let error) = event { Issue.record("\(entry.id) failed: \(error)") }
+            if sent == 4 { break }
+        }
+        #expect(await nina.outbox.isEmpty)
+        let summary = try await nina.circleSummaries().first { $0.name == "notes" }
+        #expect(summary?.lastSeq == 6)  // each change stored once
+        let page = try await nina.history(of: "notes", limit: 10)
+        #expect(page.posts.map(\.seq) == [1, 2, 6])
+        #expect(page.posts[0].text == "ONE")
+        #expect(page.posts[0].reactions?.first?.users == ["nina"])
+        #expect(page.posts[0].reactions?.first?.me == true)
+        #expect(page.posts[1].deleted)
+        #expect(page.posts[2].replyTo == 1)
+        await nina.shutdown()
+        await server.stop()
+    }
+
+    @Test("unsent outbox entries are cancelled or get new text, and that survives a client restart")
+    func cancelAndReplaceAcrossRestart() async throws {
+        let server = TestServer()
+        defer { server.remove(); removeStateFiles(server, "outbox") }
+        try await server.start()
+        try await server.createCircle("notes", owner: "nina")
+        let port = server.port
+        await server.stop()  // offline from the start
+
+        let first = try await chatClient(server, user: "nina", port: port, stateFile: stateFile(server, "outbox"))
+        await first.connect()
+        let calls = Task {
+            await withTaskGroup(of: Void.self) { group in
+                for index in 0..<3 {
+                    group.addTask { _ = try? await first.post("note \(index)", to: "notes") }
+                    try? await Task.sleep(for: .milliseconds(30))
+                }
+            }
+        }
+        #expect(await eventually { await first.outbox.count == 3 })
+        let ids = await first.outbox.map(\.id)
+        #expect(await first.cancelOutboxEntry(ids[1]))
+        #expect(await first.replaceOutboxText(ids[2], with: "note 2, corrected"))
+        #expect(await first.cancelOutboxEntry("no-such-id") == false)
+        await first.shutdown()
+        await calls.value
+
+        let second = try await chatClient(server, user: "nina", port: port, stateFile: stateFile(server, "outbox"))
+        #expect(await second.outbox.map(\.id) == [ids[0], ids[2]])
+        #expect(await second.outbox.map(\.text) == ["note 0", "note 2, corrected"])
+        let events = await second.outboxEvents()
+        server.configuration.port = port
+        try await server.start()
+        await second.connect()
+        var sent: [String] = []
+        for await event in events {
+            if case .sent(let entry, _) = event { sent.append(entry.id) }
+            if sent.count == 2 { break }
+        }
+        #expect(sent == [ids[0], ids[2]])
+        // Sent on this connection: too late to cancel.
+        #expect(await second.cancelOutboxEntry(ids[0]) == false)
+        let page = try await second.history(of: "notes", limit: 10)
+        #expect(page.posts.map(\.text) == ["note 0", "note 2, corrected"])
+        await second.shutdown()
+        await server.stop()
+    }
+
+    @Test("the cache keeps the newest posts up to its limit, is read offline, and messages(in:) continues from it without a gap")
+    func cacheLimitAndOfflineReading() async throws {
+        let server = TestServer(limits: .init(postsPerSecond: 10_000, postBurst: 10_000))
+        defer { server.remove(); removeStateFiles(server, "cache") }
+        try await server.start()
+        try await server.createCircle("feed", owner: "alice")
+        let alice = try await chatClient(server, user: "alice")
+        await alice.connect()
+        var reader = try await chatClient(server, user: "rita", stateFile: stateFile(server, "cache"), cacheLimit: 5)
+        let events = await reader.messages(in: "feed")
+        _ = events
+        await reader.connect()
+        #expect(await eventually { await reader.cursor(of: "feed") != nil })
+        var last: Int64 = 0
+        for index in 1...12 { last = try await alice.post("post \(index)", to: "feed").seq }
+        #expect(await eventually { await reader.cursor(of: "feed") == last })
+        #expect(await reader.cachedPosts(in: "feed").map(\.text) == (8...12).map { "post \($0)" })
+        await reader.shutdown()
+
+        // Restarted while the server is down: the cache is there, history answers from it.
+        let port = server.port
+        await server.stop()
+        reader = try await chatClient(server, user: "rita", port: port, stateFile: stateFile(server, "cache"), cacheLimit: 5)
+        #expect(await reader.cachedPosts(in: "feed").map(\.seq) == Array((last - 4)...last))
+        let page = try await reader.history(of: "feed", before: last, limit: 2)
+        #expect(page.posts.map(\.seq) == [last - 2, last - 1])
+        #expect(page.more)
+        let resumed = await reader.messages(in: "feed")
+        server.configuration.port = port
+        try await server.start()
+        try await alice.post("post 13", to: "feed")
+        await reader.connect()
+        let posts = await firstPosts(resumed, count: 6)
+        #expect(posts.map(\.seq) == Array((last - 4)...(last + 1)))
+        #expect(posts.last?.text == "post 13")
+        await reader.shutdown()
+        await alice.shutdown()
+        await server.stop()
+    }
+
+    @Test("read markers move forward, reach the user's other connections, and the circle list counts unread posts")
+    func readMarkers() async throws {
+        let server = TestServer(limits: .init(postsPerSecond: 10_000, postBurst: 10_000))
+        defer { server.remove() }
+        try await server.start()
+        try await server.createCircle("general", owner: "alice")
+        let alice = try await chatClient(server, user: "alice")
+        let phone = try await chatClient(server, user: "bob")
+        let laptop = try await chatClient(server, user: "bob")
+        for client in [alice, phone, laptop] { await client.connect() }
+        let laptopEvents = await laptop.messages(in: "general")
+        #expect(await eventually { await laptop.cursor(of: "general") != nil })
+        for index in 1...3 { try await alice.post("p\(index)", to: "general") }
+        let before = try await phone.circleSummaries().first { $0.name == "general" }
+        #expect(before?.unread == 3)
+        #expect(before?.lastSeq == 3)
+        #expect(try await phone.markRead("general", upTo: 2) == 2)
+        #expect(try await phone.markRead("general", upTo: 1) == 2)  // never backwards
+        let read = await withTaskGroup(of: Int64?.self) { group in
+            group.addTask {
+                for await event in laptopEvents { if case .read(let seq) = event { return seq } }
+                return nil
+            }
+            group.addTask {
+                try? await Task.sleep(for: .seconds(30))
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
+        }
+        #expect(read == 2)
+        let after = try await laptop.circleSummaries().first { $0.name == "general" }
+        #expect(after?.readSeq == 2)
+        #expect(after?.unread == 1)
+        #expect(await laptop.user == "bob")
+        for client in [alice, phone, laptop] { await client.shutdown() }
+        await server.stop()
+    }
+
+    @Test("CircleModel shows posts with their delivery state, changes, unread count, typing users and the connection")
+    func model() async throws {
+        let server = TestServer(limits: .init(postsPerSecond: 10_000, postBurst: 10_000))
+        defer { server.remove() }
+        try await server.start()
+        try await server.createCircle("general", owner: "alice")
+        let alice = try await chatClient(server, user: "alice")
+        let bob = try await chatClient(server, user: "bob")
+        await alice.connect()
+        await bob.connect()
+        let model = await CircleModel(client: bob, circle: "general", typingTimeout: .milliseconds(500))
+        await model.start()
+        #expect(await eventually { await model.connectionState == .connected })
+        #expect(await eventually { await bob.cursor(of: "general") != nil })
+
+        let hello = try await alice.post("helo", to: "general")
+        #expect(await eventually { await model.posts.map(\.post.text) == ["helo"] })
+        #expect(await model.unread == 1)
+        try await alice.edit(hello.seq, in: "general", text: "hello")
+        try await alice.react("👍", to: hello.seq, in: "general")
+        #expect(await eventually {
+            let first = await model.posts.first?.post
+            return first?.text == "hello" && first?.reactions?.count == 1
+        })
+
+        // Observation tells a view when posts change.
+        let changed = AsyncStream<Void>.makeStream()
+        await MainActor.run {
+            withObservationTracking { _ = model.posts } onChange: { changed.continuation.yield() }
+        }
+        let mine = try await model.post("hi alice", replyTo: hello.seq)
+        #expect(await firstValue(changed.stream) != nil)
+        #expect(await eventually { await model.posts.last?.post.seq == mine.seq })
+        let item = await model.posts.last
+        #expect(item?.delivery == .sent)
+        #expect(item?.post.author == "bob")
+        #expect(item?.post.replyTo == hello.seq)
+        #expect(await model.unread == 1)  // own posts are not unread
+
+        // A post made while disconnected shows as sending until it is stored.
+        let port = server.port
+        await server.stop()
+        #expect(await eventually { await model.connectionState != .connected })
+        let pending = Task { try await model.post("offline") }
+        #expect(await eventually {
+            let last = await model.posts.last
+            return last?.delivery == .sending && last?.post.text == "offline"
+        })
+        server.configuration.port = port
+        try await server.start()
+        let offline = try await pending.value
+        #expect(await eventually {
+            let last = await model.posts.last
+            return last?.post.seq == offline.seq && last?.delivery == .sent
+        })
+        #expect(await eventually { await model.connectionState == .connected })
+
+        try await alice.typing(in: "general")
+        #expect(await eventually { await model.typingUsers == ["alice"] })
+        #expect(await eventually(timeout: .seconds(10)) { await model.typingUsers.isEmpty })
+
+        try await alice.delete(hello.seq, in: "general")
+        #expect(await eventually { await model.posts.first?.post.deleted == true })
+        #expect(await model.unread == 0)  // deleted posts do not count
+        let other = try await alice.post("news", to: "general")
+        #expect(await eventually { await model.unread == 1 })
+        try await model.markRead()
+        #expect(await model.readSeq == other.seq)
+        #expect(await model.unread == 0)
+        await model.stop()
+        await alice.shutdown()
+        await bob.shutdown()
+        await server.stop()
+    }
+}

@@ -1,0 +1,125 @@
+@testable import CircleClient
+import Foundation
+import Testing
+
+private func post(_ seq: Int64, _ text: String = "p", by author: String = "ann", replyTo: Int64? = nil) -> CirclePost {
+    CirclePost(circle: "c", seq: seq, author: author, text: text, attachment: nil, time: 1000 + seq, id: "id\(seq)", replyTo: replyTo)
+}
+
+private func change(_ seq: Int64, _ kind: CircleChange, target: Int64, by author: String = "ann", text: String? = nil, emoji: String? = nil) -> CirclePost {
+    CirclePost(circle: "c", seq: seq, author: author, text: text, attachment: nil, time: 1000 + seq, id: "id\(seq)", change: kind, target: target, emoji: emoji)
+}
+
+@Suite("CircleTimeline: applying stream entries")
+struct CircleTimelineTests {
+    @Test("an edit replaces the text and sets edited; a delete makes a tombstone without reactions")
+    func editAndDelete() {
+        var timeline = CircleTimeline(limit: 10)
+        timeline.apply(post(1, "helo"))
+        timeline.apply(change(2, .edit, target: 1, text: "hello"))
+        #expect(timeline.post(1)?.text == "hello")
+        #expect(timeline.post(1)?.edited == 1002)
+        timeline.apply(change(3, .react, target: 1, by: "bob", emoji: "👍"))
+        timeline.apply(change(4, .delete, target: 1))
+        let deleted = timeline.post(1)
+        #expect(deleted?.deleted == true)
+        #expect(deleted?.text == nil)
+        #expect(deleted?.reactions == nil)
+        // An edit of a deleted post changes nothing.
+        let changed = timeline.apply(change(5, .edit, target: 1, text: "again"))
+        #expect(!changed)
+        #expect(timeline.post(1)?.text == nil)
+        #expect(timeline.posts.count == 1)
+        #expect(timeline.lastSeq == 5)
+    }
+
+    @Test("reactions are sets of users per emoji, in the order first used; me follows the user")
+    func reactions() {
+        var timeline = CircleTimeline(limit: 10, me: "bob")
+        timeline.apply(post(1))
+        timeline.apply(change(2, .react, target: 1, by: "ann", emoji: "👍"))
+        timeline.apply(change(3, .react, target: 1, by: "bob", emoji: "👍"))
+        timeline.apply(change(4, .react, target: 1, by: "bob", emoji: "👍"))
+        timeline.apply(change(5, .react, target: 1, by: "ann", emoji: "🎉"))
+        #expect(timeline.post(1)?.reactions == [
+            CircleReaction(emoji: "👍", users: ["ann", "bob"], me: true),
+            CircleReaction(emoji: "🎉", users: ["ann"], me: false),
+        ])
+        timeline.apply(change(6, .unreact, target: 1, by: "bob", emoji: "👍"))
+        timeline.apply(change(7, .unreact, target: 1, by: "ann", emoji: "🎉"))
+        #expect(timeline.post(1)?.reactions == [CircleReaction(emoji: "👍", users: ["ann"], me: false)])
+        timeline.me = "ann"
+        #expect(timeline.post(1)?.reactions?.first?.me == true)
+    }
+
+    @Test("applying the same entries again (a replay overlap) changes nothing")
+    func idempotent() {
+        let entries = [
+            post(1, "a"), post(2, "b", by: "bob", replyTo: 1), change(3, .edit, target: 1, text: "A"),
+            change(4, .react, target: 2, by: "ann", emoji: "👍"), change(5, .delete, target: 1),
+            change(6, .unreact, target: 2, by: "cid", emoji: "👍"), post(7, "c"),
+        ]
+        var once = CircleTimeline(limit: 10)
+        for entry in entries { once.apply(entry) }
+        var twice = CircleTimeline(limit: 10)
+        for entry in entries.prefix(5) { twice.apply(entry) }
+        for entry in entries.dropFirst(2) { twice.apply(entry) }
+        #expect(once == twice)
+        #expect(once.post(2)?.replyTo == 1)
+        #expect(once.post(2)?.reactions?.first?.users == ["ann"])
+    }
+
+    @Test("a post served again keeps the known reactions; a history page replaces them")
+    func reactionsSnapshot() {
+        var timeline = CircleTimeline(limit: 10)
+        timeline.apply(post(1))
+        timeline.apply(change(2, .react, target: 1, by: "bob", emoji: "👍"))
+        timeline.apply(post(1))
+        #expect(timeline.post(1)?.reactions?.first?.users == ["bob"])
+        var page = post(1)
+        page.reactions = [CircleReaction(emoji: "🎉", users: ["cid"], me: false)]
+        timeline.applyHistory([page])
+        #expect(timeline.post(1)?.reactions == [CircleReaction(emoji: "🎉", users: ["cid"], me: false)])
+        page.reactions = []
+        timeline.applyHistory([page])
+        #expect(timeline.post(1)?.reactions == nil)
+    }
+
+    @Test("changes to posts not held are ignored; the oldest posts go beyond the limit")
+    func limit() {
+        var timeline = CircleTimeline(limit: 3)
+        for seq in 1...5 { timeline.apply(post(Int64(seq))) }
+        #expect(timeline.posts.map(\.seq) == [3, 4, 5])
+        let edited = timeline.apply(change(6, .edit, target: 1, text: "x"))
+        let inserted = timeline.apply(post(2))
+        #expect(!edited && !inserted)
+        #expect(timeline.posts.map(\.seq) == [3, 4, 5])
+        #expect(timeline.page(before: 5, limit: 1).posts.map(\.seq) == [4])
+        #expect(timeline.page(before: 5, limit: 1).more)
+        #expect(timeline.page(before: nil, limit: 5).posts.map(\.seq) == [3, 4, 5])
+        #expect(!timeline.page(before: nil, limit: 5).more)
+        #expect(timeline.page(after: 3, limit: 1).posts.map(\.seq) == [4])
+        #expect(timeline.page(after: 3, limit: 1).more)
+    }
+
+    @Test("outbox entries of older state files decode as posts")
+    func oldOutboxEntry() throws {
+        let old = #"{"id":"x","circle":"c","text":"hi","createdAt":5}"#
+        let entry = try JSONDecoder().decode(OutboxEntry.self, from: Data(old.utf8))
+        #expect(entry.action == .post)
+        #expect(entry.target == nil)
+        let react = OutboxEntry(id: "y", circle: "c", action: .react, target: 3, emoji: "👍", createdAt: 1)
+        #expect(react.request.action == .react)
+        #expect(react.request.target == 3)
+        #expect(react.request.emoji == "👍")
+        #expect(try JSONDecoder().decode(OutboxEntry.self, from: JSONEncoder().encode(react)) == react)
+    }
+
+    @Test("the user is read from the token's sub claim")
+    func subject() {
+        let payload = Data(#"{"sub":"ann","exp":1}"#.utf8).base64EncodedString()
+            .replacingOccurrences(of: "=", with: "").replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+        #expect(ClientCore.subject(of: "eyJhbGciOiJIUzI1NiJ9.\(payload).sig") == "ann")
+        #expect(ClientCore.subject(of: "not a token") == nil)
+    }
+}
