@@ -67,12 +67,20 @@ struct ChatCommand: AsyncParsableCommand {
         // Newest page first, then everything live.
         if let page = try? await client.history(of: self.circle, before: nil, limit: 50) {
             await screen.addHistory(page.posts, more: page.more)
+            if let seq = await screen.unmarkedRead() { _ = try? await client.markRead(self.circle, upTo: seq) }
         }
         let events = await client.messages(in: self.circle)
+        let circle = self.circle
         let states = await client.states()
         let outbox = await client.outboxEvents()
         let tasks = [
-            Task { for await event in events { await screen.handle(event) } },
+            Task {
+                // The chat shows the newest entries as they come: they are read.
+                for await event in events {
+                    await screen.handle(event)
+                    if let seq = await screen.unmarkedRead() { _ = try? await client.markRead(circle, upTo: seq) }
+                }
+            },
             Task { for await state in states { await screen.setState(state, waiting: await client.outbox.count) } },
             Task { for await event in outbox { await screen.handle(event) } },
             Task {
@@ -91,13 +99,36 @@ struct ChatCommand: AsyncParsableCommand {
             case .quit:
                 await client.shutdown()
                 return
-            case .post(let text):
+            case .post(let text, let replyTo):
                 let screen = screen
                 Task {
                     do {
-                        _ = try await client.post(text, to: self.circle)
+                        _ = try await client.post(text, to: self.circle, replyTo: replyTo)
                     } catch let error as CircleClientError {
                         await screen.failedPost(text, reason: error.message)
+                    }
+                }
+            case .change(let change):
+                let (screen, circle) = (screen, self.circle)
+                Task {
+                    do {
+                        switch change {
+                        case .edit(let seq, let text): try await client.edit(seq, in: circle, text: text)
+                        case .delete(let seq): try await client.delete(seq, in: circle)
+                        case .react(let emoji, let seq): try await client.react(emoji, to: seq, in: circle)
+                        case .unreact(let emoji, let seq): try await client.unreact(emoji, from: seq, in: circle)
+                        }
+                    } catch let error as CircleClientError {
+                        await screen.refused(change, reason: error.message)
+                    }
+                }
+            case .circles:
+                let screen = screen
+                Task {
+                    do {
+                        await screen.showCircles(try await client.circleSummaries())
+                    } catch let error as CircleClientError {
+                        await screen.showCircles(nil, reason: error.message)
                     }
                 }
             case .older:
@@ -116,10 +147,23 @@ struct ChatCommand: AsyncParsableCommand {
 /// presence and command notes where they happened), who is typing, and the input line.
 /// Everything is redrawn on each change (a screenful is small).
 actor ChatScreen {
-    enum Command { case none, quit, post(String), older, typing }
+    enum Change: Sendable {
+        case edit(Int64, String)
+        case delete(Int64)
+        case react(String, Int64)
+        case unreact(String, Int64)
+    }
 
-    /// The slash commands, for `--help` and `/help`.
-    static let commandSummary = "/help lists the commands · /older loads older posts · /quit leaves · //TEXT posts text that starts with /"
+    enum Command { case none, quit, post(String, replyTo: Int64?), change(Change), circles, older, typing }
+
+    /// The slash commands, for `--help` and `/help` (a line each).
+    static let commands = [
+        "/edit TEXT edits your last post", "/delete [SEQ] deletes your last post (or #SEQ)",
+        "/react EMOJI [SEQ] reacts to the last post (or #SEQ); again takes it back", "/reply SEQ TEXT answers #SEQ",
+        "/circles lists the circles with unread counts", "/older loads older posts", "/help lists the commands",
+        "/quit leaves", "//TEXT posts text that starts with /",
+    ]
+    static let commandSummary = commands.joined(separator: " · ")
 
     private struct Line {
         var seq: Int64?
@@ -153,6 +197,8 @@ actor ChatScreen {
     private var more = false
     /// The newest seq seen, posts and changes alike.
     private var lastEntry: Int64 = 0
+    /// The read marker last sent.
+    private var markedRead: Int64 = 0
     private var input: [UInt8] = []
     private var escape: [UInt8] = []
     private var state = "connecting…"
@@ -173,6 +219,7 @@ actor ChatScreen {
             // A history page gives reactions as they are now.
             line.reactions = (post.reactions ?? []).map { (emoji: $0.emoji, users: $0.users) }
             self.posts[post.seq] = line
+            self.lastEntry = max(self.lastEntry, post.seq)
         }
         if page.isEmpty || self.posts.keys.min() == page.first?.seq { self.more = more }
         self.redraw()
@@ -187,6 +234,7 @@ actor ChatScreen {
             var line = Self.line(post)
             line.reactions = self.posts[post.seq]?.reactions ?? []
             self.posts[post.seq] = line
+            self.lastEntry = max(self.lastEntry, post.seq)
             self.pending.removeAll { $0.id == post.id }
             self.typing[post.author] = nil
         case .gap(let from, let to):
@@ -200,8 +248,9 @@ actor ChatScreen {
                 self.typing[user] = nil
                 self.note("\(user) left")
             }
-        case .read:
-            break
+        case .read(let seq):
+            // Read on another connection of this user: nothing to mark from here up to there.
+            self.markedRead = max(self.markedRead, seq)
         }
         self.redraw()
     }
@@ -261,6 +310,10 @@ actor ChatScreen {
 
     func handle(_ event: OutboxEvent) {
         switch event {
+        case .queued(let entry) where entry.action != .post, .sent(let entry, _) where entry.action != .post,
+            .failed(let entry, _) where entry.action != .post:
+            // Edits, deletes and reactions: their calls report a refusal (ChatScreen.refused).
+            break
         case .queued(let entry):
             if let index = self.pending.firstIndex(where: { $0.id == nil && $0.line.text == entry.text }) {
                 self.pending[index].id = entry.id
@@ -334,7 +387,7 @@ actor ChatScreen {
             }
             self.pending.append((nil, Line(seq: nil, author: self.user, text: post, status: "sending…", time: Int64(Date().timeIntervalSince1970 * 1000))))
             self.redraw()
-            return .post(post)
+            return .post(post, replyTo: nil)
         case 127, 8:
             // Remove one character: its continuation bytes, then its first byte.
             while let last = self.input.last, (0x80...0xBF).contains(last) { self.input.removeLast() }
@@ -362,12 +415,104 @@ actor ChatScreen {
         case "older":
             return .older
         case "help", "?":
-            self.note("commands: \(Self.commandSummary) · keys: Enter posts, Page Up loads older posts, Ctrl-C leaves")
+            self.note("keys: Enter posts, Page Up loads older posts, Ctrl-C leaves; commands:")
+            for command in Self.commands { self.note(command) }
+        case "edit", "delete", "react", "reply":
+            if let command = self.changeCommand(name, arguments: text.dropFirst(name.count + 1).trimmingCharacters(in: .whitespaces)) {
+                return command
+            }
+        case "circles":
+            return .circles
         default:
             self.note("unknown command /\(name), not posted — /help lists the commands; //TEXT posts text that starts with /")
         }
         self.redraw()
         return .none
+    }
+
+    /// `/edit`, `/delete`, `/react`, `/reply`: the command, or `nil` after a note saying what is wrong.
+    private func changeCommand(_ name: String, arguments: String) -> Command? {
+        let words = arguments.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
+        func seq(_ word: String) -> Int64? { Int64(word.hasPrefix("#") ? String(word.dropFirst()) : word) }
+        let ownLast = self.posts.filter { $0.value.author == self.user && !$0.value.deleted }.keys.max()
+        switch name {
+        case "edit":
+            guard !arguments.isEmpty else {
+                self.note("/edit TEXT replaces the text of your last post")
+                return nil
+            }
+            guard let target = ownLast else {
+                self.note("you have no post here to edit")
+                return nil
+            }
+            return .change(.edit(target, arguments))
+        case "delete":
+            let target = words.first.flatMap(seq) ?? ownLast
+            guard words.count <= 1, words.first.map({ seq($0) != nil }) ?? true else {
+                self.note("/delete [SEQ]: SEQ is a post number, for example /delete 12")
+                return nil
+            }
+            guard let target else {
+                self.note("you have no post here to delete")
+                return nil
+            }
+            return .change(.delete(target))
+        case "react":
+            guard let emoji = words.first, words.count <= 2 else {
+                self.note("/react EMOJI [SEQ], for example /react 👍 or /react 🎉 12")
+                return nil
+            }
+            let last = self.posts.filter { !$0.value.deleted }.keys.max()
+            guard let target = words.count == 2 ? seq(words[1]) : last else {
+                self.note(words.count == 2 ? "/react EMOJI [SEQ]: SEQ is a post number" : "there is no post here to react to")
+                return nil
+            }
+            let mine = self.posts[target]?.reactions.first { $0.emoji == emoji }?.users.contains(self.user) ?? false
+            return .change(mine ? .unreact(emoji, target) : .react(emoji, target))
+        default:  // reply
+            guard words.count >= 2, let target = seq(words[0]) else {
+                self.note("/reply SEQ TEXT, for example /reply 12 sounds good")
+                return nil
+            }
+            let text = arguments.dropFirst(words[0].count).trimmingCharacters(in: .whitespaces)
+            var line = Line(seq: nil, author: self.user, text: text, status: "sending…", time: Int64(Date().timeIntervalSince1970 * 1000))
+            line.replyTo = target
+            self.pending.append((nil, line))
+            return .post(text, replyTo: target)
+        }
+    }
+
+    /// A change the server (or the outbox) refused: said where it happened.
+    func refused(_ change: Change, reason: String) {
+        switch change {
+        case .edit(let seq, _): self.note("#\(seq) was not edited: \(reason)")
+        case .delete(let seq): self.note("#\(seq) was not deleted: \(reason)")
+        case .react(let emoji, let seq): self.note("\(emoji) was not added to #\(seq): \(reason)")
+        case .unreact(let emoji, let seq): self.note("\(emoji) was not taken back from #\(seq): \(reason)")
+        }
+        self.redraw()
+    }
+
+    /// The answer to `/circles`: each circle with its unread count.
+    func showCircles(_ circles: [CircleSummary]?, reason: String = "") {
+        guard let circles else {
+            self.note("the circles could not be listed: \(reason)")
+            self.redraw()
+            return
+        }
+        let listed = circles.map { circle in
+            let name = circle.name == self.circle ? "\(circle.name) (here)" : circle.name
+            return circle.unread > 0 ? "\(name) \(circle.unread) unread" : name
+        }
+        self.note("circles: " + (listed.isEmpty ? "none" : listed.joined(separator: " · ")))
+        self.redraw()
+    }
+
+    /// The newest entry when it is newer than the read marker last sent (and records it as sent).
+    func unmarkedRead() -> Int64? {
+        guard self.lastEntry > self.markedRead else { return nil }
+        self.markedRead = self.lastEntry
+        return self.lastEntry
     }
 
     /// How a post shows: its text, or for a photo `[photo] caption` (`[photo 9f86d0]` without one).
