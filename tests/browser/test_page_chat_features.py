@@ -184,9 +184,22 @@ def test_a_reply_quotes_the_post_and_leads_back_to_it(server, new_page):
     wait_until(lambda: carol.find_elements(By.CSS_SELECTOR, '#list .post[data-seq="2"] .quote'), what="carol sees the quote")
 
 
+def plans_read(server):
+    status, _, body = server.http("GET", "/v1/circles", "alice")
+    assert status == 200
+    return next(c for c in body["circles"] if c["name"] == "plans")["readSeq"]
+
+
 def test_unread_counts_and_the_new_line(server, new_page):
     server.create_circle("plans", "carol")
     server.send_lines("plans", ["my own earlier post"], "alice")
+    # Alice reads the circle once (her marker moves to 1), then leaves.
+    before = new_page(1000, 700)
+    focus(before)
+    sign_in(before, server.port, "alice")
+    open_circle(before, "plans")
+    wait_until(lambda: plans_read(server) == 1, what="plans read up to 1")
+    before.quit()
     server.send_lines("plans", ["first news", "second news", "third news"], "carol")
     alice = new_page(1000, 700)
     focus(alice)

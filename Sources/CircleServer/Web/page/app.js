@@ -831,7 +831,10 @@ async function openCircle(name) {
   $("text").placeholder = `Message #${name}`;
   const d = circleData(name);
   if (S.replyTo && S.replyTo.circle !== name) setReply(null);
-  if (info && info.unread) d.newAfter = info.readSeq || 0;
+  // The "New" line where the reader left off: where their marker is, or (never marked, as in a
+  // circle that was empty) where this tab last showed it. A circle never read opens at the
+  // newest post, as a channel one has never visited does elsewhere.
+  if (info && info.unread && ((info.readSeq || 0) > 0 || d.view !== null || S.joined.has(name))) d.newAfter = info.readSeq || 0;
   renderCircles();
   renderTyping();
   renderTimeline();
@@ -1588,6 +1591,12 @@ document.addEventListener("click", (event) => {
   if (!$("picker").contains(event.target)) closePicker();
   if (S.menu && !event.target.closest(".post.menu-open")) closeMenu();
 });
+
+// Hover affordances follow the pointer actually used: a mouse shows post actions on hover,
+// a finger uses the long press.
+window.addEventListener("pointermove", (event) => {
+  document.documentElement.classList.toggle("mouse", event.pointerType === "mouse");
+}, { passive: true });
 
 /// A long press (phones) opens a post's actions; a tap elsewhere closes them.
 function addLongPress(node, key) {
