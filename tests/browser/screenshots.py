@@ -105,12 +105,13 @@ def main():
         wait_until(lambda: "typing" in page.find_element(By.ID, "typing").text, what="dave typing")
         settle(page)
         # The actions of a post show on hover.
-        ActionChains(page).move_to_element(page.find_element(By.CSS_SELECTOR, '#list .post[data-seq="9"]')).perform()
+        ActionChains(page).move_to_element(page.find_elements(By.CSS_SELECTOR, '#list .post')[-1]).perform()
         time.sleep(0.3)
         page.save_screenshot(prefix + "-desktop.png")
         writer.stdin.close()
         writer.wait(timeout=20)
 
+        ActionChains(page).move_to_element(page.find_element(By.ID, "title")).perform()
         set_viewport(page, 390, 844)
         page.get(page.current_url)
         wait_until(lambda: page.find_elements(By.CSS_SELECTOR, '#circles li[data-name="general"]'), what="list after reload")
@@ -121,6 +122,8 @@ def main():
         wait_until(lambda: "Already booked" in page.find_element(By.ID, "list").text, what="general shown on the phone")
         settle(page)
         page.execute_script("const m = document.getElementById('messages'); m.scrollTop = m.scrollHeight")
+        # The tap on the circle left the pointer over a post: move it off the conversation.
+        ActionChains(page).move_to_element(page.find_element(By.ID, "title")).perform()
         time.sleep(0.5)
         page.save_screenshot(prefix + "-phone.png")
     finally:

@@ -975,7 +975,10 @@ function photoNode(p) {
 function snippet(p) {
   if (!p) return "a post that is not loaded";
   if (p.deleted) return "message deleted";
-  const text = (p.text || "").replace(/\s+/g, " ").trim();
+  // Plain text: the Markdown marks of emphasis and code are left out (not inside words).
+  const text = (p.text || "").replace(/\s+/g, " ").trim()
+    .replace(/(\*\*|__|~~|`)(?=\S)(.+?)(?<=\S)\1/g, "$2")
+    .replace(/(^|[^\w*])([*_])(?=\S)(.+?)(?<=\S)\2(?![\w*])/g, "$1$3");
   if (text) return text.length > 120 ? text.slice(0, 119) + "…" : text;
   return p.attachment ? "Photo" : "";
 }
