@@ -8,7 +8,7 @@ from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
-from harness import Raw, open_circle, post, posts, sign_in, wait_until
+from harness import Raw, open_circle, post, posts, set_viewport, sign_in, wait_until
 
 
 def post_node(page, seq):
@@ -274,3 +274,26 @@ def test_loaded_posts_stay_while_the_server_restarts(server, new_page):
     wait_until(lambda: [post_text(alice, seq) for seq in (1, 2, 3)] == ["message deleted", "two, edited (edited)", "three"],
                what="edit and delete applied")
     wait_until(lambda: chips(alice, 3) == {"👀": (1, False)}, what="the reaction applied")
+
+
+def test_on_a_phone_a_long_press_opens_the_actions(server, new_page):
+    server.send_lines("lounge", ["press and hold me"], "carol")
+    bob = new_page(390, 844)
+    set_viewport(bob, 390, 844)
+    bob.execute_cdp_cmd("Emulation.setTouchEmulationEnabled", {"enabled": True, "maxTouchPoints": 1})
+    sign_in(bob, server.port, "bob")
+    open_circle(bob, "lounge")
+    wait_until(lambda: post_text(bob, 1) == "press and hold me", what="the post")
+    assert not post_node(bob, 1).find_element(By.CSS_SELECTOR, ".actions").is_displayed()
+    rect = bob.execute_script("const r = document.querySelector('#list .post[data-seq=\"1\"] .body').getBoundingClientRect(); return [r.x + 10, r.y + 5]")
+    point = {"x": rect[0], "y": rect[1]}
+    bob.execute_cdp_cmd("Input.dispatchTouchEvent", {"type": "touchStart", "touchPoints": [point]})
+    wait_until(lambda: "menu-open" in post_node(bob, 1).get_attribute("class"), what="the actions opened by holding")
+    bob.execute_cdp_cmd("Input.dispatchTouchEvent", {"type": "touchEnd", "touchPoints": []})
+    actions = post_node(bob, 1).find_element(By.CSS_SELECTOR, ".actions")
+    assert actions.is_displayed()
+    assert not actions.find_elements(By.CSS_SELECTOR, ".act-edit")   # carol's post
+    actions.find_element(By.CSS_SELECTOR, ".act-react").click()
+    bob.find_element(By.CSS_SELECTOR, '#picker .pick[aria-label="React with ❤️"]').click()
+    wait_until(lambda: chips(bob, 1) == {"❤️": (1, True)}, what="the reaction from the phone")
+    wait_until(lambda: "menu-open" not in post_node(bob, 1).get_attribute("class"), what="the actions closed")
