@@ -50,7 +50,7 @@ public struct CircleReaction: Sendable, Hashable, Codable {
 /// A post (no `change`) carries its *current* state wherever it is served: edited text with
 /// `edited`, or a tombstone (`deleted`, no `text` or `attachment`) once deleted. History pages
 /// add `reactions`; streamed posts do not, since the `react`/`unreact` entries that follow
-/// carry them. Applying entries in `seq` order with ``CirclePostState`` is idempotent, so a
+/// carry them. Applying entries in `seq` order with ``CircleTimeline`` is idempotent, so a
 /// reader that resumes with `since` ends in the same state as one that never left.
 public struct CirclePost: Sendable, Hashable, Codable {
     public var circle: String

@@ -115,6 +115,49 @@ import Testing
         await nodes.stop()
     }
 
+    @Test("changes made through one node reach the other in the circle's order; a read marker reaches the user's connection there")
+    func changesAndReadMarkersAcrossNodes() async throws {
+        let nodes = try await Nodes()
+        try await nodes.a.createCircle("general", owner: "ann")
+        let annA = try await TestClient.connect(nodes.a, user: "ann")
+        let annB = try await TestClient.connect(nodes.b, user: "ann")
+        let boB = try await TestClient.connect(nodes.b, user: "bo")
+        let cyB = try await TestClient.connect(nodes.b, user: "cy")
+        for client in [annA, annB, boB, cyB] { try await client.request { .join("general", id: $0) } }
+        let first = try #require(try await annA.request { .post("helo", to: "general", id: $0) }.ackSeq)
+        try await annA.request { .edit(first, in: "general", text: "hello", id: $0) }
+        try await boB.request { .react("🎉", to: first, in: "general", id: $0) }
+        #expect(try await annA.request { .react("🎉", to: first + 1, in: "general", id: $0) }.errorCode == .noSuchPost)
+        let reply = try #require(try await boB.request { .post("hi", to: "general", id: $0, replyTo: first) }.ackSeq)
+
+        // Readers on node B (who send nothing meanwhile) end with the same state.
+        var timelines: [CircleTimeline] = []
+        for client in [annB, cyB] {
+            var timeline = CircleTimeline()
+            while timeline.lastSeq < reply, let message = try await client.next(timeout: .seconds(20)) {
+                if let post = message.post {
+                    #expect(post.seq == timeline.lastSeq + 1)
+                    timeline.apply(post)
+                }
+            }
+            timelines.append(timeline)
+        }
+        #expect(timelines[0] == timelines[1])
+        #expect(timelines[0].post(first)?.text == "hello")
+        #expect(timelines[0].post(first)?.reactions?.first?.users == ["bo"])
+        #expect(timelines[0].post(reply)?.replyTo == first)
+
+        // ann reads on node A; her connection on node B hears it.
+        #expect(try await annA.request { .read("general", upTo: reply, id: $0) }.ackSeq == reply)
+        var marker: Int64?
+        while marker == nil, let message = try await annB.next(timeout: .seconds(20)) {
+            if case .read("general", let seq) = message { marker = seq }
+        }
+        #expect(marker == reply)
+        for client in [annA, annB, boB, cyB] { await client.close() }
+        await nodes.stop()
+    }
+
     @Test("typing and presence on one node are heard on the other; a removed member loses the circle everywhere")
     func ephemeralAndRevocationAcrossNodes() async throws {
         let nodes = try await Nodes()
@@ -254,8 +297,11 @@ final class MutedStore: SharedCircleStore {
     func posts(in circle: String, after: Int64, limit: Int) async throws -> [CirclePost] {
         try await self.base.posts(in: circle, after: after, limit: limit)
     }
-    func posts(in circle: String, before: Int64?, limit: Int) async throws -> [CirclePost] {
-        try await self.base.posts(in: circle, before: before, limit: limit)
+    func history(in circle: String, before: Int64?, after: Int64?, limit: Int, viewer: String) async throws -> [CirclePost] {
+        try await self.base.history(in: circle, before: before, after: after, limit: limit, viewer: viewer)
+    }
+    func markRead(_ user: String, in circle: String, upTo seq: Int64) async throws -> Int64 {
+        try await self.base.markRead(user, in: circle, upTo: seq)
     }
     func createUpload(_ upload: MediaUpload) async throws { try await self.base.createUpload(upload) }
     func upload(id: String) async throws -> MediaUpload? { try await self.base.upload(id: id) }

@@ -171,13 +171,18 @@ import Testing
 
     @Test func commitPlan() {
         let original = CirclePost(circle: "a", seq: 7, author: "alice", text: "old", attachment: nil, time: 1, id: "x")
+        var known = CommitPlan.Known()
+        known.circles = [
+            BinaryText("a"): CommitPlan.Circle(lastSeq: 7, owner: "alice", isPrivate: false),
+            BinaryText("b"): CommitPlan.Circle(lastSeq: 0, owner: "bob", isPrivate: false),
+        ]
+        known.entries = [EntryKey(original): original]
         let plan = CommitPlan(
             posts: [
                 self.newPost("a", id: "x"), self.newPost("a", id: "y"), self.newPost("zz", id: "y"),
                 self.newPost("b", id: "y"), self.newPost("a", id: "y"), self.newPost("a", id: "z"),
             ],
-            existing: [PostKey(circle: "a", author: "alice", clientID: "x"): original],
-            lastSeqs: [BinaryText("a"): 7, BinaryText("b"): 0]
+            known: known
         )
         #expect(plan.outcomes.first == .duplicate(original))
         #expect(self.storedSeqs(plan.outcomes) == [nil, 8, nil, 1, nil, 9])
@@ -186,5 +191,52 @@ import Testing
         #expect(plan.inserts.map(\.seq) == [8, 1, 9])
         #expect(plan.newLastSeqs.map(\.circle) == ["a", "b"])
         #expect(plan.newLastSeqs.map(\.lastSeq) == [9, 1])
+        #expect(plan.postUpdates.isEmpty && plan.deletedPosts.isEmpty && plan.reactionWrites.isEmpty)
+    }
+
+    /// What the plan asks the store to read, and what it tells the store to write, for changes.
+    @Test func commitPlanForChanges() {
+        let post = CirclePost(circle: "a", seq: 2, author: "alice", text: "hi", attachment: "m1", time: 1, id: "p")
+        let edit = CirclePost(circle: "a", seq: 3, author: "alice", text: "hi!", attachment: nil, time: 2, id: "e", change: .edit, target: 2)
+        let batch = [
+            NewPost(circle: "a", author: "alice", clientID: "e", text: "again", attachment: nil, time: 9, change: .edit, target: 2),
+            NewPost(circle: "a", author: "bob", clientID: "r1", text: nil, attachment: nil, time: 10, change: .react, target: 2, emoji: "👍"),
+            NewPost(circle: "a", author: "carol", clientID: "r2", text: nil, attachment: nil, time: 10, change: .unreact, target: 2, emoji: "👍"),
+            NewPost(circle: "a", author: "bob", clientID: "r3", text: nil, attachment: nil, time: 10, change: .react, target: 5, emoji: "👍"),
+            NewPost(circle: "a", author: "bob", clientID: "q", text: "re", attachment: nil, time: 11, replyTo: 4),
+            NewPost(circle: "a", author: "dave", clientID: "r4", text: nil, attachment: nil, time: 12, change: .react, target: 1, emoji: "🎉"),
+            NewPost(circle: "a", author: "alice", clientID: "d", text: nil, attachment: nil, time: 13, change: .delete, target: 2),
+            NewPost(circle: "a", author: "dave", clientID: "r5", text: nil, attachment: nil, time: 14, change: .unreact, target: 1, emoji: "🎉"),
+        ]
+        var known = CommitPlan.Known()
+        known.circles = [BinaryText("a"): CommitPlan.Circle(lastSeq: 4, owner: "alice", isPrivate: false)]
+        known.entries = [EntryKey(edit): edit]
+        #expect(CommitPlan.circleNames(batch) == ["a"])
+        #expect(CommitPlan.keys(batch).count == 8)
+        // Targets the store has to read: only seqs that can exist (5 is beyond last_seq 4).
+        #expect(CommitPlan.targetsToRead(batch, known: known) == [EntryKey(circle: "a", seq: 2), EntryKey(circle: "a", seq: 4), EntryKey(circle: "a", seq: 1)])
+        known.entries[EntryKey(post)] = post
+        known.entries[EntryKey(circle: "a", seq: 1)] = CirclePost(circle: "a", seq: 1, author: "bob", text: "x", attachment: nil, time: 0, id: "o")
+        known.entries[EntryKey(circle: "a", seq: 4)] = CirclePost(circle: "a", seq: 4, author: "bob", text: "y", attachment: nil, time: 0, id: "o2")
+        let reads = CommitPlan.reactionsToRead(batch, known: known)
+        #expect(reads.posts == [EntryKey(circle: "a", seq: 2), EntryKey(circle: "a", seq: 1)])
+        #expect(reads.reactions.count == 3)
+        known.reactionCounts = [EntryKey(circle: "a", seq: 2): [BinaryText("👍"): 1], EntryKey(circle: "a", seq: 1): [:]]
+        known.reactions = [ReactionKey(post: EntryKey(circle: "a", seq: 2), emoji: "👍", user: "carol")]
+
+        let plan = CommitPlan(posts: batch, known: known)
+        // The edit with a stored key is a duplicate: as it is at the end of the batch, its text cleared by the delete.
+        var cleared = edit
+        cleared.text = nil
+        #expect(plan.outcomes[0] == .duplicate(cleared))
+        #expect(self.storedSeqs(plan.outcomes) == [nil, 5, 6, nil, 7, 8, 9, 10])
+        // Seq 5 is known by then, but it is a change entry.
+        if case .rejected(let code, _) = plan.outcomes[3] { #expect(code == .noSuchPost) } else { Issue.record("expected .rejected, got \(plan.outcomes[3])") }
+        #expect(plan.postUpdates == [CirclePost(circle: "a", seq: 2, author: "alice", text: nil, attachment: nil, time: 1, id: "p", deleted: true)])
+        #expect(plan.deletedPosts == [EntryKey(circle: "a", seq: 2)])
+        // Post 2's reactions went with it; on post 1 dave's 🎉 came and went.
+        #expect(plan.reactionWrites.map(\.reaction) == [ReactionKey(post: EntryKey(circle: "a", seq: 1), emoji: "🎉", user: "dave")])
+        #expect(plan.reactionWrites.map(\.seq) == [nil])
+        #expect(plan.newLastSeqs.map(\.lastSeq) == [10])
     }
 }

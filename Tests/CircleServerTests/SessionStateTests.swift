@@ -69,7 +69,12 @@ struct SessionStateTests {
             case .checkAccess(let request): return "check \(request.id)"
             case .readReplay(let circle, let after, let limit): return "read \(circle) after \(after) limit \(limit)"
             case .readHistory(let request): return "history \(request.id)"
-            case .submit(let post): return "submit \(post.clientID) at \(post.time)"
+            case .submit(let post):
+                let change = post.change.map { " \($0.rawValue) \(post.target ?? 0)" } ?? ""
+                return "submit \(post.clientID) at \(post.time)" + change
+            case .markRead(let request): return "mark \(request.circle) \(request.seq ?? -1)"
+            case .listCircles(let request): return "circles \(request.id)"
+            case .broadcastRead(let circle, let seq): return "tell read \(circle) \(seq)"
             case .read: return "read"
             case .close(let code, let reason): return "close \(code.rawValue) \(reason)"
             case .count(let metric): return "count \(metric)"
@@ -308,6 +313,39 @@ struct SessionStateTests {
         #expect(Self.describe(state.timerFired(now: clock.now)) == ["close 4002 idle timeout"])
         #expect(Self.describe(state.postCommitted(id: "p4", .success(.stored(Self.post(5))))).isEmpty)
         #expect(Self.describe(state.received(.success(Self.request(.ping, "x")), now: clock.now)).isEmpty)
+    }
+
+    @Test("changes go to the committer like posts, need the join, and their refusals become errors")
+    func changes() {
+        var state = Self.makeState()
+        let clock = Clock()
+        let edit = CircleRequest.edit(3, in: "general", text: "fixed", id: "e1")
+        #expect(Self.describe(state.received(.success(edit), now: clock.now)) == ["error e1 forbidden: join \"general\" before changing posts in it"])
+        Self.joinConfirmed(&state, lastSeq: 5, clock: clock)
+        #expect(Self.describe(state.received(.success(edit), now: clock.now)) == ["submit e1 at 1700001000000 edit 3"])
+        let react = CircleRequest.react("\u{1F44D}", to: 2, in: "general", id: "r1")
+        #expect(Self.describe(state.received(.success(react), now: clock.now)) == ["submit r1 at 1700001000000 react 2"])
+        #expect(Self.describe(state.received(.success(.delete(1, in: "general", id: "d1")), now: clock.now)) == ["submit d1 at 1700001000000 delete 1"])
+        #expect(Self.describe(state.postCommitted(id: "e1", .success(.rejected(.notAuthor, "not yours")))) == ["error e1 not_author: not yours"])
+        #expect(Self.describe(state.postCommitted(id: "r1", .success(.rejected(.tooManyReactions, "full")))) == ["error r1 too_many_reactions: full"])
+    }
+
+    @Test("read markers: need the join, ack the stored marker and tell the user's other connections; circles lists")
+    func readMarkersAndCircles() {
+        var state = Self.makeState()
+        let clock = Clock()
+        #expect(Self.describe(state.received(.success(.read("general", upTo: 4, id: "m0")), now: clock.now)) == ["error m0 forbidden: join \"general\" first"])
+        Self.joinConfirmed(&state, lastSeq: 5, clock: clock)
+        let read = CircleRequest.read("general", upTo: 9, id: "m1")
+        #expect(Self.describe(state.received(.success(read), now: clock.now)) == ["mark general 9"])
+        #expect(Self.describe(state.readMarked(read, .success(5), now: clock.now)) == ["send ack m1 seq 5", "tell read general 5"])
+        #expect(Self.describe(state.readMarked(read, .failure(StoreError(.notFound, "gone")), now: clock.now)) == ["error m1 not_found"].map { $0 + ": no circle \"general\"" })
+        let circles = CircleRequest.circles(id: "c1")
+        #expect(Self.describe(state.received(.success(circles), now: clock.now)) == ["circles c1"])
+        let summary = CircleSummary(name: "general", owner: "bob", private: false, createdAt: 0, lastSeq: 5, readSeq: 5, unread: 0)
+        #expect(Self.describe(state.circlesListed(circles, .success([summary]), now: clock.now)) == ["send \(CircleServerMessage.circles(id: "c1", circles: [summary]))"])
+        let marker = HubPayload(text: ByteBuffer(string: "read 5"))
+        #expect(Self.describe(state.hubEvent(.user(marker))) == ["write read 5"])
     }
 
     @Test("posts are rate limited by the token bucket on the injected clock")

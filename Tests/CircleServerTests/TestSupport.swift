@@ -17,6 +17,9 @@ final class TestClient: @unchecked Sendable {
     let socket: WebSocket
     private var iterator: WebSocket.Messages.AsyncIterator
     private var counter = 0
+    /// Request ids are `<idPrefix><n>`: give a new connection of the same user another prefix
+    /// when its requests must not be taken for retries of the earlier connection's.
+    var idPrefix = "r"
 
     init(url: String, token: String?, subprotocol: Bool = true) async throws {
         var configuration = WebSocketConfiguration()
@@ -32,7 +35,7 @@ final class TestClient: @unchecked Sendable {
 
     func nextID() -> String {
         self.counter += 1
-        return "r\(self.counter)"
+        return "\(self.idPrefix)\(self.counter)"
     }
 
     func send(_ request: CircleRequest) async throws {
@@ -67,6 +70,7 @@ final class TestClient: @unchecked Sendable {
             case .ack(let ackID, _, _, _) where ackID == id: return (message, others)
             case .error(let errorID, _, _) where errorID == id: return (message, others)
             case .history(let historyID, _, _, _) where historyID == id: return (message, others)
+            case .circles(let listID, _) where listID == id: return (message, others)
             default: others.append(message)
             }
         }

@@ -19,6 +19,15 @@ import Testing
             CirclePost(circle: text, seq: 1, author: text, text: text, attachment: nil, time: 1_764_000_000_000, id: text),
             CirclePost(circle: "room", seq: .max, author: "ana", text: nil, attachment: text, time: 0, id: "p1"),
             CirclePost(circle: "room", seq: 0, author: "ana", text: text, attachment: "m1", time: -5, id: "p2"),
+            CirclePost(circle: "room", seq: 7, author: text, text: text, attachment: nil, time: 9, id: "e", change: .edit, target: 3),
+            CirclePost(circle: "room", seq: 8, author: "bo", text: nil, attachment: nil, time: 9, id: text, change: .react, target: 3, emoji: text),
+            CirclePost(circle: "room", seq: 9, author: "bo", text: nil, attachment: nil, time: 9, id: "d", change: .delete, target: 1),
+            CirclePost(circle: text, seq: 3, author: "ana", text: text, attachment: nil, time: 1, id: "r", replyTo: 2, edited: 5),
+            CirclePost(circle: "room", seq: 4, author: "ana", text: nil, attachment: nil, time: 1, id: "t", deleted: true, reactions: []),
+            CirclePost(
+                circle: "room", seq: 5, author: "ana", text: "hi", attachment: nil, time: 1, id: "x",
+                reactions: [CircleReaction(emoji: "\u{1F44D}", users: [text, "bo"], me: true), CircleReaction(emoji: text, users: [], me: false)]
+            ),
         ]
     }
 
@@ -35,6 +44,12 @@ import Testing
             .left(circle: "c", user: text),
             .typing(circle: text, user: text),
             .gap(circle: text, from: 1, to: Int64.max),
+            .read(circle: text, seq: 12),
+            .circles(id: text, circles: []),
+            .circles(id: "c", circles: [
+                CircleSummary(name: text, owner: "ana", private: true, createdAt: 1, lastSeq: 9, readSeq: 4, unread: 3),
+                CircleSummary(name: "b", owner: text, private: false, createdAt: 0, lastSeq: 0),
+            ]),
         ]
         messages += Self.posts(text).map { .post($0) }
         return messages
@@ -88,5 +103,46 @@ import Testing
         #expect((try? JSONParser.parse([0x22, 0x61, 0x0A, 0x22]).get()) == nil)  // a raw newline
         #expect((try? JSONParser.parse([0x22, 0x61, 0xFF, 0x22]).get()) == nil)  // not UTF-8
         #expect((try? JSONParser.parse([0x22, 0x61]).get()) == nil)  // unterminated
+    }
+
+    @Test func changeRequestsDecode() throws {
+        func decode(_ json: String) -> Result<CircleRequest, CircleRequest.DecodingFailure> {
+            CircleRequest.decode(Array(json.utf8))
+        }
+        #expect(try decode(#"{"action":"edit","id":"1","circle":"c","target":3,"text":"new"}"#).get() == .edit(3, in: "c", text: "new", id: "1"))
+        #expect(try decode(#"{"action":"delete","id":"1","circle":"c","target":3}"#).get() == .delete(3, in: "c", id: "1"))
+        #expect(try decode(#"{"action":"react","id":"1","circle":"c","target":3,"emoji":"👍🏽"}"#).get() == .react("👍🏽", to: 3, in: "c", id: "1"))
+        #expect(try decode(#"{"action":"unreact","id":"1","circle":"c","target":3,"emoji":"❤️"}"#).get() == .unreact("❤️", from: 3, in: "c", id: "1"))
+        #expect(try decode(#"{"action":"post","id":"1","circle":"c","text":"a","replyTo":2}"#).get() == .post("a", to: "c", id: "1", replyTo: 2))
+        #expect(try decode(#"{"action":"read","id":"1","circle":"c","seq":9}"#).get() == .read("c", upTo: 9, id: "1"))
+        #expect(try decode(#"{"action":"circles","id":"1"}"#).get() == .circles(id: "1"))
+        let refused: [(String, CircleErrorCode)] = [
+            (#"{"action":"edit","id":"1","circle":"c","text":"new"}"#, .badRequest),
+            (#"{"action":"edit","id":"1","circle":"c","target":3}"#, .badRequest),
+            (#"{"action":"edit","id":"1","circle":"c","target":0,"text":"x"}"#, .badRequest),
+            (#"{"action":"delete","id":"1","circle":"c","target":"3"}"#, .badRequest),
+            (#"{"action":"react","id":"1","circle":"c","target":3}"#, .badRequest),
+            (#"{"action":"react","id":"1","circle":"c","target":3,"emoji":"ok"}"#, .invalidEmoji),
+            (#"{"action":"react","id":"1","circle":"c","target":3,"emoji":"👍👍"}"#, .invalidEmoji),
+            (##"{"action":"unreact","id":"1","circle":"c","target":3,"emoji":"#"}"##, .invalidEmoji),
+            (#"{"action":"read","id":"1","circle":"c"}"#, .badRequest),
+            (#"{"action":"read","id":"1","circle":"c","seq":-1}"#, .badRequest),
+            (#"{"action":"post","id":"1","circle":"c","text":"a","replyTo":0}"#, .badRequest),
+        ]
+        for (json, code) in refused {
+            guard case .failure(let failure) = decode(json) else {
+                Issue.record("accepted: \(json)")
+                continue
+            }
+            #expect(failure.code == code, "\(json): \(failure.message)")
+            #expect(failure.id == "1")
+        }
+    }
+
+    @Test func emojiAreOneEmoji() {
+        let emoji = ["👍", "👍🏽", "❤️", "🇫🇷", "1️⃣", "👨‍👩‍👧‍👦", "🎉", "😀", "☺️", "🏳️‍🌈"]
+        for text in emoji { #expect(CircleRequest.isEmoji(text), "\(text)") }
+        let notEmoji = ["", "a", "1", "#", "*", "™", "☺", "👍👍", "👍 ", " 👍", "ok", String(repeating: "👍", count: 20)]
+        for text in notEmoji { #expect(!CircleRequest.isEmoji(text), "\(text)") }
     }
 }

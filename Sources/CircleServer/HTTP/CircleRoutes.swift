@@ -114,7 +114,10 @@ struct CircleRoutes: Sendable {
         }
         let circle = HTTPAPI.Path.circles + "/{name}"
         router.get(RouterPath(circle)) { _, context in
-            Response.json(.ok, Self.body(try await self.visibleCircle(context)))
+            let info = try await self.visibleCircle(context)
+            // With the user's read marker and unread count, as in the list.
+            let listed = try await store.circles(visibleTo: try context.requireUser().name).first { $0.name == info.name }
+            return Response.json(.ok, Self.body(listed ?? info))
         }
         router.get(RouterPath(circle + "/messages")) { request, context in
             let info = try await self.visibleCircle(context)

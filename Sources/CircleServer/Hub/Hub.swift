@@ -127,7 +127,8 @@ final class HubSubscriber: Sendable, Hashable {
 /// order, so every subscriber sees them in order.
 final class Hub: Sendable {
     private let subscriptions = NIOLockedValueBox([String: Set<HubSubscriber>]())
-    private let connections = NIOLockedValueBox([HubSubscriber: Void]())
+    /// Every connection of this node, by user (for events addressed to a user: read markers).
+    private let connections = NIOLockedValueBox([String: Set<HubSubscriber>]())
     /// Per circle, per user: how many of the user's connections on this node are joined and
     /// announced (not quiet). Presence is per user: the first announces `joined`, the last `left`.
     private let presence = NIOLockedValueBox([String: [String: Int]]())
@@ -144,12 +145,15 @@ final class Hub: Sendable {
     }
 
     func register(_ subscriber: HubSubscriber) {
-        self.connections.withLockedValue { $0[subscriber] = () }
+        self.connections.withLockedValue { _ = $0[subscriber.user, default: []].insert(subscriber) }
     }
 
     /// Forgets a connection and all its subscriptions.
     func unregister(_ subscriber: HubSubscriber, circles: some Sequence<String>) {
-        self.connections.withLockedValue { _ = $0.removeValue(forKey: subscriber) }
+        self.connections.withLockedValue { table in
+            table[subscriber.user]?.remove(subscriber)
+            if table[subscriber.user]?.isEmpty == true { table[subscriber.user] = nil }
+        }
         self.subscriptions.withLockedValue { table in
             for circle in circles {
                 table[circle]?.remove(subscriber)
@@ -194,7 +198,7 @@ final class Hub: Sendable {
         }
     }
 
-    var connectionCount: Int { self.connections.withLockedValue { $0.count } }
+    var connectionCount: Int { self.connections.withLockedValue { $0.values.reduce(0) { $0 + $1.count } } }
 
     func subscriberCount(of circle: String) -> Int {
         self.subscriptions.withLockedValue { $0[circle]?.count ?? 0 }
@@ -382,7 +386,7 @@ final class Hub: Sendable {
 
     /// ``send(_:toUser:except:)`` on this node only.
     func sendHere(_ payload: HubPayload, toUser user: String, except sender: HubSubscriber?) {
-        let targets = self.connections.withLockedValue { $0.keys.filter { $0.user == user && $0 !== sender } }
+        let targets = self.connections.withLockedValue { $0[user].map { $0.filter { $0 !== sender } } ?? [] }
         let event = HubEvent.user(payload)
         for subscriber in targets {
             subscriber.eventLoop.execute {
@@ -394,7 +398,7 @@ final class Hub: Sendable {
 
     /// Asks every connection to close with 1001.
     func shutDownAll() {
-        let all = self.connections.withLockedValue { Array($0.keys) }
+        let all = self.connections.withLockedValue { $0.values.flatMap { $0 } }
         for subscriber in all {
             subscriber.eventLoop.execute { subscriber.shutDown() }
         }

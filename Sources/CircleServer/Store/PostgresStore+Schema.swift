@@ -78,6 +78,41 @@ extension PostgresStore {
             )
             """
         ],
+        [
+            // Edits, deletes, reactions, replies: a change entry names its target post; a post may
+            // reply to one; a post keeps its current state (last edit time, deleted).
+            """
+            ALTER TABLE posts
+                ADD COLUMN change text COLLATE "C",
+                ADD COLUMN target bigint,
+                ADD COLUMN emoji bytea,
+                ADD COLUMN reply_to bigint,
+                ADD COLUMN edited_at bigint,
+                ADD COLUMN deleted boolean NOT NULL DEFAULT false
+            """,
+            // Deleting a post clears the text of the edits made to it.
+            "CREATE INDEX posts_by_target ON posts (circle, target) WHERE target IS NOT NULL",
+            // A post's current reactions; `seq` is the entry that added one (their order). The
+            // primary key serves the reactions of a post, and of a page of posts.
+            """
+            CREATE TABLE reactions (
+                circle text COLLATE "C" NOT NULL,
+                post bigint NOT NULL,
+                emoji bytea NOT NULL,
+                user_name bytea NOT NULL,
+                seq bigint NOT NULL,
+                PRIMARY KEY (circle, post, emoji, user_name)
+            )
+            """,
+            """
+            CREATE TABLE read_markers (
+                user_name text COLLATE "C" NOT NULL,
+                circle text COLLATE "C" NOT NULL REFERENCES circles (name) ON DELETE CASCADE,
+                seq bigint NOT NULL,
+                PRIMARY KEY (user_name, circle)
+            )
+            """,
+        ],
     ]
 
     /// The schema version this build writes and understands.
@@ -89,7 +124,10 @@ extension PostgresStore {
     /// Applies the steps the database lacks, each in one transaction that holds the migration
     /// lock and records the new version, so several nodes starting at once apply nothing twice
     /// and a crash leaves a whole version.
-    static func applyMigrations(client: PostgresClient, logger: Logger) async throws {
+    ///
+    /// - Parameter target: The version to stop at; tests pass an older one to make a database as
+    ///   an older server left it.
+    static func applyMigrations(client: PostgresClient, logger: Logger, upTo target: Int = PostgresStore.schemaVersion) async throws {
         while true {
             let done = try await client.withTransaction(logger: logger) { connection -> Bool in
                 try await connection.query("SELECT pg_advisory_xact_lock(\(Self.migrationLockKey))", logger: logger)
@@ -99,7 +137,7 @@ extension PostgresStore {
                     version = value
                 }
                 let current = version ?? 0
-                if current == Self.schemaVersion {
+                if current == Self.schemaVersion || current == target {
                     return true
                 }
                 guard current >= 0, current < Self.schemaVersion else {

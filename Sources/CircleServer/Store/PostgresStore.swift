@@ -23,9 +23,11 @@ import PostgresNIO
 /// circle's `last_seq` is a counter in its `circles` row. A commit first locks the rows of the
 /// batch's circles (`SELECT … FOR UPDATE`, in name order so two batches cannot deadlock), then looks
 /// up the batch's idempotency keys — after the lock, so a post another node committed for the same
-/// key meanwhile is seen — numbers the new posts in memory from the locked `last_seq`s
-/// (``CommitPlan``, shared with ``SQLiteStore``), inserts them with one `unnest` statement and
-/// updates the counters, all in one transaction. Writers to different circles do not wait for
+/// key meanwhile is seen — and what its changes and replies name (their target posts, the
+/// reactions on them), applies the entries in memory and numbers them from the locked `last_seq`s
+/// (``CommitPlan``, shared with ``SQLiteStore``), inserts them with one `unnest` statement, writes
+/// what the changes did to posts and reactions and updates the counters, all in one transaction.
+/// A batch of posts alone takes four statements, whatever its size. Writers to different circles do not wait for
 /// each other; writers to one circle are serialized by its row lock, which is what gapless
 /// numbering in commit order means.
 ///
@@ -110,6 +112,13 @@ public final class PostgresStore: CircleStore {
         }
     }
 
+    /// Migrates only up to schema `version`: a database as an older server left it; for tests.
+    func migrate(upTo version: Int) async throws {
+        try await self.operation("migrate", limit: .seconds(120)) {
+            try await Self.applyMigrations(client: self.client, logger: self.logger, upTo: version)
+        }
+    }
+
     public func createCircle(name: String, owner: String, isPrivate: Bool, createdAt: Int64) async throws -> CircleInfo {
         try await self.operation("create circle") {
             do {
@@ -143,21 +152,48 @@ public final class PostgresStore: CircleStore {
         }
     }
 
+    /// One query: the visible circles with the user's marker, and per circle a count over the
+    /// posts above it (the primary key's range `(circle, seq > marker)`).
     public func circles(visibleTo user: String) async throws -> [CircleInfo] {
         try await self.operation("list circles") {
             let rows = try await self.client.query(
                 """
-                SELECT name, owner, private, created_at, last_seq FROM circles
-                WHERE NOT private OR EXISTS (SELECT 1 FROM members WHERE members.circle = circles.name AND members.user_name = \(user))
-                ORDER BY name
+                SELECT c.name, c.owner, c.private, c.created_at, c.last_seq, COALESCE(m.seq, 0),
+                    (SELECT count(*) FROM posts p
+                     WHERE p.circle = c.name AND p.seq > COALESCE(m.seq, 0) AND p.change IS NULL AND NOT p.deleted
+                       AND p.author <> \(ByteBuffer(string: user)))
+                FROM circles c LEFT JOIN read_markers m ON m.circle = c.name AND m.user_name = \(user)
+                WHERE NOT c.private OR EXISTS (SELECT 1 FROM members WHERE members.circle = c.name AND members.user_name = \(user))
+                ORDER BY c.name
                 """,
                 logger: self.logger
             )
             var circles: [CircleInfo] = []
-            for try await row in rows.decode((String, String, Bool, Int64, Int64).self) {
-                circles.append(CircleInfo(name: row.0, owner: row.1, isPrivate: row.2, createdAt: row.3, lastSeq: row.4))
+            for try await row in rows.decode((String, String, Bool, Int64, Int64, Int64, Int64).self) {
+                circles.append(
+                    CircleInfo(name: row.0, owner: row.1, isPrivate: row.2, createdAt: row.3, lastSeq: row.4, readSeq: row.5, unread: row.6)
+                )
             }
             return circles
+        }
+    }
+
+    /// One upsert that reads the circle's `last_seq` for the clamp and keeps the larger marker.
+    public func markRead(_ user: String, in circle: String, upTo seq: Int64) async throws -> Int64 {
+        try await self.operation("mark read") {
+            let rows = try await self.client.query(
+                """
+                INSERT INTO read_markers (user_name, circle, seq)
+                SELECT \(user), name, LEAST(GREATEST(\(seq), 0), last_seq) FROM circles WHERE name = \(circle)
+                ON CONFLICT (user_name, circle) DO UPDATE SET seq = GREATEST(read_markers.seq, EXCLUDED.seq)
+                RETURNING seq
+                """,
+                logger: self.logger
+            )
+            for try await marker in rows.decode(Int64.self) {
+                return marker
+            }
+            throw StoreError(.notFound, "no circle \"\(circle)\"")
         }
     }
 
@@ -282,63 +318,150 @@ public final class PostgresStore: CircleStore {
 
     static func commit(_ posts: [NewPost], on connection: PostgresConnection, logger: Logger) async throws -> [PostOutcome] {
         // 1. Lock the circles the batch names, in name order (a fixed order: no deadlocks).
-        var names: [String] = []
-        var seenNames = Set<BinaryText>()
-        for post in posts where seenNames.insert(BinaryText(post.circle)).inserted {
-            names.append(post.circle)
-        }
-        var lastSeqs: [BinaryText: Int64] = [:]
+        var known = CommitPlan.Known()
         let locked = try await connection.query(
-            "SELECT name, last_seq FROM circles WHERE name = ANY(\(names)) ORDER BY name FOR UPDATE",
+            "SELECT name, last_seq, owner, private FROM circles WHERE name = ANY(\(CommitPlan.circleNames(posts))) ORDER BY name FOR UPDATE",
             logger: logger
         )
-        for try await (name, lastSeq) in locked.decode((String, Int64).self) {
-            lastSeqs[BinaryText(name)] = lastSeq
+        for try await (name, lastSeq, owner, isPrivate) in locked.decode((String, Int64, String, Bool).self) {
+            known.circles[BinaryText(name)] = CommitPlan.Circle(lastSeq: lastSeq, owner: owner, isPrivate: isPrivate)
         }
 
-        // 2. The batch's keys that are stored already (by any node), now that no one else can add any.
-        var circles: [String] = []
-        var authors: [ByteBuffer] = []
-        var clientIDs: [ByteBuffer] = []
-        var seenKeys = Set<PostKey>()
-        for post in posts where seenKeys.insert(PostKey(post)).inserted {
-            circles.append(post.circle)
-            authors.append(ByteBuffer(string: post.author))
-            clientIDs.append(ByteBuffer(string: post.clientID))
-        }
-        var existing: [PostKey: CirclePost] = [:]
+        // 2. The batch's keys that are stored already (by any node), now that no one else can add
+        // any; then what its changes and replies name. Every writer to these circles holds their
+        // row locks, so nothing read here changes before the commit.
+        let keys = CommitPlan.keys(posts)
         let stored = try await connection.query(
             """
-            SELECT \(unescaped: Self.postColumns) FROM posts JOIN unnest(\(circles)::text[], \(authors)::bytea[], \(clientIDs)::bytea[]) AS k(key_circle, key_author, key_client_id)
+            SELECT \(unescaped: Self.postColumns) FROM posts
+            JOIN unnest(\(keys.map(\.circle.string))::text[], \(keys.map { ByteBuffer(string: $0.author.string) })::bytea[],
+                        \(keys.map { ByteBuffer(string: $0.clientID.string) })::bytea[]) AS k(key_circle, key_author, key_client_id)
               ON posts.circle = k.key_circle AND posts.author = k.key_author AND posts.client_id = k.key_client_id
             """,
             logger: logger
         )
         for try await row in stored.decode(PostRow.self) {
-            let post = Self.post(row)
-            existing[PostKey(post)] = post
+            let entry = try Self.post(row)
+            known.entries[EntryKey(entry)] = entry
         }
-
-        // 3. Number, insert, advance the counters.
-        let plan = CommitPlan(posts: posts, existing: existing, lastSeqs: lastSeqs)
-        if !plan.inserts.isEmpty {
-            let inserts = plan.inserts
-            let texts = inserts.map { ByteBuffer(string: $0.text ?? "") }
-            let hasText = inserts.map { $0.text != nil }
-            let attachments = inserts.map { $0.attachment ?? "" }
-            let hasAttachment = inserts.map { $0.attachment != nil }
-            try await connection.query(
+        let targets = CommitPlan.targetsToRead(posts, known: known)
+        if !targets.isEmpty {
+            let rows = try await connection.query(
                 """
-                INSERT INTO posts (circle, seq, author, client_id, text, attachment, time)
-                SELECT circle, seq, author, client_id,
-                       CASE WHEN has_text THEN text END, CASE WHEN has_attachment THEN attachment END, time
-                FROM unnest(\(inserts.map(\.circle))::text[], \(inserts.map(\.seq))::int8[], \(inserts.map { ByteBuffer(string: $0.author) })::bytea[],
-                            \(inserts.map { ByteBuffer(string: $0.id) })::bytea[], \(texts)::bytea[], \(hasText)::bool[],
-                            \(attachments)::text[], \(hasAttachment)::bool[], \(inserts.map(\.time))::int8[])
-                  AS v(circle, seq, author, client_id, text, has_text, attachment, has_attachment, time)
+                SELECT \(unescaped: Self.postColumns) FROM posts
+                JOIN unnest(\(targets.map(\.circle.string))::text[], \(targets.map(\.seq))::int8[]) AS t(target_circle, target_seq)
+                  ON posts.circle = t.target_circle AND posts.seq = t.target_seq
                 """,
                 logger: logger
             )
+            for try await row in rows.decode(PostRow.self) {
+                let entry = try Self.post(row)
+                known.entries[EntryKey(entry)] = entry
+            }
+        }
+        let reactions = CommitPlan.reactionsToRead(posts, known: known)
+        if !reactions.posts.isEmpty {
+            for post in reactions.posts {
+                known.reactionCounts[post] = [:]
+            }
+            let counts = try await connection.query(
+                """
+                SELECT r.circle, r.post, r.emoji, count(*) FROM reactions r
+                JOIN unnest(\(reactions.posts.map(\.circle.string))::text[], \(reactions.posts.map(\.seq))::int8[]) AS t(target_circle, target_seq)
+                  ON r.circle = t.target_circle AND r.post = t.target_seq
+                GROUP BY r.circle, r.post, r.emoji
+                """,
+                logger: logger
+            )
+            for try await (circle, post, emoji, count) in counts.decode((String, Int64, ByteBuffer, Int64).self) {
+                known.reactionCounts[EntryKey(circle: circle, seq: post), default: [:]][BinaryText(String(buffer: emoji))] = Int(count)
+            }
+            let wanted = reactions.reactions
+            let found = try await connection.query(
+                """
+                SELECT r.circle, r.post, r.emoji, r.user_name FROM reactions r
+                JOIN unnest(\(wanted.map(\.post.circle.string))::text[], \(wanted.map(\.post.seq))::int8[],
+                            \(wanted.map { ByteBuffer(string: $0.emoji.string) })::bytea[], \(wanted.map { ByteBuffer(string: $0.user.string) })::bytea[])
+                  AS w(circle, post, emoji, user_name)
+                  ON r.circle = w.circle AND r.post = w.post AND r.emoji = w.emoji AND r.user_name = w.user_name
+                """,
+                logger: logger
+            )
+            for try await (circle, post, emoji, user) in found.decode((String, Int64, ByteBuffer, ByteBuffer).self) {
+                known.reactions.insert(ReactionKey(post: EntryKey(circle: circle, seq: post), emoji: String(buffer: emoji), user: String(buffer: user)))
+            }
+        }
+
+        // 3. Plan, then write: the entries, the posts they changed, what deletes clear, the
+        // reactions, the counters.
+        let plan = CommitPlan(posts: posts, known: known)
+        if !plan.inserts.isEmpty {
+            try await Self.insert(plan.inserts, on: connection, logger: logger)
+        }
+        if !plan.postUpdates.isEmpty {
+            let updates = plan.postUpdates
+            try await connection.query(
+                """
+                UPDATE posts SET text = CASE WHEN v.has_text THEN v.text END,
+                                 attachment = CASE WHEN v.has_attachment THEN v.attachment END,
+                                 edited_at = CASE WHEN v.has_edited THEN v.edited_at END,
+                                 deleted = v.deleted
+                FROM unnest(\(updates.map(\.circle))::text[], \(updates.map(\.seq))::int8[],
+                            \(updates.map { ByteBuffer(string: $0.text ?? "") })::bytea[], \(updates.map { $0.text != nil })::bool[],
+                            \(updates.map { $0.attachment ?? "" })::text[], \(updates.map { $0.attachment != nil })::bool[],
+                            \(updates.map { $0.edited ?? 0 })::int8[], \(updates.map { $0.edited != nil })::bool[],
+                            \(updates.map(\.deleted))::bool[])
+                  AS v(circle, seq, text, has_text, attachment, has_attachment, edited_at, has_edited, deleted)
+                WHERE posts.circle = v.circle AND posts.seq = v.seq
+                """,
+                logger: logger
+            )
+        }
+        if !plan.deletedPosts.isEmpty {
+            let circles = plan.deletedPosts.map(\.circle.string)
+            let seqs = plan.deletedPosts.map(\.seq)
+            try await connection.query(
+                """
+                UPDATE posts SET text = NULL FROM unnest(\(circles)::text[], \(seqs)::int8[]) AS d(circle, seq)
+                WHERE posts.circle = d.circle AND posts.target = d.seq AND posts.change = 'edit'
+                """,
+                logger: logger
+            )
+            try await connection.query(
+                """
+                DELETE FROM reactions USING unnest(\(circles)::text[], \(seqs)::int8[]) AS d(circle, seq)
+                WHERE reactions.circle = d.circle AND reactions.post = d.seq
+                """,
+                logger: logger
+            )
+        }
+        let removed = plan.reactionWrites.filter { $0.seq == nil }.map(\.reaction)
+        if !removed.isEmpty {
+            try await connection.query(
+                """
+                DELETE FROM reactions
+                USING unnest(\(removed.map(\.post.circle.string))::text[], \(removed.map(\.post.seq))::int8[],
+                             \(removed.map { ByteBuffer(string: $0.emoji.string) })::bytea[], \(removed.map { ByteBuffer(string: $0.user.string) })::bytea[])
+                  AS d(circle, post, emoji, user_name)
+                WHERE reactions.circle = d.circle AND reactions.post = d.post AND reactions.emoji = d.emoji AND reactions.user_name = d.user_name
+                """,
+                logger: logger
+            )
+        }
+        let added = plan.reactionWrites.compactMap { write in write.seq.map { (write.reaction, $0) } }
+        if !added.isEmpty {
+            try await connection.query(
+                """
+                INSERT INTO reactions (circle, post, emoji, user_name, seq)
+                SELECT * FROM unnest(\(added.map(\.0.post.circle.string))::text[], \(added.map(\.0.post.seq))::int8[],
+                                     \(added.map { ByteBuffer(string: $0.0.emoji.string) })::bytea[], \(added.map { ByteBuffer(string: $0.0.user.string) })::bytea[],
+                                     \(added.map(\.1))::int8[])
+                ON CONFLICT (circle, post, emoji, user_name) DO UPDATE SET seq = EXCLUDED.seq
+                """,
+                logger: logger
+            )
+        }
+        if !plan.newLastSeqs.isEmpty {
             let counters = plan.newLastSeqs
             try await connection.query(
                 """
@@ -352,50 +475,127 @@ public final class PostgresStore: CircleStore {
         return plan.outcomes
     }
 
+    /// Inserts entries with one `unnest` statement (a column's `NULL`s travel as a flag array:
+    /// postgres-nio's arrays have no optional elements).
+    private static func insert(_ entries: [CirclePost], on connection: PostgresConnection, logger: Logger) async throws {
+        try await connection.query(
+            """
+            INSERT INTO posts (circle, seq, author, client_id, text, attachment, time, change, target, emoji, reply_to, edited_at, deleted)
+            SELECT circle, seq, author, client_id,
+                   CASE WHEN has_text THEN text END, CASE WHEN has_attachment THEN attachment END, time,
+                   NULLIF(change, ''), CASE WHEN has_target THEN target END, CASE WHEN has_emoji THEN emoji END,
+                   CASE WHEN has_reply_to THEN reply_to END, CASE WHEN has_edited THEN edited_at END, deleted
+            FROM unnest(\(entries.map(\.circle))::text[], \(entries.map(\.seq))::int8[], \(entries.map { ByteBuffer(string: $0.author) })::bytea[],
+                        \(entries.map { ByteBuffer(string: $0.id) })::bytea[],
+                        \(entries.map { ByteBuffer(string: $0.text ?? "") })::bytea[], \(entries.map { $0.text != nil })::bool[],
+                        \(entries.map { $0.attachment ?? "" })::text[], \(entries.map { $0.attachment != nil })::bool[],
+                        \(entries.map(\.time))::int8[], \(entries.map { $0.change?.rawValue ?? "" })::text[],
+                        \(entries.map { $0.target ?? 0 })::int8[], \(entries.map { $0.target != nil })::bool[],
+                        \(entries.map { ByteBuffer(string: $0.emoji ?? "") })::bytea[], \(entries.map { $0.emoji != nil })::bool[],
+                        \(entries.map { $0.replyTo ?? 0 })::int8[], \(entries.map { $0.replyTo != nil })::bool[],
+                        \(entries.map { $0.edited ?? 0 })::int8[], \(entries.map { $0.edited != nil })::bool[],
+                        \(entries.map(\.deleted))::bool[])
+              AS v(circle, seq, author, client_id, text, has_text, attachment, has_attachment, time, change,
+                   target, has_target, emoji, has_emoji, reply_to, has_reply_to, edited_at, has_edited, deleted)
+            """,
+            logger: logger
+        )
+    }
+
     public func posts(in circle: String, after: Int64, limit: Int) async throws -> [CirclePost] {
         guard limit > 0 else { return [] }
-        return try await self.readPosts(
-            "SELECT \(unescaped: Self.postColumns) FROM posts WHERE circle = \(circle) AND seq > \(after) ORDER BY seq LIMIT \(limit)"
-        )
-    }
-
-    public func posts(in circle: String, before: Int64?, limit: Int) async throws -> [CirclePost] {
-        guard limit > 0 else { return [] }
-        let newestFirst = try await self.readPosts(
-            "SELECT \(unescaped: Self.postColumns) FROM posts WHERE circle = \(circle) AND seq < \(before ?? .max) ORDER BY seq DESC LIMIT \(limit)"
-        )
-        return newestFirst.reversed()
-    }
-
-    /// The columns ``post(_:)`` reads, in its order.
-    static let postColumns = "circle, seq, author, client_id, text, attachment, time"
-
-    private func readPosts(_ query: PostgresQuery) async throws -> [CirclePost] {
-        try await self.operation("read posts") {
+        return try await self.operation("read posts") {
             var posts: [CirclePost] = []
-            for try await row in try await self.client.query(query, logger: self.logger).decode(PostRow.self) {
-                posts.append(Self.post(row))
+            let rows = try await self.client.query(
+                "SELECT \(unescaped: Self.postColumns) FROM posts WHERE circle = \(circle) AND seq > \(after) ORDER BY seq LIMIT \(limit)",
+                logger: self.logger
+            )
+            for try await row in rows.decode(PostRow.self) {
+                posts.append(try Self.post(row))
             }
             return posts
         }
     }
+
+    /// One query (one snapshot): the page of posts, each with its reactions aggregated in the
+    /// order they were added, through the reactions' primary key `(circle, post, …)`.
+    public func history(in circle: String, before: Int64?, after: Int64?, limit: Int, viewer: String) async throws -> [CirclePost] {
+        guard limit > 0 else { return [] }
+        let reactions = """
+            LEFT JOIN LATERAL (
+                SELECT array_agg(emoji ORDER BY seq) AS emojis, array_agg(user_name ORDER BY seq) AS users FROM reactions
+                WHERE reactions.circle = page.circle AND reactions.post = page.seq
+            ) AS r ON true
+            ORDER BY page.seq
+            """
+        let query: PostgresQuery
+        if let after {
+            query = """
+                SELECT \(unescaped: Self.postColumns), r.emojis, r.users FROM (
+                    SELECT * FROM posts WHERE circle = \(circle) AND seq > \(after) AND change IS NULL ORDER BY seq LIMIT \(limit)
+                ) AS page \(unescaped: reactions)
+                """
+        } else {
+            query = """
+                SELECT \(unescaped: Self.postColumns), r.emojis, r.users FROM (
+                    SELECT * FROM posts WHERE circle = \(circle) AND seq < \(before ?? .max) AND change IS NULL ORDER BY seq DESC LIMIT \(limit)
+                ) AS page \(unescaped: reactions)
+                """
+        }
+        return try await self.operation("read history") {
+            var posts: [CirclePost] = []
+            let rows = try await self.client.query(query, logger: self.logger)
+            for try await row in rows.decode(HistoryRow.self) {
+                var post = try Self.post((row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7, row.8, row.9, row.10, row.11, row.12))
+                var grouping = ReactionGrouping(viewer: viewer)
+                for (emoji, user) in zip(row.13 ?? [], row.14 ?? []) {
+                    grouping.add(post: post.seq, emoji: String(buffer: emoji), user: String(buffer: user))
+                }
+                post.reactions = grouping.reactions(of: post.seq)
+                posts.append(post)
+            }
+            return posts
+        }
+    }
+
+    /// The columns ``post(_:)`` reads, in its order.
+    static let postColumns = "circle, seq, author, client_id, text, attachment, time, change, target, emoji, reply_to, edited_at, deleted"
 
     /// The pool is stopped by cancelling ``run()``; closing has nothing more to release.
     public func close() async throws {}
 
     // MARK: - Helpers
 
-    typealias PostRow = (String, Int64, ByteBuffer, ByteBuffer, ByteBuffer?, String?, Int64)
+    typealias PostRow = (String, Int64, ByteBuffer, ByteBuffer, ByteBuffer?, String?, Int64, String?, Int64?, ByteBuffer?, Int64?, Int64?, Bool)
 
-    static func post(_ row: PostRow) -> CirclePost {
-        CirclePost(
+    /// A post with its reactions' emoji and users, oldest first (`NULL` when it has none).
+    typealias HistoryRow = (
+        String, Int64, ByteBuffer, ByteBuffer, ByteBuffer?, String?, Int64, String?, Int64?, ByteBuffer?, Int64?, Int64?, Bool,
+        [ByteBuffer]?, [ByteBuffer]?
+    )
+
+    static func post(_ row: PostRow) throws -> CirclePost {
+        var change: CircleChange?
+        if let name = row.7 {
+            guard let known = CircleChange(rawValue: name) else {
+                throw StoreError(.unavailable, "PostgreSQL store: unknown change \"\(name)\" in the posts table")
+            }
+            change = known
+        }
+        return CirclePost(
             circle: row.0,
             seq: row.1,
             author: String(buffer: row.2),
             text: row.4.map { String(buffer: $0) },
             attachment: row.5,
             time: row.6,
-            id: String(buffer: row.3)
+            id: String(buffer: row.3),
+            change: change,
+            target: row.8,
+            emoji: row.9.map { String(buffer: $0) },
+            replyTo: row.10,
+            edited: row.11,
+            deleted: row.12
         )
     }
 
@@ -489,17 +689,5 @@ public final class PostgresStore: CircleStore {
         default:
             return StoreError(.unavailable, "PostgreSQL store: \(operation) failed: \(error)")
         }
-    }
-}
-
-// PROVISIONAL (replaced by the store work of issue 15 before landing).
-extension PostgresStore {
-    public func markRead(_ user: String, in circle: String, upTo seq: Int64) async throws -> Int64 {
-        throw StoreError(.unavailable, "read markers are not implemented yet")
-    }
-
-    public func history(in circle: String, before: Int64?, after: Int64?, limit: Int, viewer: String) async throws -> [CirclePost] {
-        if let after { return try await self.posts(in: circle, after: after, limit: limit) }
-        return try await self.posts(in: circle, before: before, limit: limit)
     }
 }

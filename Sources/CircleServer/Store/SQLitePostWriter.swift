@@ -9,8 +9,9 @@ import VaporCSQLite
 /// The connection that commits posts: a second handle on the store's database file, with its
 /// statements prepared once, driven from a thread of its own.
 ///
-/// A whole batch (`BEGIN IMMEDIATE`, the key probes, the `last_seq` reads, the inserts, the
-/// updates, `COMMIT`) runs in one work item on that thread: one hop there and one back per
+/// A whole batch (`BEGIN IMMEDIATE`, the reads ``CommitPlan`` needs — the circles, the key
+/// probes, the targets of changes and the reactions on them —, the inserts, the updates,
+/// `COMMIT`) runs in one work item on that thread: one hop there and one back per
 /// batch, instead of one per statement. The store's other connection (sqlite-nio) keeps serving
 /// reads meanwhile: in WAL mode a reader sees the last committed state and does not wait for a
 /// commit's fsync.
@@ -121,62 +122,129 @@ final class SQLitePostWriter: @unchecked Sendable {
         }
         let statements = try self.preparedStatements()
         self.started.withLockedValue { $0 += 1 }
-        try self.run(statements.begin, "begin")
+        try self.run(statements[.begin], "begin")
         do {
-            var keys: [PostKey] = []
-            var seen = Set<PostKey>()
-            var existing: [PostKey: CirclePost] = [:]
-            for post in posts {
-                let key = PostKey(post)
-                guard seen.insert(key).inserted else { continue }
-                keys.append(key)
-                if let original = try self.storedPost(post, statements.findKey) {
-                    existing[key] = original
+            // 1. The batch's circles and the entries with its keys.
+            var known = CommitPlan.Known()
+            for name in CommitPlan.circleNames(posts) {
+                if let circle = try self.circle(name, statements[.circle]) {
+                    known.circles[BinaryText(name)] = circle
                 }
             }
-            var lastSeqs: [BinaryText: Int64] = [:]
-            var looked = Set<BinaryText>()
-            for key in keys where existing[key] == nil && looked.insert(key.circle).inserted {
-                if let lastSeq = try self.lastSeq(of: key.circle.string, statements.lastSeq) {
-                    lastSeqs[key.circle] = lastSeq
+            for key in CommitPlan.keys(posts) {
+                if let entry = try self.storedEntry(key, statements[.findKey]) {
+                    known.entries[EntryKey(entry)] = entry
                 }
             }
-            let plan = CommitPlan(posts: posts, existing: existing, lastSeqs: lastSeqs)
-            for post in plan.inserts {
-                let insert = statements.insert
+            // 2. What the changes and replies name: their targets, then the reactions on them.
+            for target in CommitPlan.targetsToRead(posts, known: known) {
+                if let entry = try self.storedEntry(at: target, statements[.findEntry]) {
+                    known.entries[target] = entry
+                }
+            }
+            let reactions = CommitPlan.reactionsToRead(posts, known: known)
+            for post in reactions.posts {
+                known.reactionCounts[post] = try self.reactionCounts(post, statements[.reactionCounts])
+            }
+            for reaction in reactions.reactions {
+                if try self.isStored(reaction, statements[.findReaction]) {
+                    known.reactions.insert(reaction)
+                }
+            }
+
+            // 3. Plan and write.
+            let plan = CommitPlan(posts: posts, known: known)
+            for entry in plan.inserts {
+                let insert = statements[.insert]
                 defer { self.reset(insert) }
-                try self.bind(insert, 1, post.circle)
-                try self.bind(insert, 2, post.seq)
-                try self.bind(insert, 3, post.author)
-                try self.bind(insert, 4, post.id)
-                try self.bind(insert, 5, post.text)
-                try self.bind(insert, 6, post.attachment)
-                try self.bind(insert, 7, post.time)
-                try self.run(insert, "insert a post")
+                try self.bind(insert, 1, entry.circle)
+                try self.bind(insert, 2, entry.seq)
+                try self.bind(insert, 3, entry.author)
+                try self.bind(insert, 4, entry.id)
+                try self.bind(insert, 5, entry.text)
+                try self.bind(insert, 6, entry.attachment)
+                try self.bind(insert, 7, entry.time)
+                try self.bind(insert, 8, entry.change?.rawValue)
+                try self.bind(insert, 9, entry.target)
+                try self.bind(insert, 10, entry.emoji)
+                try self.bind(insert, 11, entry.replyTo)
+                try self.bind(insert, 12, entry.edited)
+                try self.bind(insert, 13, entry.deleted ? 1 : 0)
+                try self.run(insert, "insert an entry")
+            }
+            for post in plan.postUpdates {
+                let update = statements[.updatePost]
+                defer { self.reset(update) }
+                try self.bind(update, 1, post.circle)
+                try self.bind(update, 2, post.seq)
+                try self.bind(update, 3, post.text)
+                try self.bind(update, 4, post.attachment)
+                try self.bind(update, 5, post.edited)
+                try self.bind(update, 6, post.deleted ? 1 : 0)
+                try self.run(update, "update a post")
+            }
+            for post in plan.deletedPosts {
+                for statement in [statements[.clearEdits], statements[.deleteReactions]] {
+                    defer { self.reset(statement) }
+                    try self.bind(statement, 1, post.circle.string)
+                    try self.bind(statement, 2, post.seq)
+                    try self.run(statement, "clean up after a delete")
+                }
+            }
+            for (reaction, seq) in plan.reactionWrites {
+                let statement = seq == nil ? statements[.deleteReaction] : statements[.putReaction]
+                defer { self.reset(statement) }
+                try self.bind(statement, 1, reaction.post.circle.string)
+                try self.bind(statement, 2, reaction.post.seq)
+                try self.bind(statement, 3, reaction.emoji.string)
+                try self.bind(statement, 4, reaction.user.string)
+                if let seq { try self.bind(statement, 5, seq) }
+                try self.run(statement, "write a reaction")
             }
             for entry in plan.newLastSeqs {
-                let update = statements.updateLastSeq
+                let update = statements[.updateLastSeq]
                 defer { self.reset(update) }
                 try self.bind(update, 1, entry.circle)
                 try self.bind(update, 2, entry.lastSeq)
                 try self.run(update, "update last_seq")
             }
-            try self.run(statements.commit, "commit")
+            try self.run(statements[.commit], "commit")
             return plan.outcomes
         } catch {
             // SQLite may already have rolled back (some I/O errors do); then this fails harmlessly.
-            _ = try? self.run(statements.rollback, "rollback")
+            _ = try? self.run(statements[.rollback], "rollback")
             throw error
         }
     }
 
-    /// The stored post with `post`'s idempotency key, if any.
-    private func storedPost(_ post: NewPost, _ statement: OpaquePointer) throws -> CirclePost? {
+    /// The stored entry with idempotency key `key`, if any.
+    private func storedEntry(_ key: PostKey, _ statement: OpaquePointer) throws -> CirclePost? {
         defer { self.reset(statement) }
-        try self.bind(statement, 1, post.circle)
-        try self.bind(statement, 2, post.author)
-        try self.bind(statement, 3, post.clientID)
-        guard try self.step(statement, "look up a post key") else { return nil }
+        try self.bind(statement, 1, key.circle.string)
+        try self.bind(statement, 2, key.author.string)
+        try self.bind(statement, 3, key.clientID.string)
+        guard try self.step(statement, "look up an entry key") else { return nil }
+        return try self.entry(statement)
+    }
+
+    /// The stored entry at `key`, if any.
+    private func storedEntry(at key: EntryKey, _ statement: OpaquePointer) throws -> CirclePost? {
+        defer { self.reset(statement) }
+        try self.bind(statement, 1, key.circle.string)
+        try self.bind(statement, 2, key.seq)
+        guard try self.step(statement, "look up an entry") else { return nil }
+        return try self.entry(statement)
+    }
+
+    /// The row `statement` is on, in the columns of ``Statement/entryColumns``.
+    private func entry(_ statement: OpaquePointer) throws -> CirclePost {
+        var change: CircleChange?
+        if let name = self.columnText(statement, 7) {
+            guard let known = CircleChange(rawValue: name) else {
+                throw StoreError(.unavailable, "SQLite store: unknown change \"\(name)\" in the posts table")
+            }
+            change = known
+        }
         return CirclePost(
             circle: self.columnText(statement, 0) ?? "",
             seq: sqlite_nio_sqlite3_column_int64(statement, 1),
@@ -184,30 +252,95 @@ final class SQLitePostWriter: @unchecked Sendable {
             text: self.columnText(statement, 4),
             attachment: self.columnText(statement, 5),
             time: sqlite_nio_sqlite3_column_int64(statement, 6),
-            id: self.columnText(statement, 3) ?? ""
+            id: self.columnText(statement, 3) ?? "",
+            change: change,
+            target: self.columnInteger(statement, 8),
+            emoji: self.columnText(statement, 9),
+            replyTo: self.columnInteger(statement, 10),
+            edited: self.columnInteger(statement, 11),
+            deleted: sqlite_nio_sqlite3_column_int64(statement, 12) != 0
         )
     }
 
-    private func lastSeq(of circle: String, _ statement: OpaquePointer) throws -> Int64? {
+    private func circle(_ name: String, _ statement: OpaquePointer) throws -> CommitPlan.Circle? {
         defer { self.reset(statement) }
-        try self.bind(statement, 1, circle)
-        guard try self.step(statement, "read last_seq") else { return nil }
-        return sqlite_nio_sqlite3_column_int64(statement, 0)
+        try self.bind(statement, 1, name)
+        guard try self.step(statement, "read a circle") else { return nil }
+        return CommitPlan.Circle(
+            lastSeq: sqlite_nio_sqlite3_column_int64(statement, 0),
+            owner: self.columnText(statement, 1) ?? "",
+            isPrivate: sqlite_nio_sqlite3_column_int64(statement, 2) != 0
+        )
+    }
+
+    /// How many users reacted to `post` with each emoji.
+    private func reactionCounts(_ post: EntryKey, _ statement: OpaquePointer) throws -> [BinaryText: Int] {
+        defer { self.reset(statement) }
+        try self.bind(statement, 1, post.circle.string)
+        try self.bind(statement, 2, post.seq)
+        var counts: [BinaryText: Int] = [:]
+        while try self.step(statement, "count reactions") {
+            counts[BinaryText(self.columnText(statement, 0) ?? "")] = Int(sqlite_nio_sqlite3_column_int64(statement, 1))
+        }
+        return counts
+    }
+
+    private func isStored(_ reaction: ReactionKey, _ statement: OpaquePointer) throws -> Bool {
+        defer { self.reset(statement) }
+        try self.bind(statement, 1, reaction.post.circle.string)
+        try self.bind(statement, 2, reaction.post.seq)
+        try self.bind(statement, 3, reaction.emoji.string)
+        try self.bind(statement, 4, reaction.user.string)
+        return try self.step(statement, "look up a reaction")
     }
 
     // MARK: - Statements
 
+    /// The statements a commit uses, prepared once per connection.
+    private enum Statement: Int, CaseIterable {
+        case begin, commit, rollback
+        case circle, findKey, findEntry, reactionCounts, findReaction
+        case insert, updatePost, clearEdits, deleteReactions, deleteReaction, putReaction, updateLastSeq
+
+        /// The columns ``SQLitePostWriter/entry(_:)`` reads, in its order.
+        static let entryColumns = "circle, seq, author, client_id, text, attachment, time, change, target, emoji, reply_to, edited_at, deleted"
+
+        var sql: String {
+            switch self {
+            case .begin: "BEGIN IMMEDIATE"
+            case .commit: "COMMIT"
+            case .rollback: "ROLLBACK"
+            case .circle: "SELECT last_seq, owner, private FROM circles WHERE name = ?1"
+            case .findKey: "SELECT \(Self.entryColumns) FROM posts WHERE circle = ?1 AND author = ?2 AND client_id = ?3"
+            case .findEntry: "SELECT \(Self.entryColumns) FROM posts WHERE circle = ?1 AND seq = ?2"
+            case .reactionCounts: "SELECT emoji, count(*) FROM reactions WHERE circle = ?1 AND post = ?2 GROUP BY emoji"
+            case .findReaction: "SELECT 1 FROM reactions WHERE circle = ?1 AND post = ?2 AND emoji = ?3 AND user = ?4"
+            case .insert:
+                """
+                INSERT INTO posts (\(Self.entryColumns))
+                VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+                """
+            case .updatePost: "UPDATE posts SET text = ?3, attachment = ?4, edited_at = ?5, deleted = ?6 WHERE circle = ?1 AND seq = ?2"
+            case .clearEdits: "UPDATE posts SET text = NULL WHERE circle = ?1 AND target = ?2 AND change = 'edit'"
+            case .deleteReactions: "DELETE FROM reactions WHERE circle = ?1 AND post = ?2"
+            case .deleteReaction: "DELETE FROM reactions WHERE circle = ?1 AND post = ?2 AND emoji = ?3 AND user = ?4"
+            case .putReaction:
+                """
+                INSERT INTO reactions (circle, post, emoji, user, seq) VALUES (?1, ?2, ?3, ?4, ?5)
+                ON CONFLICT (circle, post, emoji, user) DO UPDATE SET seq = excluded.seq
+                """
+            case .updateLastSeq: "UPDATE circles SET last_seq = ?2 WHERE name = ?1"
+            }
+        }
+    }
+
     private struct Statements {
-        var begin: OpaquePointer
-        var commit: OpaquePointer
-        var rollback: OpaquePointer
-        var findKey: OpaquePointer
-        var lastSeq: OpaquePointer
-        var insert: OpaquePointer
-        var updateLastSeq: OpaquePointer
+        var prepared: [OpaquePointer]
+
+        subscript(_ statement: Statement) -> OpaquePointer { self.prepared[statement.rawValue] }
 
         func finalize() {
-            for statement in [self.begin, self.commit, self.rollback, self.findKey, self.lastSeq, self.insert, self.updateLastSeq] {
+            for statement in self.prepared {
                 sqlite_nio_sqlite3_finalize(statement)
             }
         }
@@ -217,33 +350,14 @@ final class SQLitePostWriter: @unchecked Sendable {
         if let statements = self.statements { return statements }
         var prepared: [OpaquePointer] = []
         do {
-            for sql in [
-                "BEGIN IMMEDIATE",
-                "COMMIT",
-                "ROLLBACK",
-                """
-                SELECT circle, seq, author, client_id, text, attachment, time FROM posts
-                WHERE circle = ?1 AND author = ?2 AND client_id = ?3
-                """,
-                "SELECT last_seq FROM circles WHERE name = ?1",
-                "INSERT INTO posts (circle, seq, author, client_id, text, attachment, time) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                "UPDATE circles SET last_seq = ?2 WHERE name = ?1",
-            ] {
-                prepared.append(try self.prepare(sql, persistent: true))
+            for statement in Statement.allCases {
+                prepared.append(try self.prepare(statement.sql, persistent: true))
             }
         } catch {
             for statement in prepared { sqlite_nio_sqlite3_finalize(statement) }
             throw error
         }
-        let statements = Statements(
-            begin: prepared[0],
-            commit: prepared[1],
-            rollback: prepared[2],
-            findKey: prepared[3],
-            lastSeq: prepared[4],
-            insert: prepared[5],
-            updateLastSeq: prepared[6]
-        )
+        let statements = Statements(prepared: prepared)
         self.statements = statements
         return statements
     }
@@ -302,6 +416,21 @@ final class SQLitePostWriter: @unchecked Sendable {
     private func bind(_ statement: OpaquePointer, _ index: Int32, _ value: Int64) throws {
         let status = sqlite_nio_sqlite3_bind_int64(statement, index, value)
         guard status == SQLITE_OK else { throw self.error(status, "bind") }
+    }
+
+    private func bind(_ statement: OpaquePointer, _ index: Int32, _ value: Int64?) throws {
+        guard let value else {
+            let status = sqlite_nio_sqlite3_bind_null(statement, index)
+            guard status == SQLITE_OK else { throw self.error(status, "bind") }
+            return
+        }
+        try self.bind(statement, index, value)
+    }
+
+    /// An INTEGER column; `nil` for NULL.
+    private func columnInteger(_ statement: OpaquePointer, _ column: Int32) -> Int64? {
+        guard sqlite_nio_sqlite3_column_type(statement, column) != SQLITE_NULL else { return nil }
+        return sqlite_nio_sqlite3_column_int64(statement, column)
     }
 
     /// A TEXT column as a string with all its bytes (an embedded NUL included); `nil` for NULL.

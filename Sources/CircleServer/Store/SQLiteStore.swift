@@ -127,6 +127,21 @@ public final class SQLiteStore: CircleStore {
         }
     }
 
+    /// Migrates only up to schema `version`: a database as an older server left it; for tests.
+    func migrate(upTo version: Int) async throws {
+        try await self.exclusive("migrate") { connection in
+            try await Self.applyMigrations(on: connection, logger: self.logger, upTo: version)
+        }
+    }
+
+    /// Runs one statement on the store's connection; for tests that write rows as an older
+    /// server did.
+    func execute(_ sql: String, _ binds: [SQLiteData] = []) async throws {
+        try await self.exclusive("execute") { connection in
+            _ = try await connection.query(sql, binds)
+        }
+    }
+
     public func createCircle(name: String, owner: String, isPrivate: Bool, createdAt: Int64) async throws -> CircleInfo {
         try await self.exclusive("create circle") { connection in
             try await Self.transaction(on: connection, logger: self.logger) {
@@ -156,17 +171,42 @@ public final class SQLiteStore: CircleStore {
         }
     }
 
+    /// One query: the visible circles with the user's marker, and per circle a count over the
+    /// posts above it (the primary key's range `(circle, seq > marker)`).
     public func circles(visibleTo user: String) async throws -> [CircleInfo] {
         try await self.exclusive("list circles") { connection in
             let rows = try await connection.query(
                 """
-                SELECT name, owner, private, created_at, last_seq FROM circles
-                WHERE private = 0 OR EXISTS (SELECT 1 FROM members WHERE members.circle = circles.name AND members.user = ?)
-                ORDER BY name
+                SELECT c.name, c.owner, c.private, c.created_at, c.last_seq, ifnull(m.seq, 0) AS read_seq,
+                    (SELECT count(*) FROM posts p
+                     WHERE p.circle = c.name AND p.seq > ifnull(m.seq, 0) AND p.change IS NULL AND p.deleted = 0 AND p.author != ?1
+                    ) AS unread
+                FROM circles c LEFT JOIN read_markers m ON m.circle = c.name AND m.user = ?1
+                WHERE c.private = 0 OR EXISTS (SELECT 1 FROM members WHERE members.circle = c.name AND members.user = ?1)
+                ORDER BY c.name
                 """,
                 [.text(user)]
             )
             return try rows.map(Self.circleInfo)
+        }
+    }
+
+    /// One upsert that reads the circle's `last_seq` for the clamp and keeps the larger marker.
+    public func markRead(_ user: String, in circle: String, upTo seq: Int64) async throws -> Int64 {
+        try await self.exclusive("mark read") { connection in
+            let rows = try await connection.query(
+                """
+                INSERT INTO read_markers (user, circle, seq)
+                SELECT ?1, name, min(max(?3, 0), last_seq) FROM circles WHERE name = ?2
+                ON CONFLICT (user, circle) DO UPDATE SET seq = max(seq, excluded.seq)
+                RETURNING seq
+                """,
+                [.text(user), .text(circle), .integer(SQLiteInt64(seq))]
+            )
+            guard let row = rows.first else {
+                throw StoreError(.notFound, "no circle \"\(circle)\"")
+            }
+            return try Self.integer(row, "seq")
         }
     }
 
@@ -208,10 +248,12 @@ public final class SQLiteStore: CircleStore {
     }
 
     /// Stores a batch in one `BEGIN IMMEDIATE … COMMIT` transaction on the post writer's
-    /// connection, in one hop to its thread: per distinct idempotency key one probe of
-    /// `posts_by_client_id`, per circle one `last_seq` read, then the inserts and the `last_seq`
-    /// updates, all with statements prepared once. Sequence numbers are assigned in memory from
-    /// the `last_seq` read inside the transaction (see ``CommitPlan``). Reads do not wait for it.
+    /// connection, in one hop to its thread, with statements prepared once: per circle one read
+    /// of its row, per distinct idempotency key one probe of `posts_by_client_id`; for changes and
+    /// replies one primary-key lookup per target, and for reactions the target's counts per emoji
+    /// and one lookup per reaction; then the writes. ``CommitPlan`` applies the entries in order
+    /// and assigns sequence numbers from the `last_seq` read inside the transaction. Reads do not
+    /// wait for it.
     public func commit(_ posts: [NewPost]) async throws -> [PostOutcome] {
         guard !posts.isEmpty else {
             return []
@@ -238,16 +280,45 @@ public final class SQLiteStore: CircleStore {
         }
     }
 
-    public func posts(in circle: String, before: Int64?, limit: Int) async throws -> [CirclePost] {
+    /// Two reads in one read transaction (one snapshot): the page of posts, then the reactions
+    /// of its posts through the reactions' primary key `(circle, post, …)`.
+    public func history(in circle: String, before: Int64?, after: Int64?, limit: Int, viewer: String) async throws -> [CirclePost] {
         guard limit > 0 else {
             return []
         }
-        return try await self.exclusive("read posts") { connection in
-            let rows = try await connection.query(
-                "\(Self.selectPosts) WHERE circle = ? AND seq < ? ORDER BY seq DESC LIMIT ?",
-                [.text(circle), .integer(SQLiteInt64(before ?? .max)), .integer(limit)]
-            )
-            return try rows.reversed().map(Self.post)
+        return try await self.exclusive("read history") { connection in
+            try await Self.readTransaction(on: connection, logger: self.logger) {
+                var posts: [CirclePost]
+                if let after {
+                    posts = try await connection.query(
+                        "\(Self.selectPosts) WHERE circle = ? AND seq > ? AND change IS NULL ORDER BY seq LIMIT ?",
+                        [.text(circle), .integer(SQLiteInt64(after)), .integer(limit)]
+                    ).map(Self.post)
+                } else {
+                    posts = try await connection.query(
+                        "\(Self.selectPosts) WHERE circle = ? AND seq < ? AND change IS NULL ORDER BY seq DESC LIMIT ?",
+                        [.text(circle), .integer(SQLiteInt64(before ?? .max)), .integer(limit)]
+                    ).reversed().map(Self.post)
+                }
+                guard let first = posts.first?.seq, let last = posts.last?.seq else {
+                    return posts
+                }
+                let rows = try await connection.query(
+                    """
+                    SELECT post, CAST(emoji AS BLOB) AS emoji, CAST(user AS BLOB) AS user FROM reactions
+                    WHERE circle = ? AND post BETWEEN ? AND ? ORDER BY post, seq
+                    """,
+                    [.text(circle), .integer(SQLiteInt64(first)), .integer(SQLiteInt64(last))]
+                )
+                var reactions = ReactionGrouping(viewer: viewer)
+                for row in rows {
+                    reactions.add(post: try Self.integer(row, "post"), emoji: try Self.blobText(row, "emoji"), user: try Self.blobText(row, "user"))
+                }
+                for index in posts.indices {
+                    posts[index].reactions = reactions.reactions(of: posts[index].seq)
+                }
+                return posts
+            }
         }
     }
 
@@ -293,7 +364,9 @@ public final class SQLiteStore: CircleStore {
         """
         CAST(\(table).circle AS BLOB) AS circle, \(table).seq AS seq, CAST(\(table).author AS BLOB) AS author, \
         CAST(\(table).client_id AS BLOB) AS client_id, CAST(\(table).text AS BLOB) AS text, \
-        CAST(\(table).attachment AS BLOB) AS attachment, \(table).time AS time
+        CAST(\(table).attachment AS BLOB) AS attachment, \(table).time AS time, \(table).change AS change, \
+        \(table).target AS target, CAST(\(table).emoji AS BLOB) AS emoji, \(table).reply_to AS reply_to, \
+        \(table).edited_at AS edited_at, \(table).deleted AS deleted
         """
     }
 
@@ -344,6 +417,27 @@ public final class SQLiteStore: CircleStore {
         }
     }
 
+    /// Runs `body` in a read transaction (`BEGIN … COMMIT`): its reads see one snapshot.
+    static func readTransaction<T>(
+        on connection: SQLiteConnection,
+        logger: Logger,
+        _ body: () async throws -> T
+    ) async throws -> T {
+        _ = try await connection.query("BEGIN")
+        do {
+            let result = try await body()
+            _ = try await connection.query("COMMIT")
+            return result
+        } catch {
+            do {
+                _ = try await connection.query("ROLLBACK")
+            } catch let rollbackError {
+                logger.debug("ROLLBACK failed", metadata: ["circle.store.error": "\(rollbackError)"])
+            }
+            throw error
+        }
+    }
+
     static func storeError(_ error: any Error, _ operation: String) -> StoreError {
         switch error {
         case let error as StoreError:
@@ -357,25 +451,46 @@ public final class SQLiteStore: CircleStore {
 
     // MARK: - Rows
 
+    /// A circle row; `read_seq` and `unread` when the query has them.
     private static func circleInfo(_ row: SQLiteRow) throws -> CircleInfo {
         CircleInfo(
             name: try Self.text(row, "name"),
             owner: try Self.text(row, "owner"),
             isPrivate: try Self.integer(row, "private") != 0,
             createdAt: try Self.integer(row, "created_at"),
-            lastSeq: try Self.integer(row, "last_seq")
+            lastSeq: try Self.integer(row, "last_seq"),
+            readSeq: row.column("read_seq") == nil ? 0 : try Self.integer(row, "read_seq"),
+            unread: row.column("unread") == nil ? 0 : try Self.integer(row, "unread")
         )
     }
 
     private static func post(_ row: SQLiteRow) throws -> CirclePost {
-        CirclePost(
+        let change: CircleChange?
+        switch row.column("change") {
+        case .null, nil:
+            change = nil
+        case .text(let name):
+            guard let known = CircleChange(rawValue: name) else {
+                throw StoreError(.unavailable, "SQLite store: unknown change \"\(name)\" in \(row)")
+            }
+            change = known
+        default:
+            throw StoreError(.unavailable, "SQLite store: column change is not text in \(row)")
+        }
+        return CirclePost(
             circle: try Self.blobText(row, "circle"),
             seq: try Self.integer(row, "seq"),
             author: try Self.blobText(row, "author"),
             text: try Self.optionalBlobText(row, "text"),
             attachment: try Self.optionalBlobText(row, "attachment"),
             time: try Self.integer(row, "time"),
-            id: try Self.blobText(row, "client_id")
+            id: try Self.blobText(row, "client_id"),
+            change: change,
+            target: try Self.optionalInteger(row, "target"),
+            emoji: try Self.optionalBlobText(row, "emoji"),
+            replyTo: try Self.optionalInteger(row, "reply_to"),
+            edited: try Self.optionalInteger(row, "edited_at"),
+            deleted: try Self.integer(row, "deleted") != 0
         )
     }
 
@@ -393,6 +508,17 @@ public final class SQLiteStore: CircleStore {
         return Int64(value)
     }
 
+    private static func optionalInteger(_ row: SQLiteRow, _ column: String) throws -> Int64? {
+        switch row.column(column) {
+        case .null:
+            return nil
+        case .integer(let value):
+            return Int64(value)
+        default:
+            throw StoreError(.unavailable, "SQLite store: column \(column) is not an integer in \(row)")
+        }
+    }
+
     private static func blobText(_ row: SQLiteRow, _ column: String) throws -> String {
         guard case .blob(let buffer) = row.column(column) else {
             throw StoreError(.unavailable, "SQLite store: column \(column) is not a blob in \(row)")
@@ -408,115 +534,6 @@ public final class SQLiteStore: CircleStore {
             return String(buffer: buffer)
         default:
             throw StoreError(.unavailable, "SQLite store: column \(column) is not a blob in \(row)")
-        }
-    }
-}
-
-// MARK: - Commit planning
-
-/// A string compared and hashed by its UTF-8 bytes, as SQLite compares TEXT (BINARY collation).
-///
-/// Swift's `String ==` holds canonically equivalent strings equal ("caf\u{E9}" == "cafe\u{301}");
-/// keyed by `String`, the batch planner would disagree with SQLite's indexes and could, for
-/// instance, number a post to a circle SQLite does not know, failing the whole batch.
-struct BinaryText: Hashable, Sendable {
-    var string: String
-
-    init(_ string: String) {
-        self.string = string
-    }
-
-    static func == (lhs: Self, rhs: Self) -> Bool {
-        var lhs = lhs.string
-        var rhs = rhs.string
-        return lhs.withUTF8 { left in
-            rhs.withUTF8 { right in
-                left.count == right.count && (left.isEmpty || memcmp(left.baseAddress!, right.baseAddress!, left.count) == 0)
-            }
-        }
-    }
-
-    func hash(into hasher: inout Hasher) {
-        var string = self.string
-        string.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
-        hasher.combine(0xFF as UInt8)  // never in UTF-8: ends the string, so fields cannot run together
-    }
-}
-
-/// The idempotency key of a post, compared as SQLite compares it.
-struct PostKey: Hashable, Sendable {
-    var circle: BinaryText
-    var author: BinaryText
-    var clientID: BinaryText
-
-    init(circle: String, author: String, clientID: String) {
-        self.circle = BinaryText(circle)
-        self.author = BinaryText(author)
-        self.clientID = BinaryText(clientID)
-    }
-
-    init(_ post: NewPost) {
-        self.init(circle: post.circle, author: post.author, clientID: post.clientID)
-    }
-
-    init(_ post: CirclePost) {
-        self.init(circle: post.circle, author: post.author, clientID: post.id)
-    }
-}
-
-/// What a batch does, decided from what the transaction read: a pure value, no I/O.
-///
-/// For each post in order: an already stored key (before the batch, or earlier in it) is a
-/// duplicate of that original; a post to a circle that does not exist is `.noSuchCircle`;
-/// anything else is stored with its circle's next sequence number.
-struct CommitPlan: Sendable {
-    /// One per post, in input order.
-    private(set) var outcomes: [PostOutcome] = []
-    /// The posts to insert, in order.
-    private(set) var inserts: [CirclePost] = []
-    /// The new `last_seq` of each circle that got posts, in order of first touch.
-    private(set) var newLastSeqs: [(circle: String, lastSeq: Int64)] = []
-
-    /// - Parameters:
-    ///   - posts: The batch.
-    ///   - existing: Stored posts by key (at least those of the batch's keys).
-    ///   - lastSeqs: `last_seq` of every existing circle the batch's new keys name.
-    init(posts: [NewPost], existing: [PostKey: CirclePost], lastSeqs: [BinaryText: Int64]) {
-        var lastSeqs = lastSeqs
-        var storedNow: [PostKey: CirclePost] = [:]
-        var touched: [BinaryText: Int] = [:]  // circle → index in newLastSeqs
-        self.outcomes.reserveCapacity(posts.count)
-        self.inserts.reserveCapacity(posts.count)
-
-        for newPost in posts {
-            let key = PostKey(newPost)
-            if let original = existing[key] ?? storedNow[key] {
-                self.outcomes.append(.duplicate(original))
-                continue
-            }
-            guard let lastSeq = lastSeqs[key.circle] else {
-                self.outcomes.append(.noSuchCircle)
-                continue
-            }
-            let post = CirclePost(
-                circle: newPost.circle,
-                seq: lastSeq + 1,
-                author: newPost.author,
-                text: newPost.text,
-                attachment: newPost.attachment,
-                time: newPost.time,
-                id: newPost.clientID
-            )
-            lastSeqs[key.circle] = post.seq
-            storedNow[key] = post
-            self.inserts.append(post)
-            self.outcomes.append(.stored(post))
-            if let index = touched[key.circle] {
-                self.newLastSeqs[index].lastSeq = post.seq
-            } else {
-                touched[key.circle] = self.newLastSeqs.count
-                self.newLastSeqs.append((post.circle, post.seq))
-            }
         }
     }
 }
@@ -555,17 +572,5 @@ extension SQLiteStore {
                 self.waiters.removeFirst().resume()
             }
         }
-    }
-}
-
-// PROVISIONAL (replaced by the store work of issue 15 before landing).
-extension SQLiteStore {
-    public func markRead(_ user: String, in circle: String, upTo seq: Int64) async throws -> Int64 {
-        throw StoreError(.unavailable, "read markers are not implemented yet")
-    }
-
-    public func history(in circle: String, before: Int64?, after: Int64?, limit: Int, viewer: String) async throws -> [CirclePost] {
-        if let after { return try await self.posts(in: circle, after: after, limit: limit) }
-        return try await self.posts(in: circle, before: before, limit: limit)
     }
 }

@@ -1,0 +1,394 @@
+import CircleWire
+import Foundation
+
+/// A string compared and hashed by its UTF-8 bytes, as SQLite compares TEXT (BINARY collation).
+///
+/// Swift's `String ==` holds canonically equivalent strings equal ("caf\u{E9}" == "cafe\u{301}");
+/// keyed by `String`, the batch planner would disagree with SQLite's indexes and could, for
+/// instance, number a post to a circle SQLite does not know, failing the whole batch.
+struct BinaryText: Hashable, Sendable {
+    var string: String
+
+    init(_ string: String) {
+        self.string = string
+    }
+
+    static func == (lhs: Self, rhs: Self) -> Bool {
+        var lhs = lhs.string
+        var rhs = rhs.string
+        return lhs.withUTF8 { left in
+            rhs.withUTF8 { right in
+                left.count == right.count && (left.isEmpty || memcmp(left.baseAddress!, right.baseAddress!, left.count) == 0)
+            }
+        }
+    }
+
+    func hash(into hasher: inout Hasher) {
+        var string = self.string
+        string.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+        hasher.combine(0xFF as UInt8)  // never in UTF-8: ends the string, so fields cannot run together
+    }
+}
+
+/// The idempotency key of an entry, compared as SQLite compares it.
+struct PostKey: Hashable, Sendable {
+    var circle: BinaryText
+    var author: BinaryText
+    var clientID: BinaryText
+
+    init(circle: String, author: String, clientID: String) {
+        self.circle = BinaryText(circle)
+        self.author = BinaryText(author)
+        self.clientID = BinaryText(clientID)
+    }
+
+    init(_ post: NewPost) {
+        self.init(circle: post.circle, author: post.author, clientID: post.clientID)
+    }
+
+    init(_ post: CirclePost) {
+        self.init(circle: post.circle, author: post.author, clientID: post.id)
+    }
+}
+
+/// Where a stored entry is: its circle and `seq`.
+struct EntryKey: Hashable, Sendable {
+    var circle: BinaryText
+    var seq: Int64
+
+    init(circle: String, seq: Int64) {
+        self.circle = BinaryText(circle)
+        self.seq = seq
+    }
+
+    init(_ post: CirclePost) {
+        self.init(circle: post.circle, seq: post.seq)
+    }
+}
+
+/// One user's reaction with one emoji to one post.
+struct ReactionKey: Hashable, Sendable {
+    var post: EntryKey
+    var emoji: BinaryText
+    var user: BinaryText
+
+    init(post: EntryKey, emoji: String, user: String) {
+        self.post = post
+        self.emoji = BinaryText(emoji)
+        self.user = BinaryText(user)
+    }
+}
+
+/// What a batch does, decided from what the transaction read: a pure value, no I/O.
+///
+/// Entries are applied in order, each seeing the ones before it (the rules are those of
+/// ``CircleStore/commit(_:)``): an already stored key (before the batch, or earlier in it) is a
+/// duplicate; an entry to a circle that does not exist is `.noSuchCircle`; a change the rules
+/// refuse is `.rejected` and uses no `seq`; anything else is stored with its circle's next
+/// sequence number and applied to the state the plan keeps of the posts it knows.
+///
+/// Stores use it in three steps, all inside the batch's transaction (after locking the circles,
+/// where the store has to):
+/// 1. read the batch's circles (``circleNames(_:)``) and the entries with its keys (``keys(_:)``)
+///    into a ``Known``;
+/// 2. read the entries the batch names as targets and reply targets (``targetsToRead(_:known:)``),
+///    then the reactions its `react`/`unreact` entries need (``reactionsToRead(_:known:)``);
+/// 3. plan, and write what the plan says: ``inserts``, ``postUpdates``, ``deletedPosts``,
+///    ``reactionWrites`` and ``newLastSeqs``, in that order.
+///
+/// Every outcome, a duplicate's included, is the entry as it stands at the end of the batch:
+/// what a read right after the commit returns.
+struct CommitPlan: Sendable {
+    /// A circle as the plan needs it.
+    struct Circle: Sendable, Hashable {
+        var lastSeq: Int64
+        var owner: String
+        var isPrivate: Bool
+    }
+
+    /// What the store read before planning.
+    struct Known: Sendable {
+        /// Every circle the batch names that exists.
+        var circles: [BinaryText: Circle] = [:]
+        /// Stored entries in their current state: at least those with the batch's keys and
+        /// those ``targetsToRead(_:known:)`` names.
+        var entries: [EntryKey: CirclePost] = [:]
+        /// For each post ``reactionsToRead(_:known:)`` names: how many users reacted with each emoji.
+        var reactionCounts: [EntryKey: [BinaryText: Int]] = [:]
+        /// Of the reactions ``reactionsToRead(_:known:)`` names, those that are stored.
+        var reactions: Set<ReactionKey> = []
+
+        init() {}
+    }
+
+    /// One per entry, in input order.
+    private(set) var outcomes: [PostOutcome] = []
+    /// The entries to insert, in `seq` order per circle, each in its state at the end of the batch.
+    private(set) var inserts: [CirclePost] = []
+    /// Posts stored before the batch whose state it changed (text, attachment, `edited`,
+    /// `deleted`): their state at the end of the batch.
+    private(set) var postUpdates: [CirclePost] = []
+    /// Posts the batch deleted: the store removes their reactions and clears the text of the
+    /// edits made to them (stored before the batch; the plan cleared those it inserts).
+    private(set) var deletedPosts: [EntryKey] = []
+    /// Reactions to write: `seq` is the entry that added the reaction, `nil` removes it. None of
+    /// a post in ``deletedPosts``.
+    private(set) var reactionWrites: [(reaction: ReactionKey, seq: Int64?)] = []
+    /// The new `last_seq` of each circle that got entries, in order of first touch.
+    private(set) var newLastSeqs: [(circle: String, lastSeq: Int64)] = []
+
+    // MARK: Reading
+
+    /// The batch's circles, once each, in order of first mention.
+    static func circleNames(_ posts: [NewPost]) -> [String] {
+        var seen = Set<BinaryText>()
+        return posts.compactMap { seen.insert(BinaryText($0.circle)).inserted ? $0.circle : nil }
+    }
+
+    /// The batch's idempotency keys, once each, in order of first mention.
+    static func keys(_ posts: [NewPost]) -> [PostKey] {
+        var seen = Set<PostKey>()
+        return posts.compactMap { seen.insert(PostKey($0)).inserted ? PostKey($0) : nil }
+    }
+
+    /// The stored entries the batch names (a change's `target`, a reply's `replyTo`) that
+    /// ``Known/entries`` lacks, once each: only those that can exist (`1...last_seq`).
+    static func targetsToRead(_ posts: [NewPost], known: Known) -> [EntryKey] {
+        var seen = Set<EntryKey>()
+        var targets: [EntryKey] = []
+        for post in posts {
+            guard let seq = post.change == nil ? post.replyTo : post.target,
+                let circle = known.circles[BinaryText(post.circle)], seq >= 1, seq <= circle.lastSeq
+            else { continue }
+            let key = EntryKey(circle: post.circle, seq: seq)
+            if known.entries[key] == nil, seen.insert(key).inserted {
+                targets.append(key)
+            }
+        }
+        return targets
+    }
+
+    /// What the batch's reactions need: the stored posts they target (not deleted), whose
+    /// reaction counts per emoji the store reads into ``Known/reactionCounts``, and the
+    /// reactions they add or remove, which the store looks up into ``Known/reactions``.
+    static func reactionsToRead(_ posts: [NewPost], known: Known) -> (posts: [EntryKey], reactions: [ReactionKey]) {
+        var seenPosts = Set<EntryKey>()
+        var seenReactions = Set<ReactionKey>()
+        var targets: [EntryKey] = []
+        var reactions: [ReactionKey] = []
+        for post in posts where post.change == .react || post.change == .unreact {
+            guard let seq = post.target, let emoji = post.emoji else { continue }
+            let key = EntryKey(circle: post.circle, seq: seq)
+            guard let target = known.entries[key], target.isPost, !target.deleted else { continue }
+            if seenPosts.insert(key).inserted {
+                targets.append(key)
+            }
+            let reaction = ReactionKey(post: key, emoji: emoji, user: post.author)
+            if seenReactions.insert(reaction).inserted {
+                reactions.append(reaction)
+            }
+        }
+        return (targets, reactions)
+    }
+
+    // MARK: Planning
+
+    /// An outcome, resolved at the end of the batch (entries change as later ones apply).
+    private enum Pending {
+        case entry(EntryKey, duplicate: Bool)
+        case other(PostOutcome)
+    }
+
+    /// - Parameters:
+    ///   - posts: The batch.
+    ///   - known: What the store read (see the steps above).
+    init(posts: [NewPost], known: Known) {
+        var entries = known.entries
+        var keyIndex: [PostKey: EntryKey] = [:]
+        var editsByTarget: [EntryKey: [EntryKey]] = [:]
+        for (key, entry) in entries {
+            keyIndex[PostKey(entry)] = key
+            if entry.change == .edit, let target = entry.target {
+                editsByTarget[EntryKey(circle: entry.circle, seq: target), default: []].append(key)
+            }
+        }
+        var circles = known.circles
+        var counts = known.reactionCounts
+        var present = known.reactions
+        var pending: [Pending] = []
+        var inserted: [EntryKey] = []
+        var insertedSet = Set<EntryKey>()
+        var updated: [EntryKey] = []
+        var updatedSet = Set<EntryKey>()
+        var deletedSet = Set<EntryKey>()
+        var reactionFinal: [ReactionKey: Int64?] = [:]
+        var reactionOrder: [ReactionKey] = []
+        var touched: [BinaryText: Int] = [:]  // circle → index in newLastSeqs
+        pending.reserveCapacity(posts.count)
+
+        func reject(_ code: CircleErrorCode, _ message: String) {
+            pending.append(.other(.rejected(code, message)))
+        }
+
+        func changed(_ key: EntryKey) {
+            if !insertedSet.contains(key), updatedSet.insert(key).inserted {
+                updated.append(key)
+            }
+        }
+
+        func writeReaction(_ reaction: ReactionKey, _ seq: Int64?) {
+            if reactionFinal.updateValue(seq, forKey: reaction) == nil {
+                reactionOrder.append(reaction)
+            }
+        }
+
+        for newPost in posts {
+            let key = PostKey(newPost)
+            if let stored = keyIndex[key] {
+                pending.append(.entry(stored, duplicate: true))
+                continue
+            }
+            guard var circle = circles[key.circle] else {
+                pending.append(.other(.noSuchCircle))
+                continue
+            }
+            let seq = circle.lastSeq + 1
+            var entry = CirclePost(
+                circle: newPost.circle,
+                seq: seq,
+                author: newPost.author,
+                text: newPost.text,
+                attachment: newPost.attachment,
+                time: newPost.time,
+                id: newPost.clientID
+            )
+
+            if let change = newPost.change {
+                guard let targetSeq = newPost.target else {
+                    reject(.badRequest, "a change needs the target post's seq")
+                    continue
+                }
+                let targetKey = EntryKey(circle: newPost.circle, seq: targetSeq)
+                guard var target = entries[targetKey], target.isPost else {
+                    reject(.noSuchPost, "no post \(targetSeq) in circle \"\(newPost.circle)\"")
+                    continue
+                }
+                entry.change = change
+                entry.target = targetSeq
+                entry.attachment = nil
+                switch change {
+                case .edit:
+                    guard let text = newPost.text else {
+                        reject(.badRequest, "an edit needs the new text")
+                        continue
+                    }
+                    guard BinaryText(target.author) == key.author else {
+                        reject(.notAuthor, "only the author may edit post \(targetSeq)")
+                        continue
+                    }
+                    guard !target.deleted else {
+                        reject(.postDeleted, "post \(targetSeq) was deleted")
+                        continue
+                    }
+                    target.text = text
+                    target.edited = newPost.time
+                    editsByTarget[targetKey, default: []].append(EntryKey(entry))
+                case .delete:
+                    let ownsPrivateCircle = circle.isPrivate && BinaryText(circle.owner) == key.author
+                    guard BinaryText(target.author) == key.author || ownsPrivateCircle else {
+                        reject(.notAuthor, "only the author (or the owner of a private circle) may delete post \(targetSeq)")
+                        continue
+                    }
+                    guard !target.deleted else {
+                        reject(.postDeleted, "post \(targetSeq) was deleted already")
+                        continue
+                    }
+                    entry.text = nil
+                    target.deleted = true
+                    target.text = nil
+                    target.attachment = nil
+                    for edit in editsByTarget[targetKey] ?? [] {
+                        entries[edit]?.text = nil
+                    }
+                    counts[targetKey] = nil
+                    present = present.filter { $0.post != targetKey }
+                    reactionOrder.removeAll { $0.post == targetKey }
+                    reactionFinal = reactionFinal.filter { $0.key.post != targetKey }
+                    deletedSet.insert(targetKey)
+                case .react, .unreact:
+                    guard let emoji = newPost.emoji else {
+                        reject(.badRequest, "a reaction needs an emoji")
+                        continue
+                    }
+                    guard !target.deleted else {
+                        reject(.postDeleted, "post \(targetSeq) was deleted")
+                        continue
+                    }
+                    entry.text = nil
+                    entry.emoji = emoji
+                    let reaction = ReactionKey(post: targetKey, emoji: emoji, user: newPost.author)
+                    var postCounts = counts[targetKey] ?? [:]
+                    if change == .react, !present.contains(reaction) {
+                        if postCounts[reaction.emoji] == nil, postCounts.count >= StoreLimits.maxReactionsPerPost {
+                            reject(.tooManyReactions, "post \(targetSeq) has \(StoreLimits.maxReactionsPerPost) different reactions already")
+                            continue
+                        }
+                        postCounts[reaction.emoji, default: 0] += 1
+                        present.insert(reaction)
+                        writeReaction(reaction, seq)
+                    } else if change == .unreact, present.contains(reaction) {
+                        let left = (postCounts[reaction.emoji] ?? 1) - 1
+                        postCounts[reaction.emoji] = left > 0 ? left : nil
+                        present.remove(reaction)
+                        writeReaction(reaction, nil)
+                    }
+                    counts[targetKey] = postCounts
+                }
+                if target != entries[targetKey] {
+                    entries[targetKey] = target
+                    changed(targetKey)
+                }
+            } else {
+                if let replyTo = newPost.replyTo {
+                    guard let original = entries[EntryKey(circle: newPost.circle, seq: replyTo)], original.isPost else {
+                        reject(.noSuchPost, "no post \(replyTo) in circle \"\(newPost.circle)\" to reply to")
+                        continue
+                    }
+                    entry.replyTo = replyTo
+                }
+            }
+
+            let entryKey = EntryKey(entry)
+            circle.lastSeq = seq
+            circles[key.circle] = circle
+            entries[entryKey] = entry
+            keyIndex[key] = entryKey
+            inserted.append(entryKey)
+            insertedSet.insert(entryKey)
+            pending.append(.entry(entryKey, duplicate: false))
+            if let index = touched[key.circle] {
+                self.newLastSeqs[index].lastSeq = seq
+            } else {
+                touched[key.circle] = self.newLastSeqs.count
+                self.newLastSeqs.append((newPost.circle, seq))
+            }
+        }
+
+        func current(_ key: EntryKey) -> CirclePost {
+            // Every key in `pending` and `inserted` was put in `entries` first.
+            entries[key] ?? CirclePost(circle: key.circle.string, seq: key.seq, author: "", text: nil, attachment: nil, time: 0, id: "")
+        }
+        self.outcomes = pending.map { pending in
+            switch pending {
+            case .entry(let key, let duplicate):
+                return duplicate ? .duplicate(current(key)) : .stored(current(key))
+            case .other(let outcome):
+                return outcome
+            }
+        }
+        self.inserts = inserted.map(current)
+        self.postUpdates = updated.map(current)
+        self.deletedPosts = updated.filter(deletedSet.contains) + inserted.filter(deletedSet.contains)
+        self.reactionWrites = reactionOrder.map { ($0, reactionFinal[$0] ?? nil) }
+    }
+}
