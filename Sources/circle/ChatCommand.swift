@@ -1,5 +1,6 @@
 import ArgumentParser
 import CircleClient
+import CircleWire
 import Foundation
 
 #if canImport(Glibc)
@@ -173,7 +174,6 @@ actor ChatScreen {
         var time: Int64
         var edited = false
         var deleted = false
-        var photo = false
         var replyTo: Int64?
         /// Emoji in the order they were first used, each with who reacted.
         var reactions: [(emoji: String, users: [String])] = []
@@ -195,6 +195,9 @@ actor ChatScreen {
     private var notes: [Note] = []
     private var noteCounter = 0
     private var more = false
+    /// The circle's posts in their current state (edits, deletes, reactions applied); `posts`
+    /// holds how each shows.
+    private var timeline: CircleWire.CircleTimeline
     /// The newest seq seen, posts and changes alike.
     private var lastEntry: Int64 = 0
     /// The read marker last sent.
@@ -209,34 +212,42 @@ actor ChatScreen {
         self.circle = circle
         self.user = user
         self.colours = colours
+        self.timeline = CircleWire.CircleTimeline(viewer: user)
     }
 
     var oldestSeq: Int64? { self.more ? self.posts.keys.min() : nil }
 
     func addHistory(_ page: [CirclePost], more: Bool) {
+        // A history page gives posts as they are now, reactions included.
+        self.timeline.merge(page)
         for post in page where post.change == nil {
-            var line = Self.line(post)
-            // A history page gives reactions as they are now.
-            line.reactions = (post.reactions ?? []).map { (emoji: $0.emoji, users: $0.users) }
-            self.posts[post.seq] = line
-            self.lastEntry = max(self.lastEntry, post.seq)
+            if let current = self.timeline.post(post.seq) { self.posts[post.seq] = Self.line(current) }
         }
+        self.lastEntry = max(self.lastEntry, self.timeline.lastSeq)
         if page.isEmpty || self.posts.keys.min() == page.first?.seq { self.more = more }
         self.redraw()
     }
 
     func handle(_ event: CircleEvent) {
         switch event {
-        case .post(let post) where post.change != nil:
-            self.apply(post)
-        case .post(let post):
-            // Inserted or replaced (a replay after a reconnect): reactions already known stay.
-            var line = Self.line(post)
-            line.reactions = self.posts[post.seq]?.reactions ?? []
-            self.posts[post.seq] = line
-            self.lastEntry = max(self.lastEntry, post.seq)
-            self.pending.removeAll { $0.id == post.id }
-            self.typing[post.author] = nil
+        case .post(let entry):
+            // Posts and changes alike go through the one CircleTimeline (idempotent: a replay
+            // after a reconnect changes nothing).
+            switch self.timeline.apply(entry) {
+            case .added(let post), .updated(let post): self.posts[post.seq] = Self.line(post)
+            case .none: break
+            }
+            self.lastEntry = max(self.lastEntry, self.timeline.lastSeq)
+            if let change = entry.change {
+                // Reactions are also said where they happened.
+                if change == .react || change == .unreact, let text = EntryFormat.change(entry) {
+                    self.notes.append(Note(afterSeq: entry.seq, order: self.nextNote(), text: text))
+                    self.trimNotes()
+                }
+            } else {
+                self.pending.removeAll { $0.id == entry.id }
+                self.typing[entry.author] = nil
+            }
         case .gap(let from, let to):
             self.note("posts \(from)–\(to) are missing")
         case .typing(let user):
@@ -253,44 +264,6 @@ actor ChatScreen {
             self.markedRead = max(self.markedRead, seq)
         }
         self.redraw()
-    }
-
-    /// An edit, delete or reaction: changes the post it targets when it is on screen, and
-    /// reactions are also said where they happened. Applying one twice changes nothing.
-    private func apply(_ entry: CirclePost) {
-        guard let target = entry.target, let change = entry.change else { return }
-        if var line = self.posts[target] {
-            switch change {
-            case .edit where !line.deleted:
-                if let text = entry.text { line.text = line.photo ? "[photo] \(text)" : text }
-                line.edited = true
-            case .edit:
-                break
-            case .delete:
-                line.deleted = true
-                line.text = ""
-                line.reactions = []
-            case .react:
-                if let emoji = entry.emoji, !line.deleted {
-                    if let index = line.reactions.firstIndex(where: { $0.emoji == emoji }) {
-                        if !line.reactions[index].users.contains(entry.author) { line.reactions[index].users.append(entry.author) }
-                    } else {
-                        line.reactions.append((emoji: emoji, users: [entry.author]))
-                    }
-                }
-            case .unreact:
-                if let emoji = entry.emoji, let index = line.reactions.firstIndex(where: { $0.emoji == emoji }) {
-                    line.reactions[index].users.removeAll { $0 == entry.author }
-                    if line.reactions[index].users.isEmpty { line.reactions.remove(at: index) }
-                }
-            }
-            self.posts[target] = line
-        }
-        if change == .react || change == .unreact, let text = EntryFormat.change(entry) {
-            self.notes.append(Note(afterSeq: entry.seq, order: self.nextNote(), text: text))
-            self.trimNotes()
-        }
-        self.lastEntry = max(self.lastEntry, entry.seq)
     }
 
     private func nextNote() -> Int {
@@ -526,7 +499,7 @@ actor ChatScreen {
         line.edited = post.edited != nil
         line.deleted = post.deleted
         line.replyTo = post.replyTo
-        line.photo = post.attachment != nil
+        line.reactions = (post.reactions ?? []).map { (emoji: $0.emoji, users: $0.users) }
         return line
     }
 
