@@ -18,7 +18,10 @@ struct ChatCommand: AsyncParsableCommand {
             the bottom and the connection state at the top. Your posts show "sending…" until the \
             server acknowledges them, then their number; a refused post says why. Posts typed \
             while offline wait and go out when the connection is back. Consecutive posts of one \
-            author are grouped under one name; photos show as [photo] with their caption.
+            author are grouped under one name; photos show as [photo] with their caption. Edits, \
+            deletes and reactions change the posts they target ("(edited)", "message deleted", \
+            "[👍 2]"); a reply shows a line quoting what it answers. What the chat shows is \
+            marked read (your unread counts elsewhere drop).
 
             Keys: Enter posts · Page Up loads older posts · Ctrl-C, or Ctrl-D on an empty line, \
             leaves.
