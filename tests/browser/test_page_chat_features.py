@@ -8,7 +8,7 @@ from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
-from harness import Raw, open_circle, post, posts, set_viewport, sign_in, wait_until
+from harness import Raw, console_errors, open_circle, post, posts, set_viewport, sign_in, wait_until
 
 
 def post_node(page, seq):
@@ -83,6 +83,8 @@ def test_own_posts_are_edited_in_place_and_others_see_the_edit(server, new_page)
     sign_in(carol, server.port, "carol")
     open_circle(carol, "lounge")
     wait_until(lambda: post_text(carol, 1) == "hello everyone (edited)", what="the edit in the history")
+    for page in (alice, bob, carol):
+        assert not console_errors(page), console_errors(page)
 
 
 def test_a_deleted_post_becomes_a_tombstone_everywhere(server, new_page):
@@ -145,6 +147,7 @@ def test_reactions_are_added_counted_and_taken_back(server, new_page):
     # A reload shows the same counts from the history page (with "me" for alice).
     alice.refresh()
     wait_until(lambda: chips(alice, 1) == {"👍": (1, True), "🎉": (1, False)}, what="reactions from the history")
+    assert not console_errors(bob), console_errors(bob)
 
 
 def test_a_reply_quotes_the_post_and_leads_back_to_it(server, new_page):
