@@ -104,6 +104,9 @@ struct TailChangesTests {
             current == ["#1 alice (edited): first, fixed", "#2 alice: [deleted]", "#3 bob: ready [🎉 1]", "#9 alice (reply to #3): welcome, bob"],
             "\(backlog.stdout)"
         )
+        // carol never marked the circle read: #1, #3 and #9 are unread for her (#2 is deleted).
+        let listed = try await self.run(["circle", "list", "--user", "carol"], server: server)
+        #expect(listed.stdout.contains("log\tpublic\towner alice\t9 posts\t3 unread"), "\(listed.stdout)")
         await server.stop()
     }
 }
