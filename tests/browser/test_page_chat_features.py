@@ -300,3 +300,26 @@ def test_on_a_phone_a_long_press_opens_the_actions(server, new_page):
     bob.find_element(By.CSS_SELECTOR, '#picker .pick[aria-label="React with ❤️"]').click()
     wait_until(lambda: chips(bob, 1) == {"❤️": (1, True)}, what="the reaction from the phone")
     wait_until(lambda: "menu-open" not in post_node(bob, 1).get_attribute("class"), what="the actions closed")
+
+
+def test_the_keyboard_reaches_a_posts_actions(server, new_page):
+    server.send_lines("lounge", ["first", "second"], "carol")
+    alice = new_page()
+    sign_in(alice, server.port, "alice")
+    open_circle(alice, "lounge")
+    post(alice, "mine")
+    wait_until(lambda: alice.find_elements(By.CSS_SELECTOR, '#list .post[data-seq="3"][data-state="sent"]'), what="alice's post stored")
+    # One tab stop for the timeline: the newest post, just before the composer's controls.
+    alice.find_element(By.ID, "text").click()
+    ActionChains(alice).key_down(Keys.SHIFT).send_keys(Keys.TAB).send_keys(Keys.TAB).key_up(Keys.SHIFT).perform()
+    assert alice.switch_to.active_element.get_attribute("data-seq") == "3"
+    assert post_node(alice, 3).find_element(By.CSS_SELECTOR, ".act-edit").is_displayed()
+    ActionChains(alice).send_keys(Keys.ARROW_UP).perform()
+    assert alice.switch_to.active_element.get_attribute("data-seq") == "2"
+    assert [n.get_attribute("tabindex") for n in alice.find_elements(By.CSS_SELECTOR, "#list .post")] == ["-1", "0", "-1"]
+    ActionChains(alice).send_keys(Keys.TAB).perform()
+    assert "act-react" in alice.switch_to.active_element.get_attribute("class")
+    ActionChains(alice).send_keys(Keys.ENTER).perform()
+    wait_until(lambda: alice.find_element(By.ID, "picker").is_displayed(), what="the picker from the keyboard")
+    ActionChains(alice).send_keys(Keys.ENTER).perform()   # the first emoji has the focus
+    wait_until(lambda: chips(alice, 2) == {"👍": (1, True)}, what="a reaction made with the keyboard")

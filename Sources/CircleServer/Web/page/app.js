@@ -41,6 +41,7 @@ const S = {
   editing: null,              // {key, circle, seq, draft}: the post being edited in place
   confirming: null,           // key of the post asking "Delete this post?"
   menu: null,                 // key of the post whose actions a long press opened
+  roving: null,               // {circle, seq}: the timeline's tab stop when not the newest post
 };
 
 // ---------------------------------------------------------------- small helpers
@@ -1342,11 +1343,36 @@ function renderTimeline() {
     previous = { author, time };
   }
   reconcile(list, children);
+  rovingFocus();
   if (!d.loading) showOlder("");
   if (S.pinned) $("messages").scrollTop = $("messages").scrollHeight;
   updateJump();
   scheduleMarkRead();
 }
+
+/// One tab stop for the whole timeline (the newest post, or the one last focused); Up and Down
+/// move between posts, and a focused post shows its actions, so that everything a mouse can do
+/// to a post the keyboard can too.
+function rovingFocus() {
+  const stored = [...$("list").querySelectorAll(".post[data-seq]:not(.deleted)")];
+  const chosen = S.roving && S.roving.circle === S.current ? stored.find((node) => node.dataset.seq === S.roving.seq) : null;
+  const current = stored.includes(document.activeElement) ? document.activeElement : chosen || stored[stored.length - 1];
+  for (const node of stored) node.tabIndex = node === current ? 0 : -1;
+  for (const node of $("list").querySelectorAll(".post:not([data-seq]), .post.deleted")) node.removeAttribute("tabindex");
+}
+
+$("list").addEventListener("keydown", (event) => {
+  const post = event.target;
+  if (!post.classList || !post.classList.contains("post") || (event.key !== "ArrowUp" && event.key !== "ArrowDown")) return;
+  const stored = [...$("list").querySelectorAll(".post[data-seq]:not(.deleted)")];
+  const next = stored[stored.indexOf(post) + (event.key === "ArrowUp" ? -1 : 1)];
+  if (!next) return;
+  event.preventDefault();
+  post.tabIndex = -1;
+  next.tabIndex = 0;
+  S.roving = next === stored[stored.length - 1] ? null : { circle: S.current, seq: next.dataset.seq };
+  next.focus();
+});
 
 function renderTyping() {
   const users = S.current && S.typing.has(S.current) ? [...S.typing.get(S.current).keys()] : [];
