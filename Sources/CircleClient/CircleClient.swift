@@ -33,6 +33,10 @@ import NIOCore
 ///   retried (and, with a state file, persisted) transfer queue, then posts it; ``download(media:to:progress:)``
 ///   resumes interrupted downloads and keeps an on-disk cache; ``transferEvents()`` reports
 ///   progress and ``TransferMetrics`` (docs/CLIENT.md, "Photos and transfers").
+/// - Replies, edits, deletes and reactions go through the outbox like posts; read markers and
+///   the circle list with unread counts (`CircleClient+Chat.swift`). With a state file the
+///   client keeps an offline cache of each circle's posts in current state (``cachedPosts(in:)``),
+///   and ``CircleModel`` is one circle as a UI binds to it.
 public final class CircleClient: Sendable {
     /// The session (the chat calls in `CircleClient+Chat.swift` use it too).
     let core: ClientCore
@@ -224,8 +228,8 @@ public final class CircleClient: Sendable {
     /// A page of stored posts before `before` (the newest when `nil`), oldest first, and whether
     /// older ones exist. Connected, it asks the server (the `history` request of `circle.v1`;
     /// posts in their current state with reactions). Not connected, it answers from the offline
-    /// cache when there is one (`more` then says whether the cache holds older posts); without a
-    /// cache it throws `not_connected`.
+    /// cache when the client keeps one (`more` then says whether the cache holds older posts; a
+    /// circle with nothing cached gives an empty page); without a cache it throws `not_connected`.
     public func history(of circle: String, before: Int64? = nil, limit: Int = 50) async throws -> (posts: [CirclePost], more: Bool) {
         try await self.core.history(circle, before: before, after: nil, limit: limit)
     }

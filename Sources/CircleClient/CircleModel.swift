@@ -55,6 +55,7 @@ public final class CircleModel {
     @ObservationIgnored private let client: CircleClient
     @ObservationIgnored private let typingTimeout: Duration
     @ObservationIgnored private let historyPage: Int
+    @ObservationIgnored private let limit: Int
     @ObservationIgnored private var timeline: CircleTimeline
     @ObservationIgnored private var pending: [Item] = []
     @ObservationIgnored private var typingUntil: [String: ContinuousClock.Instant] = [:]
@@ -71,7 +72,8 @@ public final class CircleModel {
     public init(client: CircleClient, circle: String, limit: Int = 500, historyPage: Int = 50, typingTimeout: Duration = .seconds(5)) {
         self.client = client
         self.circle = circle
-        self.timeline = CircleTimeline(limit: limit)
+        self.timeline = CircleTimeline()
+        self.limit = max(1, limit)
         self.historyPage = historyPage
         self.typingTimeout = typingTimeout
     }
@@ -176,7 +178,7 @@ public final class CircleModel {
                 !self.timeline.posts.contains(where: { $0.id == entry.id })
             else { return }
             let post = CirclePost(
-                circle: entry.circle, seq: 0, author: self.timeline.me ?? "", text: entry.text, attachment: entry.attachment,
+                circle: entry.circle, seq: 0, author: self.timeline.viewer ?? "", text: entry.text, attachment: entry.attachment,
                 time: entry.createdAt, id: entry.id, replyTo: entry.replyTo
             )
             self.pending.append(Item(id: entry.id, post: post, delivery: .sending))
@@ -194,7 +196,7 @@ public final class CircleModel {
     private func handle(_ event: CircleEvent) {
         switch event {
         case .post(let entry):
-            self.timeline.apply(entry)
+            self.timeline.apply(entry, keepingNewest: self.limit)
             if entry.isPost {
                 self.pending.removeAll { $0.id == entry.id }
                 self.typingUntil[entry.author] = nil
@@ -214,8 +216,8 @@ public final class CircleModel {
     private func connectionChanged(_ state: ConnectionState) async {
         self.connectionState = state
         guard state == .connected else { return }
-        if let user = await self.client.user, user != self.timeline.me {
-            self.timeline.me = user
+        if let user = await self.client.user, user != self.timeline.viewer {
+            self.timeline.viewer = user
             for index in self.pending.indices where self.pending[index].post.author.isEmpty { self.pending[index].post.author = user }
             self.refresh()
         }
@@ -225,7 +227,8 @@ public final class CircleModel {
         if self.timeline.posts.isEmpty, self.historyPage > 0,
             let page = try? await self.client.history(of: self.circle, limit: self.historyPage)
         {
-            self.timeline.applyHistory(page.posts)
+            self.timeline.merge(page.posts)
+            self.timeline.trim(keepingNewest: self.limit)
             self.refresh()
         }
     }
@@ -240,7 +243,7 @@ public final class CircleModel {
         let held = self.timeline.posts.map { Item(id: $0.id, post: $0, delivery: .sent) }
         let posts = held + self.pending.filter { item in item.delivery != .sent || !held.contains { $0.id == item.id } }
         if posts != self.posts { self.posts = posts }
-        let me = self.timeline.me
+        let me = self.timeline.viewer
         let unread = self.timeline.posts.reduce(0) { count, post in
             count + (post.seq > self.readSeq && !post.deleted && post.author != me ? 1 : 0)
         }

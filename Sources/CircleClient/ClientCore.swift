@@ -92,7 +92,9 @@ actor ClientCore {
                 // The cache is saved before its cursor: resume from what the cache holds, so a
                 // crash between the two writes costs a replay, never a hole in the cache.
                 self.circles[circle, default: Circle()].cursor = cache.upTo
-                self.circles[circle]?.timeline = CircleTimeline(limit: configuration.cacheLimit, posts: cache.posts)
+                var timeline = CircleTimeline(posts: cache.posts)
+                timeline.trim(keepingNewest: configuration.cacheLimit)
+                self.circles[circle]?.timeline = timeline
             }
         }
     }
@@ -105,7 +107,7 @@ actor ClientCore {
     private func learnUser(from token: String) {
         guard let user = Self.subject(of: token), user != self.user else { return }
         self.user = user
-        for name in self.circles.keys { self.circles[name]?.timeline?.me = user }
+        for name in self.circles.keys { self.circles[name]?.timeline?.viewer = user }
     }
 
     /// The `sub` claim of a JWT, unverified.
@@ -433,9 +435,9 @@ actor ClientCore {
         }
         if self.caching {
             if self.circles[post.circle]?.timeline == nil {
-                self.circles[post.circle]?.timeline = CircleTimeline(limit: self.configuration.cacheLimit, me: self.user)
+                self.circles[post.circle]?.timeline = CircleTimeline(viewer: self.user)
             }
-            self.circles[post.circle]?.timeline?.apply(post)
+            self.circles[post.circle]?.timeline?.apply(post, keepingNewest: self.configuration.cacheLimit)
         }
         self.setCursor(post.seq, for: post.circle)
         self.broadcast(.post(post), in: post.circle)
@@ -636,7 +638,7 @@ actor ClientCore {
 
     func history(_ circle: String, before: Int64?, after: Int64?, limit: Int) async throws -> (posts: [CirclePost], more: Bool) {
         if self.socket == nil, self.caching {
-            let timeline = self.circles[circle]?.timeline ?? CircleTimeline(limit: 1)
+            let timeline = self.circles[circle]?.timeline ?? CircleTimeline()
             if let after { return timeline.page(after: after, limit: limit) }
             return timeline.page(before: before, limit: limit)
         }
@@ -648,7 +650,7 @@ actor ClientCore {
             // A page gives each post's current reactions: refresh the cached posts it names.
             let held = posts.filter { self.circles[circle]?.timeline?.post($0.seq) != nil }
             if !held.isEmpty {
-                self.circles[circle]?.timeline?.applyHistory(held)
+                self.circles[circle]?.timeline?.merge(held)
                 self.markCacheChanged(circle)
             }
         }

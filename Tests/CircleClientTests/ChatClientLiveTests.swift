@@ -70,6 +70,12 @@ private func firstPosts(_ stream: AsyncStream<CircleEvent>, count: Int, timeout:
     }
 }
 
+/// A value one task sets and another reads.
+private actor Box {
+    private(set) var value: Int64 = 0
+    func set(_ value: Int64) { self.value = value }
+}
+
 /// The first value of a stream, or `nil` when none came within `timeout`.
 private func firstValue<T: Sendable>(_ stream: AsyncStream<T>, timeout: Duration = .seconds(30)) async -> T? {
     await withTaskGroup(of: T?.self) { group in
@@ -349,6 +355,9 @@ struct ChatClientLiveTests {
         let bob = try await chatClient(server, user: "bob")
         await alice.connect()
         await bob.connect()
+        // alice reads the circle too, so it is joined again after the restart (typing needs it).
+        let aliceEvents = await alice.messages(in: "general")
+        _ = aliceEvents
         let model = await CircleModel(client: bob, circle: "general", typingTimeout: .milliseconds(500))
         await model.start()
         #expect(await eventually { await model.connectionState == .connected })
@@ -378,6 +387,16 @@ struct ChatClientLiveTests {
         #expect(item?.post.replyTo == hello.seq)
         #expect(await model.unread == 1)  // own posts are not unread
 
+        // A refused post stays, failed, until dismissed.
+        let refused = try? await model.post(String(repeating: "x", count: 9000))
+        #expect(refused == nil)
+        #expect(await eventually {
+            guard case .failed(let error) = await model.posts.last?.delivery else { return false }
+            return error.code == .tooLarge
+        })
+        if let failed = await model.posts.last { await model.dismiss(failed.id) }
+        #expect(await model.posts.last?.post.seq == mine.seq)
+
         // A post made while disconnected shows as sending until it is stored.
         let port = server.port
         await server.stop()
@@ -395,8 +414,8 @@ struct ChatClientLiveTests {
             return last?.post.seq == offline.seq && last?.delivery == .sent
         })
         #expect(await eventually { await model.connectionState == .connected })
-
-        try await alice.typing(in: "general")
+        #expect(await eventually { await alice.state == .connected })
+        #expect(await eventually { (try? await alice.typing(in: "general")) != nil })
         #expect(await eventually { await model.typingUsers == ["alice"] })
         #expect(await eventually(timeout: .seconds(10)) { await model.typingUsers.isEmpty })
 
@@ -411,6 +430,168 @@ struct ChatClientLiveTests {
         await model.stop()
         await alice.shutdown()
         await bob.shutdown()
+        await server.stop()
+    }
+
+    @Test("CircleModel on a state file: cached posts at once while offline, restored outbox posts as sending, then sent")
+    func modelOffline() async throws {
+        let server = TestServer()
+        defer { server.remove(); removeStateFiles(server, "model") }
+        try await server.start()
+        try await server.createCircle("general", owner: "alice")
+        let alice = try await chatClient(server, user: "alice")
+        await alice.connect()
+        let first = try await chatClient(server, user: "bob", stateFile: stateFile(server, "model"))
+        let events = await first.messages(in: "general")
+        _ = events
+        await first.connect()
+        #expect(await eventually { await first.cursor(of: "general") != nil })
+        let hello = try await alice.post("hello", to: "general")
+        try await alice.react("👍", to: hello.seq, in: "general")
+        #expect(await eventually { await first.cursor(of: "general") == hello.seq + 1 })
+        let port = server.port
+        await server.stop()
+        // Queued offline, then the app quits.
+        let queued = Task { try? await first.post("from the train", to: "general") }
+        #expect(await eventually { await first.outbox.count == 1 })
+        await first.shutdown()
+        _ = await queued.value
+
+        let second = try await chatClient(server, user: "bob", port: port, stateFile: stateFile(server, "model"))
+        let model = await CircleModel(client: second, circle: "general")
+        await model.start()
+        #expect(await eventually {
+            let posts = await model.posts
+            return posts.count == 2 && posts[0].post.reactions?.first?.users == ["alice"] && posts[1].delivery == .sending
+                && posts[1].post.text == "from the train"
+        })
+        server.configuration.port = port
+        try await server.start()
+        await second.connect()
+        #expect(await eventually {
+            let posts = await model.posts
+            return posts.count == 2 && posts[1].delivery == .sent && posts[1].post.seq == hello.seq + 2
+        })
+        await model.stop()
+        await second.shutdown()
+        await alice.shutdown()
+        await server.stop()
+    }
+
+    @Test("edits and reactions made while the server restarts all resolve, are stored once, and the reader's cache equals the server's history")
+    func changesAcrossServerRestart() async throws {
+        let server = TestServer(limits: .init(postsPerSecond: 10_000, postBurst: 10_000))
+        defer { server.remove(); removeStateFiles(server, "restart") }
+        try await server.start()
+        try await server.createCircle("ops", owner: "alice")
+        let alice = try await chatClient(server, user: "alice")
+        await alice.connect()
+        let reader = try await chatClient(server, user: "reader", stateFile: stateFile(server, "restart"))
+        let events = await reader.messages(in: "ops")
+        _ = events
+        await reader.connect()
+        // The first join is live-only: the reader joins before the first post.
+        #expect(await eventually { await reader.cursor(of: "ops") != nil })
+        let target = try await alice.post("react to me", to: "ops")
+        let writers = 3
+        let perWriter = 30
+        let stoppedAt = Box()
+        let results = try await withThrowingTaskGroup(of: [Result<PostReceipt, CircleClientError>].self) { group in
+            for writer in 0..<writers {
+                group.addTask {
+                    let client = try await chatClient(server, user: "w\(writer)")
+                    await client.connect()
+                    var results: [Result<PostReceipt, CircleClientError>] = []
+                    func record(_ call: () async throws -> PostReceipt) async {
+                        do {
+                            results.append(.success(try await call()))
+                        } catch let error as CircleClientError {
+                            results.append(.failure(error))
+                        } catch {
+                            results.append(.failure(CircleClientError(.badRequest, "\(error)")))
+                        }
+                    }
+                    await record { try await client.post("w\(writer)", to: "ops") }
+                    guard case .success(let own) = results[0] else { return results }
+                    for index in 0..<perWriter {
+                        switch index % 3 {
+                        case 0: await record { try await client.react("👍", to: target.seq, in: "ops") }
+                        case 1: await record { try await client.edit(own.seq, in: "ops", text: "w\(writer) v\(index)") }
+                        default: await record { try await client.unreact("👍", from: target.seq, in: "ops") }
+                        }
+                        try await Task.sleep(for: .milliseconds(10))
+                    }
+                    // Ends with a reaction: every writer's 👍 stays.
+                    await record { try await client.react("👍", to: target.seq, in: "ops") }
+                    await client.shutdown()
+                    return results
+                }
+            }
+            group.addTask {
+                // Restart once a fifth of the entries are in: the rest are in flight or queued.
+                _ = await eventually { (await reader.cursor(of: "ops") ?? 0) >= Int64(writers * (perWriter + 2) / 5) }
+                await stoppedAt.set(await reader.cursor(of: "ops") ?? 0)
+                await server.stop()
+                try await Task.sleep(for: .milliseconds(300))
+                try await server.start()
+                return []
+            }
+            var all: [Result<PostReceipt, CircleClientError>] = []
+            for try await partial in group { all += partial }
+            return all
+        }
+        let expectedCount = writers * (perWriter + 2)
+        let receipts = results.compactMap { try? $0.get() }
+        #expect(receipts.count == expectedCount, "failures: \(results.filter { (try? $0.get()) == nil })")
+        #expect(Set(receipts.map(\.seq)).count == receipts.count)
+        // Each entry stored once: the stream holds exactly the target post and the writers' entries.
+        let last = Int64(1 + expectedCount)
+        #expect(try await alice.circleSummaries().first { $0.name == "ops" }?.lastSeq == last)
+        #expect(await eventually { await reader.cursor(of: "ops") == last })
+        // The restart came while the writers were busy.
+        #expect(await stoppedAt.value < last)
+
+        func shape(_ posts: [CirclePost]) -> [String] {
+            posts.map { post in
+                let reactions = (post.reactions ?? []).map { "\($0.emoji):\($0.users.sorted())" }
+                return "\(post.seq) \(post.author) \(post.text ?? "-") \(post.edited.map { "e\($0)" } ?? "") \(reactions)"
+            }
+        }
+        let cached = await reader.cachedPosts(in: "ops")
+        let history = try await reader.history(of: "ops", limit: 100)
+        #expect(shape(cached) == shape(history.posts))
+        #expect(cached.first?.reactions?.first?.users.sorted() == (0..<writers).map { "w\($0)" })
+        #expect(Set(cached.dropFirst().map { $0.text ?? "" }) == Set((0..<writers).map { "w\($0) v28" }))
+        await reader.shutdown()
+        await alice.shutdown()
+        await server.stop()
+    }
+
+    @Test("CircleModel without a cache loads the newest page of history once connected, reactions included")
+    func modelHistoryPage() async throws {
+        let server = TestServer(limits: .init(postsPerSecond: 10_000, postBurst: 10_000))
+        defer { server.remove() }
+        try await server.start()
+        try await server.createCircle("general", owner: "alice")
+        let alice = try await chatClient(server, user: "alice")
+        await alice.connect()
+        var last: PostReceipt?
+        for index in 1...4 { last = try await alice.post("old \(index)", to: "general") }
+        guard let last else { return }
+        try await alice.react("🎉", to: last.seq, in: "general")
+        let bob = try await chatClient(server, user: "bob")
+        await bob.connect()
+        let model = await CircleModel(client: bob, circle: "general", historyPage: 3)
+        await model.start()
+        #expect(await eventually { await model.posts.map(\.post.text) == ["old 2", "old 3", "old 4"] })
+        #expect(await model.posts.last?.post.reactions == [CircleReaction(emoji: "🎉", users: ["alice"], me: false)])
+        #expect(await model.unread == 3)
+        // Live entries apply on top of the page.
+        try await alice.unreact("🎉", from: last.seq, in: "general")
+        #expect(await eventually { await model.posts.last?.post.reactions?.isEmpty ?? true })
+        await model.stop()
+        await bob.shutdown()
+        await alice.shutdown()
         await server.stop()
     }
 }

@@ -10,32 +10,31 @@ private func change(_ seq: Int64, _ kind: CircleChange, target: Int64, by author
     CirclePost(circle: "c", seq: seq, author: author, text: text, attachment: nil, time: 1000 + seq, id: "id\(seq)", change: kind, target: target, emoji: emoji)
 }
 
-@Suite("CircleTimeline: applying stream entries")
-struct CircleTimelineTests {
+@Suite("CircleClient offline cache: the apply rules as the SDK uses them, the limit, pages")
+struct ClientCacheTests {
     @Test("an edit replaces the text and sets edited; a delete makes a tombstone without reactions")
     func editAndDelete() {
-        var timeline = CircleTimeline(limit: 10)
-        timeline.apply(post(1, "helo"))
-        timeline.apply(change(2, .edit, target: 1, text: "hello"))
+        var timeline = CircleTimeline()
+        timeline.apply(post(1, "helo"), keepingNewest: 10)
+        timeline.apply(change(2, .edit, target: 1, text: "hello"), keepingNewest: 10)
         #expect(timeline.post(1)?.text == "hello")
         #expect(timeline.post(1)?.edited == 1002)
-        timeline.apply(change(3, .react, target: 1, by: "bob", emoji: "👍"))
-        timeline.apply(change(4, .delete, target: 1))
+        timeline.apply(change(3, .react, target: 1, by: "bob", emoji: "👍"), keepingNewest: 10)
+        timeline.apply(change(4, .delete, target: 1), keepingNewest: 10)
         let deleted = timeline.post(1)
         #expect(deleted?.deleted == true)
         #expect(deleted?.text == nil)
-        #expect(deleted?.reactions == nil)
+        #expect(deleted?.reactions?.isEmpty ?? true)
         // An edit of a deleted post changes nothing.
-        let changed = timeline.apply(change(5, .edit, target: 1, text: "again"))
-        #expect(!changed)
-        #expect(timeline.post(1)?.text == nil)
+        timeline.apply(change(5, .edit, target: 1, text: "again"), keepingNewest: 10)
+        #expect(timeline.post(1) == deleted)
         #expect(timeline.posts.count == 1)
         #expect(timeline.lastSeq == 5)
     }
 
-    @Test("reactions are sets of users per emoji, in the order first used; me follows the user")
+    @Test("reactions are sets of users per emoji, in the order first used; me is the viewer's")
     func reactions() {
-        var timeline = CircleTimeline(limit: 10, me: "bob")
+        var timeline = CircleTimeline(viewer: "bob")
         timeline.apply(post(1))
         timeline.apply(change(2, .react, target: 1, by: "ann", emoji: "👍"))
         timeline.apply(change(3, .react, target: 1, by: "bob", emoji: "👍"))
@@ -48,8 +47,6 @@ struct CircleTimelineTests {
         timeline.apply(change(6, .unreact, target: 1, by: "bob", emoji: "👍"))
         timeline.apply(change(7, .unreact, target: 1, by: "ann", emoji: "🎉"))
         #expect(timeline.post(1)?.reactions == [CircleReaction(emoji: "👍", users: ["ann"], me: false)])
-        timeline.me = "ann"
-        #expect(timeline.post(1)?.reactions?.first?.me == true)
     }
 
     @Test("applying the same entries again (a replay overlap) changes nothing")
@@ -59,11 +56,11 @@ struct CircleTimelineTests {
             change(4, .react, target: 2, by: "ann", emoji: "👍"), change(5, .delete, target: 1),
             change(6, .unreact, target: 2, by: "cid", emoji: "👍"), post(7, "c"),
         ]
-        var once = CircleTimeline(limit: 10)
-        for entry in entries { once.apply(entry) }
-        var twice = CircleTimeline(limit: 10)
-        for entry in entries.prefix(5) { twice.apply(entry) }
-        for entry in entries.dropFirst(2) { twice.apply(entry) }
+        var once = CircleTimeline()
+        for entry in entries { once.apply(entry, keepingNewest: 10) }
+        var twice = CircleTimeline()
+        for entry in entries.prefix(5) { twice.apply(entry, keepingNewest: 10) }
+        for entry in entries.dropFirst(2) { twice.apply(entry, keepingNewest: 10) }
         #expect(once == twice)
         #expect(once.post(2)?.replyTo == 1)
         #expect(once.post(2)?.reactions?.first?.users == ["ann"])
@@ -71,35 +68,33 @@ struct CircleTimelineTests {
 
     @Test("a post served again keeps the known reactions; a history page replaces them")
     func reactionsSnapshot() {
-        var timeline = CircleTimeline(limit: 10)
+        var timeline = CircleTimeline()
         timeline.apply(post(1))
         timeline.apply(change(2, .react, target: 1, by: "bob", emoji: "👍"))
         timeline.apply(post(1))
         #expect(timeline.post(1)?.reactions?.first?.users == ["bob"])
         var page = post(1)
         page.reactions = [CircleReaction(emoji: "🎉", users: ["cid"], me: false)]
-        timeline.applyHistory([page])
+        timeline.merge([page])
         #expect(timeline.post(1)?.reactions == [CircleReaction(emoji: "🎉", users: ["cid"], me: false)])
-        page.reactions = []
-        timeline.applyHistory([page])
-        #expect(timeline.post(1)?.reactions == nil)
     }
 
-    @Test("changes to posts not held are ignored; the oldest posts go beyond the limit")
+    @Test("the cache keeps the newest posts; changes to posts it dropped are ignored; pages both ways")
     func limit() {
-        var timeline = CircleTimeline(limit: 3)
-        for seq in 1...5 { timeline.apply(post(Int64(seq))) }
+        var timeline = CircleTimeline()
+        for seq in 1...5 { timeline.apply(post(Int64(seq)), keepingNewest: 3) }
         #expect(timeline.posts.map(\.seq) == [3, 4, 5])
-        let edited = timeline.apply(change(6, .edit, target: 1, text: "x"))
-        let inserted = timeline.apply(post(2))
-        #expect(!edited && !inserted)
+        timeline.apply(change(6, .edit, target: 1, text: "x"), keepingNewest: 3)
+        timeline.apply(post(2), keepingNewest: 3)
         #expect(timeline.posts.map(\.seq) == [3, 4, 5])
+        #expect(timeline.posts.allSatisfy { $0.text == "p" })
         #expect(timeline.page(before: 5, limit: 1).posts.map(\.seq) == [4])
         #expect(timeline.page(before: 5, limit: 1).more)
         #expect(timeline.page(before: nil, limit: 5).posts.map(\.seq) == [3, 4, 5])
         #expect(!timeline.page(before: nil, limit: 5).more)
         #expect(timeline.page(after: 3, limit: 1).posts.map(\.seq) == [4])
         #expect(timeline.page(after: 3, limit: 1).more)
+        #expect(!timeline.page(after: 4, limit: 5).more)
     }
 
     @Test("outbox entries of older state files decode as posts")
