@@ -1,5 +1,6 @@
 import ArgumentParser
 import CircleClient
+import CircleWire
 import Foundation
 
 #if canImport(Glibc)
@@ -17,7 +18,10 @@ struct ChatCommand: AsyncParsableCommand {
             the bottom and the connection state at the top. Your posts show "sending…" until the \
             server acknowledges them, then their number; a refused post says why. Posts typed \
             while offline wait and go out when the connection is back. Consecutive posts of one \
-            author are grouped under one name; photos show as [photo] with their caption.
+            author are grouped under one name; photos show as [photo] with their caption. Edits, \
+            deletes and reactions change the posts they target ("(edited)", "message deleted", \
+            "[👍 2]"); a reply shows a line quoting what it answers. What the chat shows is \
+            marked read (your unread counts elsewhere drop).
 
             Keys: Enter posts · Page Up loads older posts · Ctrl-C, or Ctrl-D on an empty line, \
             leaves.
@@ -67,12 +71,20 @@ struct ChatCommand: AsyncParsableCommand {
         // Newest page first, then everything live.
         if let page = try? await client.history(of: self.circle, before: nil, limit: 50) {
             await screen.addHistory(page.posts, more: page.more)
+            if let seq = await screen.unmarkedRead() { _ = try? await client.markRead(self.circle, upTo: seq) }
         }
         let events = await client.messages(in: self.circle)
+        let circle = self.circle
         let states = await client.states()
         let outbox = await client.outboxEvents()
         let tasks = [
-            Task { for await event in events { await screen.handle(event) } },
+            Task {
+                // The chat shows the newest entries as they come: they are read.
+                for await event in events {
+                    await screen.handle(event)
+                    if let seq = await screen.unmarkedRead() { _ = try? await client.markRead(circle, upTo: seq) }
+                }
+            },
             Task { for await state in states { await screen.setState(state, waiting: await client.outbox.count) } },
             Task { for await event in outbox { await screen.handle(event) } },
             Task {
@@ -91,13 +103,36 @@ struct ChatCommand: AsyncParsableCommand {
             case .quit:
                 await client.shutdown()
                 return
-            case .post(let text):
+            case .post(let text, let replyTo):
                 let screen = screen
                 Task {
                     do {
-                        _ = try await client.post(text, to: self.circle)
+                        _ = try await client.post(text, to: self.circle, replyTo: replyTo)
                     } catch let error as CircleClientError {
                         await screen.failedPost(text, reason: error.message)
+                    }
+                }
+            case .change(let change):
+                let (screen, circle) = (screen, self.circle)
+                Task {
+                    do {
+                        switch change {
+                        case .edit(let seq, let text): try await client.edit(seq, in: circle, text: text)
+                        case .delete(let seq): try await client.delete(seq, in: circle)
+                        case .react(let emoji, let seq): try await client.react(emoji, to: seq, in: circle)
+                        case .unreact(let emoji, let seq): try await client.unreact(emoji, from: seq, in: circle)
+                        }
+                    } catch let error as CircleClientError {
+                        await screen.refused(change, reason: error.message)
+                    }
+                }
+            case .circles:
+                let screen = screen
+                Task {
+                    do {
+                        await screen.showCircles(try await client.circleSummaries())
+                    } catch let error as CircleClientError {
+                        await screen.showCircles(nil, reason: error.message)
                     }
                 }
             case .older:
@@ -116,10 +151,23 @@ struct ChatCommand: AsyncParsableCommand {
 /// presence and command notes where they happened), who is typing, and the input line.
 /// Everything is redrawn on each change (a screenful is small).
 actor ChatScreen {
-    enum Command { case none, quit, post(String), older, typing }
+    enum Change: Sendable {
+        case edit(Int64, String)
+        case delete(Int64)
+        case react(String, Int64)
+        case unreact(String, Int64)
+    }
 
-    /// The slash commands, for `--help` and `/help`.
-    static let commandSummary = "/help lists the commands · /older loads older posts · /quit leaves · //TEXT posts text that starts with /"
+    enum Command { case none, quit, post(String, replyTo: Int64?), change(Change), circles, older, typing }
+
+    /// The slash commands, for `--help` and `/help` (a line each).
+    static let commands = [
+        "/edit TEXT edits your last post", "/delete [SEQ] deletes your last post (or #SEQ)",
+        "/react EMOJI [SEQ] reacts to the last post (or #SEQ); again takes it back", "/reply SEQ TEXT answers #SEQ",
+        "/circles lists the circles with unread counts", "/older loads older posts", "/help lists the commands",
+        "/quit leaves", "//TEXT posts text that starts with /",
+    ]
+    static let commandSummary = commands.joined(separator: " · ")
 
     private struct Line {
         var seq: Int64?
@@ -127,6 +175,11 @@ actor ChatScreen {
         var text: String
         var status: String
         var time: Int64
+        var edited = false
+        var deleted = false
+        var replyTo: Int64?
+        /// Emoji in the order they were first used, each with who reacted.
+        var reactions: [(emoji: String, users: [String])] = []
     }
 
     /// A line that is not a post (someone joined or left, a command's answer), shown after the
@@ -145,6 +198,13 @@ actor ChatScreen {
     private var notes: [Note] = []
     private var noteCounter = 0
     private var more = false
+    /// The circle's posts in their current state (edits, deletes, reactions applied); `posts`
+    /// holds how each shows.
+    private var timeline: CircleWire.CircleTimeline
+    /// The newest seq seen, posts and changes alike.
+    private var lastEntry: Int64 = 0
+    /// The read marker last sent.
+    private var markedRead: Int64 = 0
     private var input: [UInt8] = []
     private var escape: [UInt8] = []
     private var state = "connecting…"
@@ -155,22 +215,42 @@ actor ChatScreen {
         self.circle = circle
         self.user = user
         self.colours = colours
+        self.timeline = CircleWire.CircleTimeline(viewer: user)
     }
 
     var oldestSeq: Int64? { self.more ? self.posts.keys.min() : nil }
 
     func addHistory(_ page: [CirclePost], more: Bool) {
-        for post in page { self.posts[post.seq] = Self.line(post) }
+        // A history page gives posts as they are now, reactions included.
+        self.timeline.merge(page)
+        for post in page where post.change == nil {
+            if let current = self.timeline.post(post.seq) { self.posts[post.seq] = Self.line(current) }
+        }
+        self.lastEntry = max(self.lastEntry, self.timeline.lastSeq)
         if page.isEmpty || self.posts.keys.min() == page.first?.seq { self.more = more }
         self.redraw()
     }
 
     func handle(_ event: CircleEvent) {
         switch event {
-        case .post(let post):
-            self.posts[post.seq] = Self.line(post)
-            self.pending.removeAll { $0.id == post.id }
-            self.typing[post.author] = nil
+        case .post(let entry):
+            // Posts and changes alike go through the one CircleTimeline (idempotent: a replay
+            // after a reconnect changes nothing).
+            switch self.timeline.apply(entry) {
+            case .added(let post), .updated(let post): self.posts[post.seq] = Self.line(post)
+            case .none: break
+            }
+            self.lastEntry = max(self.lastEntry, self.timeline.lastSeq)
+            if let change = entry.change {
+                // Reactions are also said where they happened.
+                if change == .react || change == .unreact, let text = EntryFormat.change(entry) {
+                    self.notes.append(Note(afterSeq: entry.seq, order: self.nextNote(), text: text))
+                    self.trimNotes()
+                }
+            } else {
+                self.pending.removeAll { $0.id == entry.id }
+                self.typing[entry.author] = nil
+            }
         case .gap(let from, let to):
             self.note("posts \(from)–\(to) are missing")
         case .typing(let user):
@@ -182,10 +262,20 @@ actor ChatScreen {
                 self.typing[user] = nil
                 self.note("\(user) left")
             }
-        case .read:
-            break
+        case .read(let seq):
+            // Read on another connection of this user: nothing to mark from here up to there.
+            self.markedRead = max(self.markedRead, seq)
         }
         self.redraw()
+    }
+
+    private func nextNote() -> Int {
+        self.noteCounter += 1
+        return self.noteCounter
+    }
+
+    private func trimNotes() {
+        if self.notes.count > 100 { self.notes.removeFirst(self.notes.count - 100) }
     }
 
     private func note(_ text: String) {
@@ -196,6 +286,10 @@ actor ChatScreen {
 
     func handle(_ event: OutboxEvent) {
         switch event {
+        case .queued(let entry) where entry.action != .post, .sent(let entry, _) where entry.action != .post,
+            .failed(let entry, _) where entry.action != .post:
+            // Edits, deletes and reactions: their calls report a refusal (ChatScreen.refused).
+            break
         case .queued(let entry):
             if let index = self.pending.firstIndex(where: { $0.id == nil && $0.line.text == entry.text }) {
                 self.pending[index].id = entry.id
@@ -269,7 +363,7 @@ actor ChatScreen {
             }
             self.pending.append((nil, Line(seq: nil, author: self.user, text: post, status: "sending…", time: Int64(Date().timeIntervalSince1970 * 1000))))
             self.redraw()
-            return .post(post)
+            return .post(post, replyTo: nil)
         case 127, 8:
             // Remove one character: its continuation bytes, then its first byte.
             while let last = self.input.last, (0x80...0xBF).contains(last) { self.input.removeLast() }
@@ -297,12 +391,104 @@ actor ChatScreen {
         case "older":
             return .older
         case "help", "?":
-            self.note("commands: \(Self.commandSummary) · keys: Enter posts, Page Up loads older posts, Ctrl-C leaves")
+            self.note("keys: Enter posts, Page Up loads older posts, Ctrl-C leaves; commands:")
+            for command in Self.commands { self.note(command) }
+        case "edit", "delete", "react", "reply":
+            if let command = self.changeCommand(name, arguments: text.dropFirst(name.count + 1).trimmingCharacters(in: .whitespaces)) {
+                return command
+            }
+        case "circles":
+            return .circles
         default:
             self.note("unknown command /\(name), not posted — /help lists the commands; //TEXT posts text that starts with /")
         }
         self.redraw()
         return .none
+    }
+
+    /// `/edit`, `/delete`, `/react`, `/reply`: the command, or `nil` after a note saying what is wrong.
+    private func changeCommand(_ name: String, arguments: String) -> Command? {
+        let words = arguments.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
+        func seq(_ word: String) -> Int64? { Int64(word.hasPrefix("#") ? String(word.dropFirst()) : word) }
+        let ownLast = self.posts.filter { $0.value.author == self.user && !$0.value.deleted }.keys.max()
+        switch name {
+        case "edit":
+            guard !arguments.isEmpty else {
+                self.note("/edit TEXT replaces the text of your last post")
+                return nil
+            }
+            guard let target = ownLast else {
+                self.note("you have no post here to edit")
+                return nil
+            }
+            return .change(.edit(target, arguments))
+        case "delete":
+            let target = words.first.flatMap(seq) ?? ownLast
+            guard words.count <= 1, words.first.map({ seq($0) != nil }) ?? true else {
+                self.note("/delete [SEQ]: SEQ is a post number, for example /delete 12")
+                return nil
+            }
+            guard let target else {
+                self.note("you have no post here to delete")
+                return nil
+            }
+            return .change(.delete(target))
+        case "react":
+            guard let emoji = words.first, words.count <= 2 else {
+                self.note("/react EMOJI [SEQ], for example /react 👍 or /react 🎉 12")
+                return nil
+            }
+            let last = self.posts.filter { !$0.value.deleted }.keys.max()
+            guard let target = words.count == 2 ? seq(words[1]) : last else {
+                self.note(words.count == 2 ? "/react EMOJI [SEQ]: SEQ is a post number" : "there is no post here to react to")
+                return nil
+            }
+            let mine = self.posts[target]?.reactions.first { $0.emoji == emoji }?.users.contains(self.user) ?? false
+            return .change(mine ? .unreact(emoji, target) : .react(emoji, target))
+        default:  // reply
+            guard words.count >= 2, let target = seq(words[0]) else {
+                self.note("/reply SEQ TEXT, for example /reply 12 sounds good")
+                return nil
+            }
+            let text = arguments.dropFirst(words[0].count).trimmingCharacters(in: .whitespaces)
+            var line = Line(seq: nil, author: self.user, text: text, status: "sending…", time: Int64(Date().timeIntervalSince1970 * 1000))
+            line.replyTo = target
+            self.pending.append((nil, line))
+            return .post(text, replyTo: target)
+        }
+    }
+
+    /// A change the server (or the outbox) refused: said where it happened.
+    func refused(_ change: Change, reason: String) {
+        switch change {
+        case .edit(let seq, _): self.note("#\(seq) was not edited: \(reason)")
+        case .delete(let seq): self.note("#\(seq) was not deleted: \(reason)")
+        case .react(let emoji, let seq): self.note("\(emoji) was not added to #\(seq): \(reason)")
+        case .unreact(let emoji, let seq): self.note("\(emoji) was not taken back from #\(seq): \(reason)")
+        }
+        self.redraw()
+    }
+
+    /// The answer to `/circles`: each circle with its unread count.
+    func showCircles(_ circles: [CircleSummary]?, reason: String = "") {
+        guard let circles else {
+            self.note("the circles could not be listed: \(reason)")
+            self.redraw()
+            return
+        }
+        let listed = circles.map { circle in
+            let name = circle.name == self.circle ? "\(circle.name) (here)" : circle.name
+            return circle.unread > 0 ? "\(name) \(circle.unread) unread" : name
+        }
+        self.note("circles: " + (listed.isEmpty ? "none" : listed.joined(separator: " · ")))
+        self.redraw()
+    }
+
+    /// The newest entry when it is newer than the read marker last sent (and records it as sent).
+    func unmarkedRead() -> Int64? {
+        guard self.lastEntry > self.markedRead else { return nil }
+        self.markedRead = self.lastEntry
+        return self.lastEntry
     }
 
     /// How a post shows: its text, or for a photo `[photo] caption` (`[photo 9f86d0]` without one).
@@ -312,7 +498,12 @@ actor ChatScreen {
             let caption = text.trimmingCharacters(in: .whitespaces)
             text = caption.isEmpty ? "[photo \(attachment.prefix(6))]" : "[photo] \(caption)"
         }
-        return Line(seq: post.seq, author: post.author, text: text, status: "", time: post.time)
+        var line = Line(seq: post.seq, author: post.author, text: text, status: "", time: post.time)
+        line.edited = post.edited != nil
+        line.deleted = post.deleted
+        line.replyTo = post.replyTo
+        line.reactions = (post.reactions ?? []).map { (emoji: $0.emoji, users: $0.users) }
+        return line
     }
 
     /// One line on screen: the plain text (for measuring and wrapping) and how it is drawn.
@@ -350,7 +541,22 @@ actor ChatScreen {
         let seqs = self.posts.keys.sorted()
         if let first = seqs.first { addNotes(through: first - 1) }
         for seq in seqs {
-            guard let post = self.posts[seq] else { continue }
+            guard var post = self.posts[seq] else { continue }
+            if post.deleted {
+                let text = "#\(seq) \(Self.clock(post.time)) \(post.author): message deleted"
+                rows.append(Row(plain: text, styled: self.style(text, "2")))
+                previous = nil
+                addNotes(through: seq)
+                continue
+            }
+            if let replyTo = post.replyTo {
+                let quoted = self.posts[replyTo].map { $0.deleted ? "message deleted" : "\($0.author): \($0.text)" } ?? "#\(replyTo)"
+                let quote = "   ↳ reply to #\(replyTo) \(Self.shorten(quoted, 50))"
+                rows.append(Row(plain: quote, styled: self.style(quote, "2")))
+                previous = nil
+            }
+            if post.edited { post.text += " (edited)" }
+            post.text += EntryFormat.reactions(post.reactions.map { (emoji: $0.emoji, count: $0.users.count) })
             let prefix = "#\(seq) \(Self.clock(post.time)) "
             // Consecutive posts of one author within five minutes share the name.
             let continues = previous.map { $0.author == post.author && post.time - $0.time < 300_000 } ?? false
@@ -404,6 +610,10 @@ actor ChatScreen {
         let formatter = DateFormatter()
         formatter.dateFormat = "HH:mm"
         return formatter.string(from: Date(timeIntervalSince1970: Double(milliseconds) / 1000))
+    }
+
+    private static func shorten(_ text: String, _ length: Int) -> String {
+        text.count > length ? String(text.prefix(length - 1)) + "…" : text
     }
 
     private static func wrap(_ line: String, width: Int) -> [String] {

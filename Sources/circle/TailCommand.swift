@@ -9,7 +9,12 @@ struct TailCommand: AsyncParsableCommand {
         discussion: """
             Prints the posts after --since (default: the last 20), then with --follow every new \
             one as it arrives, resuming across reconnects without gaps or duplicates. Lines look \
-            like "#SEQ HH:MM:SS author: text"; --json prints each post as a JSON object per line.
+            like "#SEQ HH:MM:SS author: text"; posts show "(edited)", "(reply to #N)", \
+            "[deleted]" and reaction counts "[👍 2]". With --follow, edits, deletes and reactions \
+            made later print as lines of their own: "#SEQ HH:MM:SS ann edited #12: new text", \
+            "ann deleted #12", "ann reacted 👍 to #12", "ann took back 👍 from #12". --json \
+            prints each entry as the server sent it, one JSON object per line (change entries \
+            with "change" and "target").
 
             A tail does not tell the circle that you joined or left. When stdout is closed (for \
             example `| head -1`), it stops quietly.
@@ -92,11 +97,7 @@ struct TailCommand: AsyncParsableCommand {
             guard let data = try? encoder.encode(post) else { return }
             Console.line(String(decoding: data, as: UTF8.self))
         } else {
-            let date = Date(timeIntervalSince1970: Double(post.time) / 1000)
-            let formatter = DateFormatter()
-            formatter.dateFormat = "HH:mm:ss"
-            let line = "#\(post.seq) \(formatter.string(from: date)) \(post.author): \(post.text ?? "")\(post.attachment.map { " [attachment \($0)]" } ?? "")\n"
-            Console.out(line)
+            Console.out(EntryFormat.tailLine(post) + "\n")
         }
     }
 }

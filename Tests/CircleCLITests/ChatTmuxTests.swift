@@ -252,3 +252,70 @@ struct TestFailure: Error, CustomStringConvertible {
     var description: String
     init(_ description: String) { self.description = description }
 }
+
+extension ChatTmuxTests {
+    @Test("/edit, /react, /reply and /delete change posts on every chat; /circles shows unread counts; what the chat shows is marked read")
+    func editReactReplyDeleteAndUnread() async throws {
+        try self.tmux(["new-session", "-d", "-s", "keeper", "sleep 600"])
+        defer { _ = try? self.tmux(["kill-server"]) }
+        let server = TestServer()
+        defer { server.remove() }
+        try await server.start()
+        try await server.createCircle("general", owner: "alice")
+        try await server.createCircle("random", owner: "carol")
+        #expect(try await self.circle(["send", "random", "lunch?", "--user", "carol"], server: server).status == 0)
+        #expect(try await self.circle(["send", "random", "tacos!", "--user", "carol"], server: server).status == 0)
+        try self.startChat("alice", user: "alice", server: server)
+        try self.startChat("bob", user: "bob", server: server)
+        try await self.waitForScreen("alice") { $0.contains("general — alice — connected") }
+        try await self.waitForScreen("bob") { $0.contains("general — bob — connected") }
+
+        try self.tmux(["send-keys", "-t", "alice", "helo all", "Enter"])
+        try await self.waitForScreen("bob") { $0.contains("#1") && $0.contains("alice: helo all") }
+        try self.tmux(["send-keys", "-t", "alice", "/edit hello all", "Enter"])
+        for session in ["alice", "bob"] {
+            try await self.waitForScreen(session) { $0.contains("alice: hello all (edited)") && !$0.contains("helo all") }
+        }
+
+        try self.tmux(["send-keys", "-t", "bob", "-l", "/react 👍"])
+        try self.tmux(["send-keys", "-t", "bob", "Enter"])
+        for session in ["alice", "bob"] {
+            try await self.waitForScreen(session) { $0.contains("alice: hello all (edited) [👍 1]") && $0.contains("bob reacted 👍 to #1") }
+        }
+        try self.tmux(["send-keys", "-t", "bob", "/reply 1 hi alice", "Enter"])
+        for session in ["alice", "bob"] {
+            try await self.waitForScreen(session) { $0.contains("↳ reply to #1 alice: hello all") && $0.contains("#4") && $0.contains("bob: hi alice") }
+        }
+        // /react again takes the reaction back.
+        try self.tmux(["send-keys", "-t", "bob", "-l", "/react 👍 1"])
+        try self.tmux(["send-keys", "-t", "bob", "Enter"])
+        try await self.waitForScreen("alice") { $0.contains("bob took back 👍 from #1") && !$0.contains("[👍 1]") }
+
+        try self.tmux(["send-keys", "-t", "alice", "/delete", "Enter"])
+        for session in ["alice", "bob"] {
+            try await self.waitForScreen(session) { $0.contains("alice: message deleted") && !$0.contains("hello all (edited)") }
+        }
+        // Someone else's post: refused, and said so.
+        try self.tmux(["send-keys", "-t", "alice", "/edit not mine", "Enter"])
+        try await self.waitForScreen("alice") { $0.contains("you have no post here to edit") }
+        try self.tmux(["send-keys", "-t", "alice", "/delete 4", "Enter"])
+        try await self.waitForScreen("alice") { $0.contains("#4 was not deleted:") }
+
+        // Unread counts: the two posts in random are unread for alice; general is read.
+        try self.tmux(["send-keys", "-t", "alice", "/circles", "Enter"])
+        try await self.waitForScreen("alice") { $0.contains("circles: general (here) · random 2 unread") }
+        let token = try await server.token("alice")
+        let deadline = ContinuousClock.now + .seconds(20)
+        var general = ""
+        while ContinuousClock.now < deadline {
+            let list = try await server.http("GET", "/v1/circles", token: token)
+            general = list.body.components(separatedBy: "{").first { $0.contains("\"name\":\"general\"") } ?? ""
+            if general.contains("\"readSeq\":6") && general.contains("\"unread\":0") { break }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        #expect(general.contains("\"readSeq\":6") && general.contains("\"unread\":0"), "general is read up to its newest entry: \(general)")
+        try self.tmux(["send-keys", "-t", "alice", "/quit", "Enter"])
+        try self.tmux(["send-keys", "-t", "bob", "/quit", "Enter"])
+        await server.stop()
+    }
+}

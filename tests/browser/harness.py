@@ -12,6 +12,7 @@ import time
 import urllib.request
 import zlib
 
+import websocket
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -131,6 +132,31 @@ class Server:
             if all(f'{key}="{expected}"' in head for key, expected in labels.items()):
                 total += float(value)
         return total
+
+
+class Raw:
+    """One `circle.v1` WebSocket connection of `user` (websocket-client, which Selenium installs),
+    answering requests one at a time: for posts, edits and reactions by other users."""
+
+    def __init__(self, server, user):
+        self.ws = websocket.create_connection(
+            f"ws://127.0.0.1:{server.port}/v1/ws?token={server.token(user)}", subprotocols=["circle.v1"], timeout=15)
+        self.counter = 0
+
+    def request(self, message):
+        self.counter += 1
+        message = {"id": f"raw-{time.time_ns()}-{self.counter}", **message}
+        self.ws.send(json.dumps(message))
+        deadline = time.time() + 15
+        while time.time() < deadline:
+            reply = json.loads(self.ws.recv())
+            if reply.get("id") == message["id"] and reply.get("type") in ("ack", "error", "circles", "history"):
+                assert reply["type"] != "error", reply
+                return reply
+        raise AssertionError(f"no answer to {message}")
+
+    def close(self):
+        self.ws.close()
 
 
 def wait_until(predicate, timeout=15, what="condition"):

@@ -14,7 +14,8 @@ import time
 from selenium.webdriver.common.by import By
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import CIRCLE, Server, browser, png, set_viewport, sign_in_with_token, wait_until  # noqa: E402
+from harness import CIRCLE, Raw, Server, browser, png, set_viewport, sign_in_with_token, wait_until  # noqa: E402
+from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 
 
 def seed(server, folder):
@@ -32,8 +33,21 @@ def seed(server, folder):
     with open(photo, "wb") as f:
         f.write(png(1200, 800, "scene"))
     server.post_photo("general", photo, "bob", caption="The view from the offsite on Friday")
+    post_one(server, "general", "wrong circle, sorry", "dave")
     server.send_lines("general", ["That looks *amazing*. Same place next year?"], "alice")
-    post_one(server, "general", "> Same place next year?\nAlready booked it :)", "bob")
+    # Edits, a delete, reactions and a reply (issue 15), made over the protocol as the users.
+    # general: 1-2 carol, 3 dave, 4 carol, 5 carol, 6 bob's photo, 7 dave (deleted), 8 alice.
+    people = {name: Raw(server, name) for name in ("alice", "bob", "carol", "dave")}
+    for raw in people.values():
+        raw.request({"action": "join", "circle": "general"})
+    people["carol"].request({"action": "edit", "circle": "general", "target": 4, "text": "It did, details in _docs/CLI.md_."})
+    people["dave"].request({"action": "delete", "circle": "general", "target": 7})
+    for name, target, emoji in (("dave", 1, "🎉"), ("alice", 1, "🎉"), ("bob", 1, "👍"), ("alice", 6, "❤️"),
+                                ("carol", 6, "❤️"), ("dave", 6, "😮"), ("dave", 4, "🙏")):
+        people[name].request({"action": "react", "circle": "general", "target": target, "emoji": emoji})
+    people["bob"].request({"action": "post", "circle": "general", "text": "Already booked it :)", "replyTo": 8})
+    for raw in people.values():
+        raw.close()
 
 
 def post_one(server, circle, text, user):
@@ -90,10 +104,14 @@ def main():
         writer = typing(server, "dave", "general")
         wait_until(lambda: "typing" in page.find_element(By.ID, "typing").text, what="dave typing")
         settle(page)
+        # The actions of a post show on hover.
+        ActionChains(page).move_to_element(page.find_elements(By.CSS_SELECTOR, '#list .post')[-1]).perform()
+        time.sleep(0.3)
         page.save_screenshot(prefix + "-desktop.png")
         writer.stdin.close()
         writer.wait(timeout=20)
 
+        ActionChains(page).move_to_element(page.find_element(By.ID, "title")).perform()
         set_viewport(page, 390, 844)
         page.get(page.current_url)
         wait_until(lambda: page.find_elements(By.CSS_SELECTOR, '#circles li[data-name="general"]'), what="list after reload")
@@ -104,6 +122,8 @@ def main():
         wait_until(lambda: "Already booked" in page.find_element(By.ID, "list").text, what="general shown on the phone")
         settle(page)
         page.execute_script("const m = document.getElementById('messages'); m.scrollTop = m.scrollHeight")
+        # The tap on the circle left the pointer over a post: move it off the conversation.
+        ActionChains(page).move_to_element(page.find_element(By.ID, "title")).perform()
         time.sleep(0.5)
         page.save_screenshot(prefix + "-phone.png")
     finally:

@@ -10,6 +10,8 @@ const PAGE_SIZE = 50;
 const MAX_NOTICES = 200;               // presence notices kept per circle
 const PHOTO_BOX = { width: 360, height: 300 };
 const PHONE = window.matchMedia("(max-width: 720px)");
+const REACTIONS = ["👍", "❤️", "😂", "🎉", "😮", "😢", "🙏", "👀"];   // the picker's choice
+const LONG_PRESS_MS = 500;
 
 const S = {
   token: sessionStorage.getItem("circle.token"),
@@ -35,6 +37,11 @@ const S = {
   nodes: new Map(),           // author + "\n" + id -> rendered post element, reused across redraws
   extras: new Map(),          // day lines, notices, intros: reused the same way
   noticeCounter: 0,
+  replyTo: null,              // {circle, seq}: the post the composer answers
+  editing: null,              // {key, circle, seq, draft}: the post being edited in place
+  confirming: null,           // key of the post asking "Delete this post?"
+  menu: null,                 // key of the post whose actions a long press opened
+  roving: null,               // {circle, seq}: the timeline's tab stop when not the newest post
 };
 
 // ---------------------------------------------------------------- small helpers
@@ -193,6 +200,9 @@ function showSignIn(message) {
   S.nodes.clear();
   S.extras.clear();
   S.outbox = [];
+  S.editing = S.confirming = S.menu = null;
+  setReply(null);
+  closePicker();
   $("list").replaceChildren();
   $("welcome").classList.remove("hidden");
   $("main").classList.add("no-circle");
@@ -334,12 +344,9 @@ function connect() {
     for (const name of S.joined) join(name);
     for (const p of S.outbox) if (p.status === "sending") sendPost(p);
     clearInterval(S.heartbeat);
-    // The server closes connections that send nothing for 75 s; a repeated join of a joined
-    // circle is answered from memory (no replay, no presence event), so it is the keep-alive.
-    S.heartbeat = setInterval(() => {
-      const first = S.joined.values().next().value;
-      if (first) request({ action: "join", circle: first }).catch(() => {});
-    }, 25000);
+    // The server closes connections that send nothing for 75 s: the circle list (with its
+    // unread counts, also of circles not joined here) is asked for every 25 s as the keep-alive.
+    S.heartbeat = setInterval(refreshCircles, 25000);
   });
   ws.addEventListener("message", (event) => {
     if (S.ws !== ws) return;
@@ -420,7 +427,8 @@ function reconnectNow() {
   }
 }
 $("retrynow").addEventListener("click", reconnectNow);
-document.addEventListener("visibilitychange", () => { if (!document.hidden) reconnectNow(); });
+document.addEventListener("visibilitychange", () => { if (!document.hidden) { reconnectNow(); markRead(); } });
+window.addEventListener("focus", () => markRead());
 window.addEventListener("online", reconnectNow);
 
 function sendRaw(message) {
@@ -445,19 +453,123 @@ function circleData(name) {
     // posts: seq -> post; last: newest seq received in order (the `since` of the next join);
     // oldest: the first seq loaded; more: older posts exist; notices: presence lines
     // ({after: seq, text, n}); view: where the reader was when they left the circle.
-    // firstUnread: the first post that arrived while another circle was shown; newFrom: where
-    // the "New" line goes while the circle is open.
-    d = { posts: new Map(), last: null, oldest: null, more: true, loaded: false, loading: false, notices: [], unread: 0,
-          firstUnread: null, newFrom: null, view: null };
+    // newAfter: the read marker when the circle was opened with unread posts (the "New" line
+    // goes above the first post after it that is not the reader's own); readSent: the newest
+    // marker asked for; joinedOn: the WebSocket whose join of this circle was acknowledged.
+    d = { posts: new Map(), last: null, oldest: null, more: true, loaded: false, loading: false, notices: [],
+          newAfter: null, view: null, readSent: 0, joinedOn: null };
     S.data.set(name, d);
   }
   return d;
 }
 
-function storePost(m) {
+function circleInfo(name) {
+  return S.circles.find((c) => c.name === name) || null;
+}
+
+/// Reactions as emoji -> Set of users, from a history page's snapshot
+/// ([{emoji, count, users, me}]).
+function reactionMap(list) {
+  const map = new Map();
+  for (const r of list || []) {
+    const users = new Set(r.users || []);
+    if (r.me) users.add(S.user);
+    if (users.size) map.set(r.emoji, users);
+  }
+  return map;
+}
+
+/// Inserts or replaces a post (not a change entry) by seq, as docs/PROTOCOL.md says a reader
+/// applies entries: the entry's text, attachment, edit time, tombstone and reply are taken as
+/// they are; reactions are kept unless the entry brings a snapshot (history pages do).
+function acceptPost(d, m) {
+  const known = d.posts.get(m.seq);
   const post = { ...m };
   delete post.type;
-  return post;
+  post.reactions = Array.isArray(m.reactions) ? reactionMap(m.reactions) : known ? known.reactions : new Map();
+  post.rev = known ? known.rev + 1 : 0;
+  d.posts.set(m.seq, post);
+  return !known;
+}
+
+/// Applies an edit, delete, react or unreact entry to the post it targets. A target the page
+/// does not hold (older than what it loaded) is ignored; applying an entry twice changes nothing.
+function applyChange(d, m) {
+  const target = d.posts.get(m.target);
+  if (!target) return false;
+  switch (m.change) {
+    case "edit":
+      if (target.deleted) return false;
+      if (typeof m.text === "string") target.text = m.text;
+      target.edited = m.time;
+      break;
+    case "delete":
+      target.deleted = true;
+      delete target.text;
+      delete target.attachment;
+      target.reactions = new Map();
+      break;
+    case "react": {
+      if (target.deleted || !m.emoji) return false;
+      const users = target.reactions.get(m.emoji) || new Set();
+      users.add(m.author);
+      target.reactions.set(m.emoji, users);
+      break;
+    }
+    case "unreact": {
+      const users = target.reactions.get(m.emoji);
+      if (!users) return false;
+      users.delete(m.author);
+      if (!users.size) target.reactions.delete(m.emoji);
+      break;
+    }
+    default:
+      return false;
+  }
+  target.rev += 1;
+  return true;
+}
+
+/// Unread posts among those loaded: after the marker, not the reader's own, not deleted.
+function countUnread(d, readSeq) {
+  let n = 0;
+  for (const [seq, p] of d.posts) if (seq > readSeq && p.author !== S.user && !p.deleted) n += 1;
+  return n;
+}
+
+/// Whether the reader can see the newest post of the open circle right now.
+function readingNewest() {
+  if (document.hidden || !document.hasFocus()) return false;
+  const box = $("messages");
+  return S.pinned || box.scrollHeight - box.scrollTop - box.clientHeight < 40;
+}
+
+/// Marks read once the current task is done, so that a circle being opened is judged where it
+/// ends up (at the "New" line or at the bottom), not where a first drawing left it.
+let markQueued = false;
+function scheduleMarkRead() {
+  if (markQueued) return;
+  markQueued = true;
+  queueMicrotask(() => { markQueued = false; markRead(); });
+}
+
+/// Moves the read marker to the newest entry once the reader sees it (tab focused, newest post
+/// on screen, the circle joined on this connection).
+function markRead() {
+  const name = S.current;
+  if (!name || !S.connected) return;
+  const d = circleData(name);
+  const c = circleInfo(name);
+  if (!c || d.last === null || d.joinedOn !== S.ws || !readingNewest()) return;
+  const upTo = d.last;
+  if (upTo <= (c.readSeq || 0) || upTo <= d.readSent) return;
+  d.readSent = upTo;
+  request({ action: "read", circle: name, seq: upTo }).then((ack) => {
+    const seq = typeof ack.seq === "number" ? ack.seq : upTo;
+    c.readSeq = Math.max(c.readSeq || 0, seq);
+    c.unread = countUnread(d, c.readSeq);
+    renderCircles();
+  }).catch(() => { d.readSent = 0; });
 }
 
 function notice(circle, text) {
@@ -471,7 +583,8 @@ function onMessage(m) {
   switch (m.type) {
     case "ack":
     case "error":
-    case "history": {
+    case "history":
+    case "circles": {
       const pending = S.outbox.find((p) => p.id === m.id);
       if (pending) settlePending(pending, m);
       const r = S.requests.get(m.id);
@@ -483,19 +596,49 @@ function onMessage(m) {
     }
     case "post": {
       const d = circleData(m.circle);
-      const isNew = !d.posts.has(m.seq);
-      d.posts.set(m.seq, storePost(m));
       if (d.last === null || m.seq > d.last) d.last = m.seq;
+      const c = circleInfo(m.circle);
+      if (m.change) {
+        // An edit, delete or reaction: it changes a post already shown (and the unread count
+        // when a post is deleted), never adds one.
+        const target = d.posts.get(m.target);
+        const wasUnread = c && target && !target.deleted && target.author !== S.user && target.seq > (c.readSeq || 0);
+        if (applyChange(d, m) && wasUnread && m.change === "delete" && m.seq > (c.lastSeq || 0)) {
+          c.unread = Math.max(0, (c.unread || 0) - 1);
+          renderCircles();
+        }
+        if (c && m.seq > (c.lastSeq || 0)) c.lastSeq = m.seq;
+        if (m.circle === S.current) renderTimeline();
+        break;
+      }
+      const isNew = acceptPost(d, m);
       if (d.oldest === null || m.seq < d.oldest) d.oldest = m.seq;
       const mine = m.author === S.user;
       if (mine) S.outbox = S.outbox.filter((p) => !(p.id === m.id && p.circle === m.circle));
+      // Counted once: the circle list's count covers entries up to its lastSeq.
+      if (c && m.seq > (c.lastSeq || 0)) {
+        c.lastSeq = m.seq;
+        if (isNew && !mine && !m.deleted && m.seq > (c.readSeq || 0)) {
+          c.unread = (c.unread || 0) + 1;
+          if (m.circle === S.current && d.newAfter === null && !readingNewest()) d.newAfter = c.readSeq || 0;
+          renderCircles();
+        }
+      }
       if (m.circle === S.current) {
         if (mine) S.pinned = true;
         renderTimeline();
-      } else if (isNew && !mine) {
-        d.unread += 1;
-        if (d.firstUnread === null || m.seq < d.firstUnread) d.firstUnread = m.seq;
+      }
+      break;
+    }
+    case "read": {
+      // The reader's own other tab or device moved the marker.
+      const c = circleInfo(m.circle);
+      if (c && m.seq > (c.readSeq || 0)) {
+        c.readSeq = m.seq;
+        const d = S.data.get(m.circle);
+        c.unread = d && d.loaded && d.oldest !== null && d.oldest <= m.seq + 1 ? countUnread(d, m.seq) : c.unread;
         renderCircles();
+        refreshCircles();
       }
       break;
     }
@@ -520,9 +663,10 @@ function settlePending(pending, m) {
     const d = circleData(pending.circle);
     if (!d.posts.has(m.seq)) {
       // The ack can come before the post's own event: show it as stored right away.
-      const post = { circle: pending.circle, seq: m.seq, author: S.user, id: pending.id, time: m.time || Date.now() };
+      const post = { circle: pending.circle, seq: m.seq, author: S.user, id: pending.id, time: m.time || Date.now(), reactions: new Map(), rev: 0 };
       if (pending.text) post.text = pending.text;
       if (pending.attachment) post.attachment = pending.attachment;
+      if (pending.replyTo) post.replyTo = pending.replyTo;
       d.posts.set(m.seq, post);
       if (d.oldest === null) d.oldest = m.seq;
     }
@@ -573,7 +717,7 @@ function renderCircles() {
     if (c.private) sigil.appendChild(lockIcon());
     button.append(sigil, el("span", "name", c.name));
     if (c.private) button.title = c.name + " (private)";
-    const unread = S.data.has(c.name) ? S.data.get(c.name).unread : 0;
+    const unread = c.unread || 0;
     if (unread && c.name !== S.current) {
       button.classList.add("unread");
       const badge = el("span", "badge", unread > 99 ? "99+" : String(unread));
@@ -586,7 +730,8 @@ function renderCircles() {
   }
   ul.replaceChildren(...items);
   $("nocircles").classList.toggle("hidden", S.circles.length > 0);
-  const total = [...S.data.entries()].reduce((sum, [name, d]) => sum + (name === S.current ? 0 : d.unread), 0);
+  // The open circle counts too while its newest posts are not seen (tab in the background).
+  const total = S.circles.reduce((sum, c) => sum + (c.unread || 0), 0);
   document.title = (total ? `(${total}) ` : "") + (S.current ? `#${S.current} · Circle` : "Circle");
 }
 
@@ -607,6 +752,17 @@ async function loadCircles() {
   } catch (error) {
     if (error instanceof APIError && error.status === 401) showSignIn("The server refused this token: " + error.message);
   }
+}
+
+/// The circle list with each circle's newest seq, read marker and unread count, over the
+/// WebSocket (`circles`): the page's keep-alive, and how circles it has not joined get counted.
+function refreshCircles() {
+  request({ action: "circles" }).then((reply) => {
+    if (!Array.isArray(reply.circles)) return;
+    S.circles = reply.circles;
+    renderCircles();
+    if (S.current) { markRead(); }
+  }).catch(() => {});
 }
 
 function toggleCreate(open) {
@@ -656,7 +812,7 @@ function saveView() {
   const box = $("messages");
   const d = circleData(S.current);
   d.view = { pinned: S.pinned, fromBottom: box.scrollHeight - box.scrollTop };
-  d.newFrom = null;
+  d.newAfter = null;
 }
 
 async function openCircle(name) {
@@ -675,9 +831,11 @@ async function openCircle(name) {
   updateSend();
   $("text").placeholder = `Message #${name}`;
   const d = circleData(name);
-  if (d.unread) d.newFrom = d.firstUnread;
-  d.unread = 0;
-  d.firstUnread = null;
+  if (S.replyTo && S.replyTo.circle !== name) setReply(null);
+  // The "New" line where the reader left off: where their marker is, or (never marked, as in a
+  // circle that was empty) where this tab last showed it. A circle never read opens at the
+  // newest post, as a channel one has never visited does elsewhere.
+  if (info && info.unread && ((info.readSeq || 0) > 0 || d.view !== null || S.joined.has(name))) d.newAfter = info.readSeq || 0;
   renderCircles();
   renderTyping();
   renderTimeline();
@@ -690,15 +848,7 @@ async function openCircle(name) {
     S.pinned = true;
     box.scrollTop = box.scrollHeight;
   }
-  // More came in while away than fits: start at the first of it, as Slack and Element do.
-  const line = d.newFrom !== null ? $("list").querySelector(".new-line") : null;
-  if (line) {
-    const top = line.getBoundingClientRect().top - box.getBoundingClientRect().top + box.scrollTop;
-    if (box.scrollHeight - top > box.clientHeight) {
-      S.pinned = false;
-      box.scrollTop = Math.max(0, top - 24);
-    }
-  }
+  startAtNew();
   updateJump();
   if (!PHONE.matches) $("text").focus();
   if (!d.loaded) await loadOlder(name, true);
@@ -708,12 +858,30 @@ async function openCircle(name) {
   }
 }
 
+/// More came in while away than fits: start at the first of it, as Slack and Element do.
+function startAtNew() {
+  const box = $("messages");
+  const line = circleData(S.current).newAfter !== null ? $("list").querySelector(".new-line") : null;
+  if (!line) return;
+  const top = line.getBoundingClientRect().top - box.getBoundingClientRect().top + box.scrollTop;
+  if (box.scrollHeight - top > box.clientHeight) {
+    S.pinned = false;
+    box.scrollTop = Math.max(0, top - 24);
+  }
+}
+
 function join(name) {
   const d = circleData(name);
   const message = { action: "join", circle: name };
   if (d.last !== null) message.since = d.last;
+  const ws = S.ws;
   request(message).then((ack) => {
     if (d.last === null) d.last = ack.seq;
+    if (S.ws === ws) {
+      d.joinedOn = ws;
+      d.readSent = 0;
+      if (name === S.current) markRead();
+    }
   }).catch((error) => {
     if (error.message === "disconnected" || error.message === "offline") return;
     S.joined.delete(name);
@@ -732,7 +900,7 @@ async function loadOlder(name, initial) {
     const page = await api(`/v1/circles/${encodeURIComponent(name)}/messages?` + query);
     const box = $("messages");
     const fromBottom = box.scrollHeight - box.scrollTop;
-    for (const p of page.posts) d.posts.set(p.seq, p);
+    for (const p of page.posts) acceptPost(d, p);
     if (page.posts.length) {
       const first = page.posts[0].seq;
       const last = page.posts[page.posts.length - 1].seq;
@@ -748,9 +916,11 @@ async function loadOlder(name, initial) {
     renderTimeline();
     if (initial || S.pinned) {
       box.scrollTop = box.scrollHeight;
+      if (initial) { S.pinned = true; startAtNew(); updateJump(); }
     } else {
       box.scrollTop = box.scrollHeight - fromBottom;
     }
+    markRead();
     // A short first page does not fill the pane, so no scroll would ever ask for more.
     if (d.more && box.scrollHeight <= box.clientHeight + 40) loadOlder(name, false);
   } catch (error) {
@@ -802,24 +972,59 @@ function photoNode(p) {
   return box;
 }
 
+/// A short plain-text line for a post: its text's first line, or what it is.
+function snippet(p) {
+  if (!p) return "a post that is not loaded";
+  if (p.deleted) return "message deleted";
+  // Plain text: the Markdown marks of emphasis and code are left out (not inside words).
+  const text = (p.text || "").replace(/\s+/g, " ").trim()
+    .replace(/(\*\*|__|~~|`)(?=\S)(.+?)(?<=\S)\1/g, "$2")
+    .replace(/(^|[^\w*])([*_])(?=\S)(.+?)(?<=\S)\2(?![\w*])/g, "$1$3");
+  if (text) return text.length > 120 ? text.slice(0, 119) + "…" : text;
+  return p.attachment ? "Photo" : "";
+}
+
+/// Whether the reader may delete `p`: their own post, or any post of a private circle they own.
+function mayDelete(p) {
+  if ((p.author || S.user) === S.user) return true;
+  const c = circleInfo(p.circle);
+  return !!(c && c.private && c.owner === S.user);
+}
+
+function reactionsSignature(p) {
+  if (!p.reactions || !p.reactions.size) return "";
+  return [...p.reactions].map(([emoji, users]) => emoji + [...users].join(",")).join(";");
+}
+
 /// The element of a post, reused while its look stays the same (so its photo is not fetched again).
 function postNode(p, status) {
   const key = postKey(p);
   let node = S.nodes.get(key);
-  const signature = [status, p.seq || "", postTime(p), p.attachment || "", p.reason || "", p.progress || ""].join("|");
+  const d = circleData(p.circle);
+  const quoted = p.replyTo ? d.posts.get(p.replyTo) : null;
+  const editing = S.editing && S.editing.key === key && !p.deleted;
+  const signature = [status, p.seq || "", postTime(p), p.attachment || "", p.reason || "", p.progress || "", p.rev || 0,
+    p.deleted ? "D" : "", p.text || "", p.edited || "", reactionsSignature(p),
+    p.replyTo ? p.replyTo + ":" + (quoted ? (quoted.author + snippet(quoted)) : "") : "",
+    editing ? "E" : "", S.confirming === key ? "C" : "", S.menu === key ? "M" : ""].join("|");
   if (node && node.dataset.signature === signature) return node;
   const photo = node && node.photo && (p.attachment || p.preview) ? node.photo : null;
   if (!node) {
     node = el("article", "post");
     S.nodes.set(key, node);
+    addLongPress(node, key);
   }
   node.dataset.signature = signature;
   node.dataset.state = status;
   node.dataset.author = p.author || S.user;
   if (p.seq) node.dataset.seq = String(p.seq); else delete node.dataset.seq;
-  node.classList.toggle("mine", (p.author || S.user) === S.user);
+  const mine = (p.author || S.user) === S.user;
+  node.classList.toggle("mine", mine);
   node.classList.toggle("pending", status === "sending" || status === "uploading");
   node.classList.toggle("failed", status === "failed");
+  node.classList.toggle("deleted", !!p.deleted);
+  node.classList.toggle("editing", !!editing);
+  node.classList.toggle("menu-open", S.menu === key);
 
   const gutter = el("div", "gutter");
   gutter.append(avatar(p.author || S.user), timeNode(postTime(p), "side-time"));
@@ -827,18 +1032,189 @@ function postNode(p, status) {
   const head = el("div", "head");
   head.append(el("span", "author", p.author || S.user), timeNode(postTime(p), "time"));
   content.append(head);
-  if (p.text) {
-    const body = el("div", "body");
-    body.appendChild(window.CircleMarkdown.render(p.text));
-    content.append(body);
+  if (p.replyTo && !p.deleted) content.append(quoteNode(p, quoted));
+  if (p.deleted) {
+    content.append(el("div", "tombstone", "message deleted"));
+    node.photo = null;
+  } else if (editing) {
+    content.append(editorNode(p));
+  } else {
+    if (p.text) {
+      const body = el("div", "body");
+      body.appendChild(window.CircleMarkdown.render(p.text));
+      if (p.edited) {
+        const mark = el("span", "edited", "(edited)");
+        mark.title = "Edited " + fullFormat.format(p.edited);
+        (body.lastElementChild && body.lastElementChild.tagName === "P" ? body.lastElementChild : body).append(" ", mark);
+      }
+      content.append(body);
+    } else if (p.edited) {
+      content.append(el("span", "edited", "(edited)"));
+    }
+    if (p.attachment || p.preview) {
+      node.photo = photo || photoNode(p);
+      content.append(node.photo);
+    }
   }
-  if (p.attachment || p.preview) {
-    node.photo = photo || photoNode(p);
-    content.append(node.photo);
-  }
+  if (!p.deleted && p.reactions && p.reactions.size && status === "sent") content.append(reactionsNode(p));
+  if (S.confirming === key && !p.deleted) content.append(confirmNode(p));
   if (status !== "sent") content.append(statusNode(p, status));
-  node.replaceChildren(gutter, content);
+  const children = [gutter, content];
+  if (status === "sent" && p.seq && !p.deleted && !editing) children.push(actionsNode(p, key, mine));
+  node.replaceChildren(...children);
   return node;
+}
+
+function quoteNode(p, quoted) {
+  const quote = el("button", "quote");
+  quote.type = "button";
+  quote.dataset.target = String(p.replyTo);
+  if (quoted) quote.append(el("span", "quote-author", quoted.author));
+  quote.append(el("span", "quote-text", snippet(quoted)));
+  quote.setAttribute("aria-label", `In reply to ${quoted ? quoted.author + ": " : ""}${snippet(quoted)}. Show that post.`);
+  quote.addEventListener("click", () => scrollToPost(p.circle, p.replyTo));
+  return quote;
+}
+
+function reactionsNode(p) {
+  const row = el("div", "reactions");
+  for (const [emoji, users] of p.reactions) {
+    const chip = el("button", "chip");
+    chip.type = "button";
+    chip.dataset.emoji = emoji;
+    const me = users.has(S.user);
+    chip.classList.toggle("me", me);
+    chip.setAttribute("aria-pressed", String(me));
+    chip.title = [...users].join(", ") + " reacted with " + emoji;
+    chip.append(el("span", "chip-emoji", emoji), el("span", "chip-count", String(users.size)));
+    chip.addEventListener("click", () => toggleReaction(p, emoji));
+    row.append(chip);
+  }
+  const add = el("button", "chip add-reaction");
+  add.type = "button";
+  add.title = "Add a reaction";
+  add.setAttribute("aria-label", "Add a reaction");
+  add.append(smileIcon());
+  add.addEventListener("click", (event) => { event.stopPropagation(); openPicker(p, add); });
+  row.append(add);
+  return row;
+}
+
+function actionButton(label, icon, className, onClick) {
+  const button = el("button", "icon-button " + className);
+  button.type = "button";
+  button.title = label;
+  button.setAttribute("aria-label", label);
+  button.append(icon);
+  button.addEventListener("click", (event) => { event.stopPropagation(); onClick(button); });
+  return button;
+}
+
+function svgIcon(d) {
+  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  svg.setAttribute("viewBox", "0 0 20 20");
+  svg.setAttribute("aria-hidden", "true");
+  const path = document.createElementNS("http://www.w3.org/2000/svg", "path");
+  path.setAttribute("d", d);
+  svg.appendChild(path);
+  return svg;
+}
+
+function smileIcon() {
+  return svgIcon("M10 3a7 7 0 1 0 0 14 7 7 0 0 0 0-14zM7 12a3.5 3.5 0 0 0 6 0M7.5 8h.01M12.5 8h.01");
+}
+
+/// The post's actions: on hover (desktop), on a long press (phone), or with the keyboard.
+function actionsNode(p, key, mine) {
+  const bar = el("div", "actions");
+  bar.setAttribute("role", "toolbar");
+  bar.setAttribute("aria-label", "Post actions");
+  bar.append(actionButton("React", smileIcon(), "act-react", (button) => openPicker(p, button)));
+  bar.append(actionButton("Reply", svgIcon("M8 5L3 10l5 5M3 10h9a5 5 0 0 1 5 5v1"), "act-reply", () => { closeMenu(); setReply(p); }));
+  if (mine) bar.append(actionButton("Edit", svgIcon("M13.5 3.5l3 3L7 16H4v-3zM11.5 5.5l3 3"), "act-edit", () => startEdit(p)));
+  if (mayDelete(p)) {
+    bar.append(actionButton("Delete", svgIcon("M4 6h12M8 6V4h4v2M6 6l1 10h6l1-10"), "act-delete", () => {
+      closeMenu();
+      S.confirming = key;
+      renderTimeline();
+      const yes = S.nodes.get(key) && S.nodes.get(key).querySelector(".confirm .danger");
+      if (yes) yes.focus();
+    }));
+  }
+  return bar;
+}
+
+function confirmNode(p) {
+  const line = el("div", "confirm");
+  line.append(el("span", "", "Delete this post?"));
+  const yes = el("button", "danger", "Delete");
+  yes.type = "button";
+  yes.addEventListener("click", () => {
+    S.confirming = null;
+    sendChange({ action: "delete", circle: p.circle, target: p.seq });
+    renderTimeline();
+  });
+  const no = el("button", "", "Cancel");
+  no.type = "button";
+  no.addEventListener("click", () => { S.confirming = null; renderTimeline(); });
+  line.append(yes, no);
+  return line;
+}
+
+function editorNode(p) {
+  const form = el("form", "editor");
+  const area = el("textarea");
+  area.rows = 1;
+  area.value = S.editing.draft;
+  area.setAttribute("aria-label", "Edit the post");
+  area.addEventListener("input", () => {
+    S.editing.draft = area.value;
+    area.style.height = "auto";
+    area.style.height = Math.min(area.scrollHeight, 240) + "px";
+  });
+  area.addEventListener("keydown", (event) => {
+    if (event.key === "Escape") { event.preventDefault(); endEdit(); }
+    else if (event.key === "Enter" && !event.shiftKey && !event.isComposing) { event.preventDefault(); form.requestSubmit(); }
+  });
+  const row = el("div", "editor-row");
+  row.append(el("span", "hint", "Enter to save · Esc to cancel"));
+  const cancel = el("button", "", "Cancel");
+  cancel.type = "button";
+  cancel.addEventListener("click", endEdit);
+  const save = el("button", "primary", "Save");
+  save.type = "submit";
+  row.append(cancel, save);
+  form.append(area, row);
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const text = area.value.replace(/^\s*\n|\s+$/g, "");
+    const editing = S.editing;
+    endEdit();
+    if (!editing || !text.trim() || text === p.text) return;
+    sendChange({ action: "edit", circle: p.circle, target: p.seq, text });
+  });
+  requestAnimationFrame(() => {
+    if (!area.isConnected || document.activeElement === area) return;
+    area.focus();
+    area.setSelectionRange(area.value.length, area.value.length);
+    area.style.height = Math.min(area.scrollHeight, 240) + "px";
+  });
+  return form;
+}
+
+function startEdit(p) {
+  closeMenu();
+  closePicker();
+  S.editing = { key: postKey(p), circle: p.circle, seq: p.seq, draft: p.text || "" };
+  renderTimeline();
+}
+
+function endEdit() {
+  const key = S.editing && S.editing.key;
+  S.editing = null;
+  renderTimeline();
+  if (!PHONE.matches) composer.focus();
+  return key;
 }
 
 function statusNode(p, status) {
@@ -921,6 +1297,14 @@ function renderTimeline() {
   items.sort((a, b) => a.order - b.order || a.rank - b.rank || (a.sub || 0) - (b.sub || 0));
   for (const p of S.outbox) if (p.circle === name) items.push({ p, status: p.status });
 
+  // The "New" line: above the first post after the marker the circle was opened with that is
+  // not the reader's own.
+  let newFrom = null;
+  if (d.newAfter !== null) {
+    for (const [seq, p] of d.posts) {
+      if (seq > d.newAfter && p.author !== S.user && (newFrom === null || seq < newFrom)) newFrom = seq;
+    }
+  }
   const children = [];
   const pending = S.outbox.some((p) => p.circle === name);
   const empty = d.posts.size === 0 && !pending;
@@ -942,7 +1326,7 @@ function renderTimeline() {
       continue;
     }
     const p = item.p;
-    if (d.newFrom !== null && p.seq === d.newFrom && !item.status) {
+    if (newFrom !== null && p.seq === newFrom && !item.status) {
       children.push(extra(`new\n${name}\n${p.seq}`, () => {
         const line = el("div", "new-line");
         line.setAttribute("role", "separator");
@@ -959,10 +1343,36 @@ function renderTimeline() {
     previous = { author, time };
   }
   reconcile(list, children);
+  rovingFocus();
   if (!d.loading) showOlder("");
   if (S.pinned) $("messages").scrollTop = $("messages").scrollHeight;
   updateJump();
+  scheduleMarkRead();
 }
+
+/// One tab stop for the whole timeline (the newest post, or the one last focused); Up and Down
+/// move between posts, and a focused post shows its actions, so that everything a mouse can do
+/// to a post the keyboard can too.
+function rovingFocus() {
+  const stored = [...$("list").querySelectorAll(".post[data-seq]:not(.deleted)")];
+  const chosen = S.roving && S.roving.circle === S.current ? stored.find((node) => node.dataset.seq === S.roving.seq) : null;
+  const current = stored.includes(document.activeElement) ? document.activeElement : chosen || stored[stored.length - 1];
+  for (const node of stored) node.tabIndex = node === current ? 0 : -1;
+  for (const node of $("list").querySelectorAll(".post:not([data-seq]), .post.deleted")) node.removeAttribute("tabindex");
+}
+
+$("list").addEventListener("keydown", (event) => {
+  const post = event.target;
+  if (!post.classList || !post.classList.contains("post") || (event.key !== "ArrowUp" && event.key !== "ArrowDown")) return;
+  const stored = [...$("list").querySelectorAll(".post[data-seq]:not(.deleted)")];
+  const next = stored[stored.indexOf(post) + (event.key === "ArrowUp" ? -1 : 1)];
+  if (!next) return;
+  event.preventDefault();
+  post.tabIndex = -1;
+  next.tabIndex = 0;
+  S.roving = next === stored[stored.length - 1] ? null : { circle: S.current, seq: next.dataset.seq };
+  next.focus();
+});
 
 function renderTyping() {
   const users = S.current && S.typing.has(S.current) ? [...S.typing.get(S.current).keys()] : [];
@@ -987,6 +1397,8 @@ box.addEventListener("scroll", () => {
   else if (top < lastScrollTop - 1) S.pinned = false;
   lastScrollTop = top;
   updateJump();
+  closePicker();
+  markRead();
   if (box.scrollTop < 300 && S.current) {
     const d = circleData(S.current);
     if (d.loaded && d.more && !d.loading) loadOlder(S.current, false);
@@ -1030,6 +1442,13 @@ composer.addEventListener("keydown", (event) => {
   if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
     event.preventDefault();
     $("compose").requestSubmit();
+  } else if (event.key === "ArrowUp" && !composer.value && S.current) {
+    // Up in an empty composer edits one's last post, as in Slack and Element.
+    const d = circleData(S.current);
+    const last = [...d.posts.values()].filter((p) => p.author === S.user && !p.deleted).sort((a, b) => b.seq - a.seq)[0];
+    if (last) { event.preventDefault(); startEdit(last); }
+  } else if (event.key === "Escape" && S.replyTo) {
+    setReply(null);
   }
 });
 
@@ -1038,6 +1457,8 @@ $("compose").addEventListener("submit", (event) => {
   const text = composer.value.replace(/^\s*\n|\s+$/g, "");
   if (!text.trim() || !S.current) return;
   const post = { id: uid(), circle: S.current, text, author: S.user, status: "sending", created: Date.now() };
+  if (S.replyTo && S.replyTo.circle === S.current) post.replyTo = S.replyTo.seq;
+  setReply(null);
   S.outbox.push(post);
   composer.value = "";
   autosize();
@@ -1051,6 +1472,7 @@ function sendPost(p) {
   const message = { action: "post", id: p.id, circle: p.circle };
   if (p.text) message.text = p.text;
   if (p.attachment) message.attachment = p.attachment;
+  if (p.replyTo) message.replyTo = p.replyTo;
   sendRaw(message);
 }
 
@@ -1129,6 +1551,149 @@ function upload(post) {
   });
   xhr.addEventListener("error", () => failed("the upload was interrupted"));
   xhr.send(post.file);
+}
+
+// ---------------------------------------------------------------- edits, deletes, reactions, replies
+
+/// Sends a stored change (edit, delete, react, unreact) with its own request id, so that the
+/// server stores it once; what it changes is shown when its entry comes back on the stream.
+function sendChange(message) {
+  message.id = uid();
+  request(message).catch((error) => {
+    toast(error.message === "offline" || error.message === "disconnected"
+      ? "Not connected: try again once the connection is back." : "Not done: " + error.message);
+  });
+}
+
+function toggleReaction(p, emoji) {
+  closePicker();
+  const users = p.reactions && p.reactions.get(emoji);
+  const mine = !!(users && users.has(S.user));
+  sendChange({ action: mine ? "unreact" : "react", circle: p.circle, target: p.seq, emoji });
+}
+
+let toastTimer = null;
+function toast(text) {
+  const node = $("toast");
+  node.textContent = text;
+  node.classList.remove("hidden");
+  clearTimeout(toastTimer);
+  toastTimer = setTimeout(() => node.classList.add("hidden"), 5000);
+}
+
+/// The reaction picker: one row of common emoji next to the button that opened it.
+let pickerFor = null;
+function openPicker(p, anchor) {
+  const picker = $("picker");
+  if (pickerFor === postKey(p) && !picker.classList.contains("hidden")) { closePicker(); return; }
+  pickerFor = postKey(p);
+  const buttons = REACTIONS.map((emoji) => {
+    const button = el("button", "pick", emoji);
+    button.type = "button";
+    button.setAttribute("aria-label", "React with " + emoji);
+    const users = p.reactions && p.reactions.get(emoji);
+    if (users && users.has(S.user)) button.classList.add("me");
+    button.addEventListener("click", (event) => { event.stopPropagation(); closeMenu(); toggleReaction(p, emoji); });
+    return button;
+  });
+  picker.replaceChildren(...buttons);
+  picker.classList.remove("hidden");
+  const rect = anchor.getBoundingClientRect();
+  const width = picker.offsetWidth;
+  const height = picker.offsetHeight;
+  const left = Math.max(8, Math.min(window.innerWidth - width - 8, rect.right - width));
+  const top = rect.top - height - 6 >= 8 ? rect.top - height - 6 : rect.bottom + 6;
+  picker.style.left = left + "px";
+  picker.style.top = top + "px";
+  buttons[0].focus();
+}
+
+function closePicker() {
+  pickerFor = null;
+  $("picker").classList.add("hidden");
+}
+
+$("picker").addEventListener("keydown", (event) => {
+  if (event.key === "Escape") closePicker();
+});
+document.addEventListener("click", (event) => {
+  if (!$("picker").contains(event.target)) closePicker();
+  if (S.menu && !event.target.closest(".post.menu-open")) closeMenu();
+});
+
+// Hover affordances follow the pointer actually used: a mouse shows post actions on hover,
+// a finger uses the long press.
+window.addEventListener("pointermove", (event) => {
+  document.documentElement.classList.toggle("mouse", event.pointerType === "mouse");
+}, { passive: true });
+
+/// A long press (phones) opens a post's actions; a tap elsewhere closes them.
+function addLongPress(node, key) {
+  let timer = null;
+  let start = null;
+  const cancel = () => { clearTimeout(timer); timer = null; };
+  node.addEventListener("pointerdown", (event) => {
+    if (event.pointerType === "mouse" || event.target.closest("button, a, textarea")) return;
+    start = [event.clientX, event.clientY];
+    timer = setTimeout(() => { timer = null; openMenu(key); }, LONG_PRESS_MS);
+  });
+  node.addEventListener("pointermove", (event) => {
+    if (timer && start && Math.hypot(event.clientX - start[0], event.clientY - start[1]) > 10) cancel();
+  });
+  node.addEventListener("pointerup", cancel);
+  node.addEventListener("pointercancel", cancel);
+  node.addEventListener("contextmenu", (event) => {
+    // A touch's long press, or a right click: the post's own menu instead of the browser's.
+    if (!node.dataset.seq || node.classList.contains("deleted") || window.getSelection().toString()) return;
+    event.preventDefault();
+    cancel();
+    openMenu(key);
+  });
+}
+
+function openMenu(key) {
+  const node = S.nodes.get(key);
+  if (!node || !node.dataset.seq || node.classList.contains("deleted")) return;
+  S.menu = key;
+  renderTimeline();
+}
+
+function closeMenu() {
+  if (!S.menu) return;
+  S.menu = null;
+  renderTimeline();
+}
+
+function setReply(p) {
+  S.replyTo = p ? { circle: p.circle, seq: p.seq } : null;
+  const bar = $("replybar");
+  bar.classList.toggle("hidden", !p);
+  if (p) {
+    $("replyauthor").textContent = p.author;
+    $("replytext").textContent = snippet(p);
+    composer.focus();
+  }
+}
+$("replycancel").addEventListener("click", () => { setReply(null); composer.focus(); });
+
+/// Shows post `seq` (loading older pages until it is there) and flashes it.
+async function scrollToPost(circle, seq) {
+  const d = circleData(circle);
+  for (let pages = 0; !d.posts.has(seq) && d.more && pages < 40; pages += 1) {
+    const before = d.oldest;
+    await loadOlder(circle, false);
+    if (d.oldest === before) break;
+  }
+  if (circle !== S.current) return;
+  const node = $("list").querySelector(`.post[data-seq="${seq}"]`);
+  if (!node) { toast("That post is no longer available."); return; }
+  S.pinned = false;
+  node.scrollIntoView({ block: "center" });
+  updateJump();
+  node.classList.remove("flash");
+  void node.offsetWidth;
+  node.classList.add("flash");
+  setTimeout(() => node.classList.remove("flash"), 1600);
 }
 
 // ---------------------------------------------------------------- photo viewer
