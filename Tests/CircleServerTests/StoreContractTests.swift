@@ -650,7 +650,7 @@ enum StoreLocation: Sendable {
                 #expect(self.storedSeq(outcomes[0]) == 7)
                 var post = stored[0]
                 post.text = nil
-                post.edited = 20
+                post.edited = nil
                 post.deleted = true
                 #expect(outcomes[1] == .duplicate(post))
                 var edit = stored[1]
@@ -683,7 +683,7 @@ enum StoreLocation: Sendable {
             ])
             #expect(self.storedSeqs(outcomes) == [1, 2, 3, 4, 5, nil, 6, nil, nil, nil])
             #expect(outcomes.map(self.rejection) == [nil, nil, nil, nil, nil, .notAuthor, nil, .postDeleted, nil, .noSuchPost])
-            let post = CirclePost(circle: "lobby", seq: 1, author: "alice", text: nil, attachment: nil, time: 10, id: "p1", edited: 11, deleted: true)
+            let post = CirclePost(circle: "lobby", seq: 1, author: "alice", text: nil, attachment: nil, time: 10, id: "p1", deleted: true)
             #expect(outcomes[0] == .stored(post))
             #expect(outcomes[8] == .duplicate(post))
             #expect(outcomes[1].post?.text == nil)  // the edit of a post deleted since
@@ -732,6 +732,7 @@ enum StoreLocation: Sendable {
                     post.deleted = true
                     post.text = nil
                     post.attachment = nil
+                    post.edited = nil
                     post.reactions = [:]
                 case .react:
                     if let emoji = entry.emoji, !(post.reactions[emoji] ?? []).contains(entry.author) {
@@ -787,7 +788,7 @@ enum StoreLocation: Sendable {
             #expect(late.posts == history.posts)
             #expect(resumed.posts == history.posts)
             #expect(follower.posts == history.posts)
-            #expect(history.posts[1] == ReaderState.Post(text: nil, attachment: nil, edited: 6, deleted: true, replyTo: nil, reactions: [:]))
+            #expect(history.posts[1] == ReaderState.Post(text: nil, attachment: nil, edited: nil, deleted: true, replyTo: nil, reactions: [:]))
             #expect(history.posts[2] == ReaderState.Post(text: "kept", attachment: nil, edited: 8, deleted: false, replyTo: nil, reactions: ["👍": ["bob"]]))
             #expect(stream.count == 11)
             #expect(!stream.contains { $0.text?.contains("secret") == true })

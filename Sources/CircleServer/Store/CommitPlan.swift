@@ -307,6 +307,8 @@ struct CommitPlan: Sendable {
                     target.deleted = true
                     target.text = nil
                     target.attachment = nil
+                    // A tombstone keeps nothing of what the post said, nor when it was last edited.
+                    target.edited = nil
                     for edit in editsByTarget[targetKey] ?? [] {
                         entries[edit]?.text = nil
                     }
