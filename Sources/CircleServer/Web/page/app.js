@@ -507,6 +507,7 @@ function applyChange(d, m) {
       target.deleted = true;
       delete target.text;
       delete target.attachment;
+      delete target.edited;
       target.reactions = new Map();
       break;
     case "react": {
