@@ -401,7 +401,25 @@ public final class SQLiteStore: CircleStore {
         logger: Logger,
         _ body: () async throws -> T
     ) async throws -> T {
-        _ = try await connection.query("BEGIN IMMEDIATE")
+        try await Self.run("BEGIN IMMEDIATE", on: connection, logger: logger, body)
+    }
+
+    /// Runs `body` in a read transaction (`BEGIN … COMMIT`): its reads see one snapshot.
+    static func readTransaction<T>(
+        on connection: SQLiteConnection,
+        logger: Logger,
+        _ body: () async throws -> T
+    ) async throws -> T {
+        try await Self.run("BEGIN", on: connection, logger: logger, body)
+    }
+
+    private static func run<T>(
+        _ begin: String,
+        on connection: SQLiteConnection,
+        logger: Logger,
+        _ body: () async throws -> T
+    ) async throws -> T {
+        _ = try await connection.query(begin)
         do {
             let result = try await body()
             _ = try await connection.query("COMMIT")
@@ -411,27 +429,6 @@ public final class SQLiteStore: CircleStore {
                 _ = try await connection.query("ROLLBACK")
             } catch let rollbackError {
                 // SQLite may already have rolled back (some I/O errors do); nothing is left to undo.
-                logger.debug("ROLLBACK failed", metadata: ["circle.store.error": "\(rollbackError)"])
-            }
-            throw error
-        }
-    }
-
-    /// Runs `body` in a read transaction (`BEGIN … COMMIT`): its reads see one snapshot.
-    static func readTransaction<T>(
-        on connection: SQLiteConnection,
-        logger: Logger,
-        _ body: () async throws -> T
-    ) async throws -> T {
-        _ = try await connection.query("BEGIN")
-        do {
-            let result = try await body()
-            _ = try await connection.query("COMMIT")
-            return result
-        } catch {
-            do {
-                _ = try await connection.query("ROLLBACK")
-            } catch let rollbackError {
                 logger.debug("ROLLBACK failed", metadata: ["circle.store.error": "\(rollbackError)"])
             }
             throw error
