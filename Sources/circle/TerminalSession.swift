@@ -14,6 +14,8 @@ final class TerminalSession: Sendable {
         var execute: [String] = []
         /// How long to wait for replies before closing, after `--execute` or at end of input (`--wait`).
         var wait: Duration?
+        /// Close once this many messages have been received (`--count`).
+        var count: Int?
         /// Ping interval (`--ping`).
         var pingInterval: Duration?
         /// How long a ping may wait for its pong before the connection is dropped.
@@ -36,6 +38,8 @@ final class TerminalSession: Sendable {
     private let output: TerminalOutput
     private let options: Options
     private let state = NIOLockedValueBox(State())
+    /// Finished by the receiver once `--count` messages have arrived.
+    private let counted = AsyncStream.makeStream(of: Never.self)
 
     init(socket: WebSocket, output: TerminalOutput, options: Options) {
         self.socket = socket
@@ -54,6 +58,14 @@ final class TerminalSession: Sendable {
             group.addTask {
                 await self.handleInterrupts()
                 return .done
+            }
+            if self.options.count != nil {
+                group.addTask {
+                    for await _ in self.counted.stream {}
+                    guard !Task.isCancelled else { return .done }
+                    await self.close(code: .normalClosure, reason: "")
+                    return .done
+                }
             }
             if let interval = self.options.pingInterval {
                 group.addTask {
@@ -74,9 +86,13 @@ final class TerminalSession: Sendable {
     // MARK: Children
 
     private func receive() async -> ChildResult {
+        defer { self.counted.continuation.finish() }
+        var received = 0
         do {
             for try await message in self.socket.messages {
                 self.output.received(message)
+                received += 1
+                if received == self.options.count { self.counted.continuation.finish() }
             }
             return .connectionEnded(nil)
         } catch {

@@ -27,7 +27,9 @@ struct WSCommand: AsyncParsableCommand {
 
             With --execute and --wait, standard input is not read: the messages are sent, the \
             replies printed for --wait seconds, and the connection closed. With --execute alone \
-            the session goes on reading standard input.
+            the session goes on reading standard input. --count N closes the connection as soon \
+            as N messages have arrived (with --wait, after --wait seconds at the latest), so a \
+            script need not guess how long replies take.
 
             Commands, typed on a line of their own:
             \(TerminalCommand.summary.split(separator: "\n").map { "  " + $0 }.joined(separator: "\n"))
@@ -124,6 +126,14 @@ struct WSCommand: AsyncParsableCommand {
     )
     var wait: Double?
 
+    @Option(
+        help: ArgumentHelp(
+            "Close once this many messages have been received (with --wait: whichever comes first).",
+            valueName: "N"
+        )
+    )
+    var count: Int?
+
     @Flag(name: .shortAndLong, help: "Print only received messages (and errors).")
     var quiet = false
 
@@ -147,6 +157,7 @@ struct WSCommand: AsyncParsableCommand {
         let day = 86_400.0
         if let ping, !(ping > 0 && ping <= day) { throw ValidationError("--ping must be more than 0 and at most \(Int(day)) seconds") }
         if let wait, !(wait >= 0 && wait <= day) { throw ValidationError("--wait must be 0 to \(Int(day)) seconds") }
+        if let count, count < 1 { throw ValidationError("--count must be at least 1") }
         if !(self.connectTimeout > 0 && self.connectTimeout <= day) {
             throw ValidationError("--connect-timeout must be more than 0 and at most \(Int(day)) seconds")
         }
@@ -192,6 +203,7 @@ struct WSCommand: AsyncParsableCommand {
             options: TerminalSession.Options(
                 execute: self.execute,
                 wait: self.wait.map { .seconds($0) },
+                count: self.count,
                 pingInterval: self.ping.map { .seconds($0) }
             )
         )

@@ -65,7 +65,7 @@ extension WSCommandTests {
     func insecureLocalhost() async throws {
         try await withServer(.init(tls: try TestPKI.serverTLS())) { url in
             let url = url.replacingOccurrences(of: "ws://127.0.0.1", with: "wss://localhost")
-            let process = try CircleProcess(["ws", url, "--insecure-localhost", "-x", "over tls", "--wait", "1"])
+            let process = try CircleProcess(["ws", url, "--insecure-localhost", "-x", "over tls", "--count", "1", "--wait", "60"])
             let status = try await process.waitForExit()
             #expect(status == 0, "stderr: \(process.stderr)")
             #expect(process.stdoutLines == ["over tls"])
@@ -93,7 +93,7 @@ extension WSCommandTests {
         try await withServer(.init(tls: try TestPKI.serverTLS())) { url in
             let url = url.replacingOccurrences(of: "ws://", with: "wss://")
             let pin = withPin ? ["--pin", TestPKI.serverPin] : []
-            let process = try CircleProcess(["ws", url, "--ca", caFile, "-x", "trusted", "--wait", "1"] + pin)
+            let process = try CircleProcess(["ws", url, "--ca", caFile, "-x", "trusted", "--count", "1", "--wait", "60"] + pin)
             let status = try await process.waitForExit()
             #expect(status == 0, "stderr: \(process.stderr)")
             #expect(process.stdoutLines == ["trusted"])

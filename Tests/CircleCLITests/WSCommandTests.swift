@@ -55,7 +55,7 @@ struct WSCommandTests {
     @Test("-x sends a message and --wait prints the reply before closing")
     func executeAndWait() async throws {
         try await withServer { url in
-            let process = try CircleProcess(["ws", url, "-x", "hello", "-x", "grüße 👋", "--wait", "1"])
+            let process = try CircleProcess(["ws", url, "-x", "hello", "-x", "grüße 👋", "--count", "2", "--wait", "60"])
             let status = try await process.waitForExit()
             #expect(status == 0, "stderr: \(process.stderr)")
             #expect(process.stdoutLines == ["hello", "grüße 👋"])
@@ -67,7 +67,7 @@ struct WSCommandTests {
     @Test("--quiet leaves stdout unchanged and stderr empty")
     func quiet() async throws {
         try await withServer { url in
-            let process = try CircleProcess(["ws", url, "-x", "hello", "--wait", "1", "--quiet"])
+            let process = try CircleProcess(["ws", url, "-x", "hello", "--count", "1", "--wait", "60", "--quiet"])
             let status = try await process.waitForExit()
             #expect(status == 0)
             #expect(process.stdoutLines == ["hello"])
@@ -101,7 +101,7 @@ struct WSCommandTests {
     @Test("piped input with --wait: all lines are sent and the replies printed before the close")
     func pipedInputWithWait() async throws {
         try await withServer { url in
-            let process = try CircleProcess(["ws", url, "--wait", "1"])
+            let process = try CircleProcess(["ws", url, "--count", "2", "--wait", "60"])
             try process.send(line: "first")
             try process.send(line: "second")
             process.closeInput()  // end of input at once, as with `printf ... | circle ws`
@@ -239,7 +239,7 @@ struct WSCommandTests {
         }
         try await withServer(greeting: greeting) { url in
             let process = try CircleProcess([
-                "ws", url, "--header", "X-Circle-Test: a: b", "--header", "Authorization:Bearer t0k3n", "-x", "done", "--wait", "1",
+                "ws", url, "--header", "X-Circle-Test: a: b", "--header", "Authorization:Bearer t0k3n", "-x", "done", "--count", "2", "--wait", "60",
             ])
             let status = try await process.waitForExit()
             #expect(status == 0, "stderr: \(process.stderr)")
@@ -253,7 +253,7 @@ struct WSCommandTests {
         try await withServer(configuration) { url in
             let long = String(repeating: "compress me ", count: 50)
             let process = try CircleProcess([
-                "ws", url, "--subprotocol", "chat.v0", "--subprotocol", "circle.v1", "--deflate", "-x", long, "--wait", "1",
+                "ws", url, "--subprotocol", "chat.v0", "--subprotocol", "circle.v1", "--deflate", "-x", long, "--count", "1", "--wait", "60",
             ])
             let status = try await process.waitForExit()
             #expect(status == 0, "stderr: \(process.stderr)")
