@@ -409,7 +409,7 @@ actor ClientCore {
             self.logger.warning("server error without id", metadata: ["code": "\(code)", "message": "\(text)"])
         case .post(let post):
             self.deliver(post)
-        case .history(let id, _, _, _), .circles(let id, _):
+        case .history(let id, _, _, _, _), .circles(let id, _):
             self.resolveRequest(id, .success(message))
         case .read(let circle, let seq):
             self.broadcast(.read(seq: seq), in: circle)
@@ -643,7 +643,7 @@ actor ClientCore {
             return timeline.page(before: before, limit: limit)
         }
         let reply = try await self.request { .history(of: circle, id: $0, before: before, after: after, limit: limit) }
-        guard case .history(_, _, let posts, let more) = reply else {
+        guard case .history(_, _, let posts, let more, _) = reply else {
             throw CircleClientError(.badRequest, "unexpected reply \(reply)")
         }
         if self.caching, self.circles[circle]?.timeline != nil {

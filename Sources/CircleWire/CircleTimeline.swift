@@ -8,12 +8,17 @@
 /// ```swift
 /// var timeline = CircleTimeline(viewer: "ann")
 /// timeline.apply(entry)          // every `post` event, in seq order
-/// timeline.merge(page.posts)     // a history page (a snapshot with reactions)
+/// timeline.merge(page.posts, asOf: page.lastSeq)  // a history page (a snapshot with reactions)
 /// for post in timeline.posts { … } // oldest first, current state
 /// ```
 public struct CircleTimeline: Sendable, Hashable {
-    /// The user whose reactions count as `me`.
-    public var viewer: String?
+    /// The user whose reactions count as `me`; setting it recomputes `me` on every held post.
+    public var viewer: String? {
+        didSet {
+            guard self.viewer != oldValue else { return }
+            for index in self.posts.indices { self.posts[index] = self.seen(by: self.viewer, self.posts[index]) }
+        }
+    }
     /// Posts (no change entries) in seq order, in their current state.
     public private(set) var posts: [CirclePost] = []
     /// The highest entry seq applied (posts and changes).
@@ -97,18 +102,47 @@ public struct CircleTimeline: Sendable, Hashable {
 
     /// Takes posts from a history page or a cache: each replaces the held post with that seq
     /// (reactions included when the page has them). Change entries among them are applied.
-    public mutating func merge(_ page: [CirclePost]) {
+    ///
+    /// `asOf` is the page's `lastSeq`, the newest entry its posts reflect. A page older than what
+    /// this timeline has applied (`asOf < lastSeq`: a change was committed between the page's
+    /// read and its arrival, and streamed here first) would take that change back, so it replaces
+    /// nothing held and only adds the posts not held; `merge` then returns `false`, and the
+    /// caller should ask for the page again (the answer is then at least as new).
+    @discardableResult
+    public mutating func merge(_ page: [CirclePost], asOf: Int64? = nil) -> Bool {
+        let current = asOf.map { $0 >= self.lastSeq } ?? true
         for post in page {
             if post.change != nil {
                 self.apply(post)
             } else if let index = self.index(of: post.seq) {
+                guard current else { continue }
                 var post = post
                 if post.reactions == nil { post.reactions = self.posts[index].reactions }
-                self.posts[index] = post
+                self.posts[index] = self.seen(by: self.viewer, post)
             } else {
-                self.insert(post)
+                self.insert(self.seen(by: self.viewer, post))
             }
         }
+        return current
+    }
+
+    /// Marks that the stream is followed from `seq` on (a join's ack): entries up to it count as
+    /// applied, so a page read before them is known to be older than this timeline.
+    public mutating func follow(from seq: Int64) {
+        self.lastSeq = max(self.lastSeq, seq)
+    }
+
+    /// `post` with `me` set for `viewer` (a page's `me` is for the user who asked, a cache's for
+    /// whoever the viewer was when it was saved).
+    private func seen(by viewer: String?, _ post: CirclePost) -> CirclePost {
+        guard let reactions = post.reactions else { return post }
+        var post = post
+        post.reactions = reactions.map { reaction in
+            var reaction = reaction
+            reaction.me = viewer.map { reaction.users.contains($0) } ?? reaction.me
+            return reaction
+        }
+        return post
     }
 
     /// Keeps the newest `count` posts, dropping older ones.

@@ -118,13 +118,17 @@ public enum HTTPAPI {
         public init(members: [String]) { self.members = members }
     }
 
-    /// `GET /v1/circles/{name}/messages`: oldest first; `more` says whether the page was cut short.
+    /// `GET /v1/circles/{name}/messages`: oldest first; `more` says whether the page was cut short;
+    /// `lastSeq` is the circle's newest entry `seq` when the page was read (the posts show every
+    /// entry up to it), as in the `history` reply.
     public struct MessagePage: Codable, Sendable, Hashable {
         public var posts: [CirclePost]
         public var more: Bool
-        public init(posts: [CirclePost], more: Bool) {
+        public var lastSeq: Int64?
+        public init(posts: [CirclePost], more: Bool, lastSeq: Int64? = nil) {
             self.posts = posts
             self.more = more
+            self.lastSeq = lastSeq
         }
     }
 

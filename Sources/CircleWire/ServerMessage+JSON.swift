@@ -35,10 +35,11 @@ extension CircleServerMessage {
             post.writeFields(to: &out)
             out.field("type", "post")
             out.close()
-        case .history(let id, let circle, let posts, let more):
+        case .history(let id, let circle, let posts, let more, let lastSeq):
             out.open()
             out.field("circle", circle)
             out.field("id", id)
+            if let lastSeq { out.field("lastSeq", lastSeq) }
             out.field("more", more)
             out.key("posts")
             out.raw("[")

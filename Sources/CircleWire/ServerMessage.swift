@@ -204,7 +204,9 @@ public enum CircleServerMessage: Sendable, Hashable {
     /// A post in a joined circle (replayed or live), in sequence order.
     case post(CirclePost)
     /// A page of stored posts, answering `history`; `more` tells whether further pages exist.
-    case history(id: String, circle: String, posts: [CirclePost], more: Bool)
+    /// `lastSeq` is the circle's newest entry `seq` when the page was read: the posts show every
+    /// entry up to it (`nil` from servers older than this field).
+    case history(id: String, circle: String, posts: [CirclePost], more: Bool, lastSeq: Int64?)
     /// Someone joined the circle.
     case joined(circle: String, user: String)
     /// Someone left the circle (or disconnected).
@@ -225,7 +227,7 @@ extension CircleServerMessage: Codable {
     }
 
     private enum Keys: String, CodingKey {
-        case type, id, seq, time, duplicate, code, message, circle, user, posts, more, from, to, circles
+        case type, id, seq, time, duplicate, code, message, circle, user, posts, more, from, to, circles, lastSeq
         case author, text, attachment
     }
 
@@ -252,7 +254,8 @@ extension CircleServerMessage: Codable {
                 id: try container.decode(String.self, forKey: .id),
                 circle: try container.decode(String.self, forKey: .circle),
                 posts: try container.decode([CirclePost].self, forKey: .posts),
-                more: try container.decode(Bool.self, forKey: .more)
+                more: try container.decode(Bool.self, forKey: .more),
+                lastSeq: try container.decodeIfPresent(Int64.self, forKey: .lastSeq)
             )
         case .joined:
             self = .joined(circle: try container.decode(String.self, forKey: .circle), user: try container.decode(String.self, forKey: .user))
@@ -290,12 +293,13 @@ extension CircleServerMessage: Codable {
         case .post(let post):
             try container.encode(Kind.post, forKey: .type)
             try post.encode(to: encoder)
-        case .history(let id, let circle, let posts, let more):
+        case .history(let id, let circle, let posts, let more, let lastSeq):
             try container.encode(Kind.history, forKey: .type)
             try container.encode(id, forKey: .id)
             try container.encode(circle, forKey: .circle)
             try container.encode(posts, forKey: .posts)
             try container.encode(more, forKey: .more)
+            try container.encodeIfPresent(lastSeq, forKey: .lastSeq)
         case .joined(let circle, let user):
             try container.encode(Kind.joined, forKey: .type)
             try container.encode(circle, forKey: .circle)

@@ -42,7 +42,7 @@ struct ChatFeaturesLiveTests {
 
     static func historyPosts(_ client: TestClient, _ circle: String) async throws -> [CirclePost] {
         let reply = try await client.request { .history(of: circle, id: $0, limit: 200) }
-        guard case .history(_, _, let posts, _) = reply else { throw TestFailure("expected history, got \(reply)") }
+        guard case .history(_, _, let posts, _, _) = reply else { throw TestFailure("expected history, got \(reply)") }
         return posts
     }
 

@@ -297,8 +297,8 @@ final class MutedStore: SharedCircleStore {
     func posts(in circle: String, after: Int64, limit: Int) async throws -> [CirclePost] {
         try await self.base.posts(in: circle, after: after, limit: limit)
     }
-    func history(in circle: String, before: Int64?, after: Int64?, limit: Int, viewer: String) async throws -> [CirclePost] {
-        try await self.base.history(in: circle, before: before, after: after, limit: limit, viewer: viewer)
+    func historySnapshot(in circle: String, before: Int64?, after: Int64?, limit: Int, viewer: String) async throws -> HistorySnapshot {
+        try await self.base.historySnapshot(in: circle, before: before, after: after, limit: limit, viewer: viewer)
     }
     func markRead(_ user: String, in circle: String, upTo seq: Int64) async throws -> Int64 {
         try await self.base.markRead(user, in: circle, upTo: seq)

@@ -51,14 +51,14 @@ struct ServerLiveTests {
 
         for index in 2...5 { _ = try await alice.request { .post("m\(index)", to: "general", id: $0) } }
         let page = try await bob.request { .history(of: "general", id: $0, before: 5, limit: 2) }
-        guard case .history(_, _, let posts, let more) = page else {
+        guard case .history(_, _, let posts, let more, _) = page else {
             Issue.record("expected history, got \(page)")
             return
         }
         #expect(posts.map(\.seq) == [3, 4])
         #expect(more)
         let after = try await bob.request { .history(of: "general", id: $0, after: 3, limit: 10) }
-        if case .history(_, _, let posts, let more) = after {
+        if case .history(_, _, let posts, let more, _) = after {
             #expect(posts.map(\.seq) == [4, 5])
             #expect(!more)
         } else {
@@ -142,7 +142,7 @@ struct ServerLiveTests {
         let next = try await alice.request { _ in .post("second", to: "ops", id: "post-2") }
         #expect(next.ackSeq == 2)
         let history = try await alice.request { .history(of: "ops", id: $0) }
-        if case .history(_, _, let posts, _) = history {
+        if case .history(_, _, let posts, _, _) = history {
             #expect(posts.map(\.text) == ["deploy done", "second"])
         }
         await alice.close()
@@ -256,7 +256,7 @@ struct ServerLiveTests {
 
         // Still open and working.
         let history = try await alice.request { .history(of: "lab", id: $0) }
-        if case .history(_, _, let posts, _) = history {
+        if case .history(_, _, let posts, _, _) = history {
             #expect(posts.count == 3)
         } else {
             Issue.record("expected history, got \(history)")

@@ -89,7 +89,7 @@ struct SessionStateTests {
         case .ack(let id, let seq, _, let duplicate): return "ack \(id)\(seq.map { " seq \($0)" } ?? "")\(duplicate ? " duplicate" : "")"
         case .error(let id, let code, _): return "error \(id ?? "-") \(code.rawValue)"
         case .left(let circle, let user): return "left \(circle) \(user)"
-        case .history(let id, _, let posts, let more): return "history \(id) \(posts.map(\.seq)) more \(more)"
+        case .history(let id, _, let posts, let more, _): return "history \(id) \(posts.map(\.seq)) more \(more)"
         default: return "\(message)"
         }
     }
@@ -390,7 +390,7 @@ struct SessionStateTests {
         // A decoding failure waits its turn too, so replies keep the order of requests.
         #expect(Self.describe(state.received(.failure(.init(id: "bad", code: .badRequest, message: "nope")), now: clock.now)).isEmpty)
         #expect(state.queuedRequestCount == 2)
-        #expect(Self.describe(state.historyRead(h1, .success(.page([Self.post(1)], more: false)), now: clock.now))
+        #expect(Self.describe(state.historyRead(h1, .success(.page([Self.post(1)], more: false, lastSeq: 1)), now: clock.now))
             == ["send history h1 [1] more false", "history h3"])
         // h2 and h3 are under way: the failed decode still waits, and reading stays paused.
         #expect(state.queuedRequestCount == 1)

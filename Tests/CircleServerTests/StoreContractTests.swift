@@ -834,12 +834,16 @@ enum StoreLocation: Sendable {
             #expect(try await page(limit: 100, viewer: "alice")[0].reactions == [CircleReaction(emoji: "👍", users: ["bob"], me: false)])
             #expect(try await store.history(in: "nowhere", before: nil, after: nil, limit: 10, viewer: "bob") == [])
 
-            let (posts, more) = try await store.historyPage(in: "lobby", before: nil, after: nil, limit: 4, viewer: "bob")
+            let (posts, more, lastSeq) = try await store.historyPage(in: "lobby", before: nil, after: nil, limit: 4, viewer: "bob")
             #expect(posts.map(\.seq) == [5, 7, 9, 11])
             #expect(more)
-            let (rest, noMore) = try await store.historyPage(in: "lobby", before: 5, after: nil, limit: 4, viewer: "bob")
+            #expect(lastSeq == 12)  // the page reflects every entry, the last change included
+            let (rest, noMore, _) = try await store.historyPage(in: "lobby", before: 5, after: nil, limit: 4, viewer: "bob")
             #expect(rest.map(\.seq) == [1, 3])
             #expect(!noMore)
+            // An empty page still says where the circle stands; an unknown circle stands at 0.
+            #expect(try await store.historySnapshot(in: "lobby", before: 1, after: nil, limit: 4, viewer: "bob") == HistorySnapshot(posts: [], lastSeq: 12))
+            #expect(try await store.historySnapshot(in: "nowhere", before: nil, after: nil, limit: 4, viewer: "bob") == HistorySnapshot(posts: [], lastSeq: 0))
         }
     }
 

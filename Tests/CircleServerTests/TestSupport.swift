@@ -69,7 +69,7 @@ final class TestClient: @unchecked Sendable {
             switch message {
             case .ack(let ackID, _, _, _) where ackID == id: return (message, others)
             case .error(let errorID, _, _) where errorID == id: return (message, others)
-            case .history(let historyID, _, _, _) where historyID == id: return (message, others)
+            case .history(let historyID, _, _, _, _) where historyID == id: return (message, others)
             case .circles(let listID, _) where listID == id: return (message, others)
             default: others.append(message)
             }

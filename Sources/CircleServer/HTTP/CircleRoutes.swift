@@ -187,7 +187,7 @@ struct CircleRoutes: Sendable {
         guard (1...200).contains(limit) else { throw APIError(.badRequest, .badRequest, "limit is between 1 and 200") }
         guard before == nil || after == nil else { throw APIError(.badRequest, .badRequest, "give before or after, not both") }
         let page = try await self.services.store.historyPage(in: circle, before: before, after: after, limit: limit, viewer: viewer)
-        return .json(.ok, HTTPAPI.MessagePage(posts: page.posts, more: page.more))
+        return .json(.ok, HTTPAPI.MessagePage(posts: page.posts, more: page.more, lastSeq: page.lastSeq))
     }
 
     private static func body(_ info: CircleInfo) -> HTTPAPI.Circle {

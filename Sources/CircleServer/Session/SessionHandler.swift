@@ -323,7 +323,7 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, Sessi
             guard let info = try await store.circle(named: circle) else { return .notFound }
             if info.isPrivate, try await !store.isMember(user, of: circle) { return .forbidden }
             let page = try await store.historyPage(in: circle, before: request.before, after: request.after, limit: limit, viewer: user)
-            return .page(page.posts, more: page.more)
+            return .page(page.posts, more: page.more, lastSeq: page.lastSeq)
         }) { handler, result in
             handler.feed { $0.historyRead(request, result, now: .now()) }
         }

@@ -28,7 +28,7 @@ enum JoinAccess: Sendable, Hashable {
 enum HistoryAnswer: Sendable, Hashable {
     case notFound
     case forbidden
-    case page([CirclePost], more: Bool)
+    case page([CirclePost], more: Bool, lastSeq: Int64)
 }
 
 /// One `circle.v1` connection as a value: what it has joined, where each circle's replay
@@ -318,8 +318,8 @@ struct SessionState {
             self.fail(request.id, .notFound, "no circle \"\(circle)\"", into: &actions)
         case .success(.forbidden):
             self.fail(request.id, .forbidden, "\"\(circle)\" is private and you are not a member", into: &actions)
-        case .success(.page(let posts, let more)):
-            actions.append(.send(.history(id: request.id, circle: circle, posts: posts, more: more)))
+        case .success(.page(let posts, let more, let lastSeq)):
+            actions.append(.send(.history(id: request.id, circle: circle, posts: posts, more: more, lastSeq: lastSeq)))
         case .failure(let error):
             self.fail(request.id, .internalError, "could not read the history: \(error)", into: &actions)
         }

@@ -179,11 +179,12 @@ public protocol CircleStore: Sendable {
     /// stream a join replays. Posts come in their current state (edited text, `edited`,
     /// tombstones) without `reactions`; edits of a deleted post without text.
     func posts(in circle: String, after: Int64, limit: Int) async throws -> [CirclePost]
-    /// A history page: posts only (no change entries), in their current state with
-    /// `reactions` (`me` for `viewer`). With `after`: posts above it, oldest first, at most
-    /// `limit`. Otherwise posts below `before` (all when `nil`), the newest `limit` of them,
-    /// returned oldest first.
-    func history(in circle: String, before: Int64?, after: Int64?, limit: Int, viewer: String) async throws -> [CirclePost]
+    /// A history page, read in one snapshot: posts only (no change entries), in their current
+    /// state with `reactions` (`me` for `viewer`), and the circle's `lastSeq` in that snapshot
+    /// (the newest entry the posts reflect; 0 for an unknown circle). With `after`: posts above
+    /// it, oldest first, at most `limit`. Otherwise posts below `before` (all when `nil`), the
+    /// newest `limit` of them, returned oldest first.
+    func historySnapshot(in circle: String, before: Int64?, after: Int64?, limit: Int, viewer: String) async throws -> HistorySnapshot
 
     /// Records a resumable upload that was just created (its bytes live in the data directory).
     func createUpload(_ upload: MediaUpload) async throws
@@ -275,12 +276,29 @@ public struct MediaUpload: Sendable, Hashable {
     }
 }
 
+/// Posts of a history page and the circle's newest entry `seq`, read in one snapshot.
+public struct HistorySnapshot: Sendable, Hashable {
+    public var posts: [CirclePost]
+    public var lastSeq: Int64
+
+    public init(posts: [CirclePost], lastSeq: Int64) {
+        self.posts = posts
+        self.lastSeq = lastSeq
+    }
+}
+
 extension CircleStore {
+    /// The posts of ``historySnapshot(in:before:after:limit:viewer:)``.
+    func history(in circle: String, before: Int64?, after: Int64?, limit: Int, viewer: String) async throws -> [CirclePost] {
+        try await self.historySnapshot(in: circle, before: before, after: after, limit: limit, viewer: viewer).posts
+    }
+
     /// One page of history as the `history` request and `GET /v1/circles/{name}/messages`
-    /// answer it: at most `limit` posts and whether more exist in the direction read.
-    func historyPage(in circle: String, before: Int64?, after: Int64?, limit: Int, viewer: String) async throws -> (posts: [CirclePost], more: Bool) {
-        let page = try await self.history(in: circle, before: before, after: after, limit: limit + 1, viewer: viewer)
-        if after != nil { return (Array(page.prefix(limit)), page.count > limit) }
-        return (Array(page.suffix(limit)), page.count > limit)
+    /// answer it: at most `limit` posts, whether more exist in the direction read, and the
+    /// circle's `lastSeq` the page reflects.
+    func historyPage(in circle: String, before: Int64?, after: Int64?, limit: Int, viewer: String) async throws -> (posts: [CirclePost], more: Bool, lastSeq: Int64) {
+        let page = try await self.historySnapshot(in: circle, before: before, after: after, limit: limit + 1, viewer: viewer)
+        if after != nil { return (Array(page.posts.prefix(limit)), page.posts.count > limit, page.lastSeq) }
+        return (Array(page.posts.suffix(limit)), page.posts.count > limit, page.lastSeq)
     }
 }

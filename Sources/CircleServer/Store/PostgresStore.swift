@@ -518,9 +518,11 @@ public final class PostgresStore: CircleStore {
     }
 
     /// One query (one snapshot): the page of posts, each with its reactions aggregated in the
-    /// order they were added, through the reactions' primary key `(circle, post, …)`.
-    public func history(in circle: String, before: Int64?, after: Int64?, limit: Int, viewer: String) async throws -> [CirclePost] {
-        guard limit > 0 else { return [] }
+    /// order they were added, through the reactions' primary key `(circle, post, …)`, and the
+    /// circle's `last_seq` on every row. An empty page reads `last_seq` on its own: with no post
+    /// there is nothing it could be older than.
+    public func historySnapshot(in circle: String, before: Int64?, after: Int64?, limit: Int, viewer: String) async throws -> HistorySnapshot {
+        guard limit > 0 else { return HistorySnapshot(posts: [], lastSeq: try await self.lastSeq(of: circle)) }
         let reactions = """
             LEFT JOIN LATERAL (
                 SELECT array_agg(emoji ORDER BY seq) AS emojis, array_agg(user_name ORDER BY seq) AS users FROM reactions
@@ -531,21 +533,23 @@ public final class PostgresStore: CircleStore {
         let query: PostgresQuery
         if let after {
             query = """
-                SELECT \(unescaped: Self.postColumns), r.emojis, r.users FROM (
+                SELECT \(unescaped: Self.postColumns), r.emojis, r.users, (SELECT last_seq FROM circles WHERE name = \(circle)) FROM (
                     SELECT * FROM posts WHERE circle = \(circle) AND seq > \(after) AND change IS NULL ORDER BY seq LIMIT \(limit)
                 ) AS page \(unescaped: reactions)
                 """
         } else {
             query = """
-                SELECT \(unescaped: Self.postColumns), r.emojis, r.users FROM (
+                SELECT \(unescaped: Self.postColumns), r.emojis, r.users, (SELECT last_seq FROM circles WHERE name = \(circle)) FROM (
                     SELECT * FROM posts WHERE circle = \(circle) AND seq < \(before ?? .max) AND change IS NULL ORDER BY seq DESC LIMIT \(limit)
                 ) AS page \(unescaped: reactions)
                 """
         }
-        return try await self.operation("read history") {
+        let page = try await self.operation("read history") { () async throws -> HistorySnapshot in
             var posts: [CirclePost] = []
+            var lastSeq: Int64 = 0
             let rows = try await self.client.query(query, logger: self.logger)
             for try await row in rows.decode(HistoryRow.self) {
+                lastSeq = row.15 ?? 0
                 var post = try Self.post((row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7, row.8, row.9, row.10, row.11, row.12))
                 var grouping = ReactionGrouping(viewer: viewer)
                 for (emoji, user) in zip(row.13 ?? [], row.14 ?? []) {
@@ -554,7 +558,18 @@ public final class PostgresStore: CircleStore {
                 post.reactions = grouping.reactions(of: post.seq)
                 posts.append(post)
             }
-            return posts
+            return HistorySnapshot(posts: posts, lastSeq: lastSeq)
+        }
+        if page.posts.isEmpty { return HistorySnapshot(posts: [], lastSeq: try await self.lastSeq(of: circle)) }
+        return page
+    }
+
+    /// The circle's newest entry `seq`; 0 for an unknown circle.
+    private func lastSeq(of circle: String) async throws -> Int64 {
+        try await self.operation("read a circle's last seq") {
+            let rows = try await self.client.query("SELECT last_seq FROM circles WHERE name = \(circle)", logger: self.logger)
+            for try await (seq) in rows.decode(Int64.self) { return seq }
+            return 0
         }
     }
 
@@ -571,7 +586,7 @@ public final class PostgresStore: CircleStore {
     /// A post with its reactions' emoji and users, oldest first (`NULL` when it has none).
     typealias HistoryRow = (
         String, Int64, ByteBuffer, ByteBuffer, ByteBuffer?, String?, Int64, String?, Int64?, ByteBuffer?, Int64?, Int64?, Bool,
-        [ByteBuffer]?, [ByteBuffer]?
+        [ByteBuffer]?, [ByteBuffer]?, Int64?
     )
 
     static func post(_ row: PostRow) throws -> CirclePost {

@@ -280,14 +280,16 @@ public final class SQLiteStore: CircleStore {
         }
     }
 
-    /// Two reads in one read transaction (one snapshot): the page of posts, then the reactions
-    /// of its posts through the reactions' primary key `(circle, post, …)`.
-    public func history(in circle: String, before: Int64?, after: Int64?, limit: Int, viewer: String) async throws -> [CirclePost] {
-        guard limit > 0 else {
-            return []
-        }
-        return try await self.exclusive("read history") { connection in
+    /// Three reads in one read transaction (one snapshot): the circle's `last_seq`, the page of
+    /// posts, then the reactions of its posts through the reactions' primary key `(circle, post, …)`.
+    public func historySnapshot(in circle: String, before: Int64?, after: Int64?, limit: Int, viewer: String) async throws -> HistorySnapshot {
+        try await self.exclusive("read history") { connection in
             try await Self.readTransaction(on: connection, logger: self.logger) {
+                let lastSeq = try await connection.query("SELECT last_seq FROM circles WHERE name = ?", [.text(circle)])
+                    .first.map { try Self.integer($0, "last_seq") } ?? 0
+                guard limit > 0 else {
+                    return HistorySnapshot(posts: [], lastSeq: lastSeq)
+                }
                 var posts: [CirclePost]
                 if let after {
                     posts = try await connection.query(
@@ -301,7 +303,7 @@ public final class SQLiteStore: CircleStore {
                     ).reversed().map(Self.post)
                 }
                 guard let first = posts.first?.seq, let last = posts.last?.seq else {
-                    return posts
+                    return HistorySnapshot(posts: posts, lastSeq: lastSeq)
                 }
                 let rows = try await connection.query(
                     """
@@ -317,7 +319,7 @@ public final class SQLiteStore: CircleStore {
                 for index in posts.indices {
                     posts[index].reactions = reactions.reactions(of: posts[index].seq)
                 }
-                return posts
+                return HistorySnapshot(posts: posts, lastSeq: lastSeq)
             }
         }
     }
