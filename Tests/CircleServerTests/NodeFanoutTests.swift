@@ -288,7 +288,9 @@ final class MutedStore: SharedCircleStore {
         try await self.base.createCircle(name: name, owner: owner, isPrivate: isPrivate, createdAt: createdAt)
     }
     func circle(named name: String) async throws -> CircleInfo? { try await self.base.circle(named: name) }
-    func circles(visibleTo user: String) async throws -> [CircleInfo] { try await self.base.circles(visibleTo: user) }
+    func circles(visibleTo user: String, named name: String?) async throws -> [CircleInfo] {
+        try await self.base.circles(visibleTo: user, named: name)
+    }
     func addMember(_ user: String, to circle: String) async throws { try await self.base.addMember(user, to: circle) }
     func removeMember(_ user: String, from circle: String) async throws { try await self.base.removeMember(user, from: circle) }
     func isMember(_ user: String, of circle: String) async throws -> Bool { try await self.base.isMember(user, of: circle) }
@@ -300,7 +302,7 @@ final class MutedStore: SharedCircleStore {
     func historySnapshot(in circle: String, before: Int64?, after: Int64?, limit: Int, viewer: String) async throws -> HistorySnapshot {
         try await self.base.historySnapshot(in: circle, before: before, after: after, limit: limit, viewer: viewer)
     }
-    func markRead(_ user: String, in circle: String, upTo seq: Int64) async throws -> Int64 {
+    func markRead(_ user: String, in circle: String, upTo seq: Int64) async throws -> ReadMarker {
         try await self.base.markRead(user, in: circle, upTo: seq)
     }
     func createUpload(_ upload: MediaUpload) async throws { try await self.base.createUpload(upload) }

@@ -338,7 +338,9 @@ struct SessionStateTests {
         Self.joinConfirmed(&state, lastSeq: 5, clock: clock)
         let read = CircleRequest.read("general", upTo: 9, id: "m1")
         #expect(Self.describe(state.received(.success(read), now: clock.now)) == ["mark general 9"])
-        #expect(Self.describe(state.readMarked(read, .success(5), now: clock.now)) == ["send ack m1 seq 5", "tell read general 5"])
+        #expect(Self.describe(state.readMarked(read, .success(ReadMarker(seq: 5, moved: true)), now: clock.now)) == ["send ack m1 seq 5", "tell read general 5"])
+        // A marker that stayed where it was is acked and told to no one.
+        #expect(Self.describe(state.readMarked(read, .success(ReadMarker(seq: 5, moved: false)), now: clock.now)) == ["send ack m1 seq 5"])
         #expect(Self.describe(state.readMarked(read, .failure(StoreError(.notFound, "gone")), now: clock.now)) == ["error m1 not_found"].map { $0 + ": no circle \"general\"" })
         let circles = CircleRequest.circles(id: "c1")
         #expect(Self.describe(state.received(.success(circles), now: clock.now)) == ["circles c1"])

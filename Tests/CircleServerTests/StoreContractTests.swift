@@ -855,20 +855,23 @@ enum StoreLocation: Sendable {
             _ = try await store.createCircle(name: "empty", owner: "alice", isPrivate: false, createdAt: 1)
             _ = try await store.commit((1...5).map { self.newPost("lobby", id: "p\($0)") })
 
-            #expect(try await store.markRead("bob", in: "lobby", upTo: 3) == 3)
-            #expect(try await store.markRead("bob", in: "lobby", upTo: 2) == 3)  // never back
-            #expect(try await store.markRead("bob", in: "lobby", upTo: 4) == 4)
-            #expect(try await store.markRead("bob", in: "lobby", upTo: 99) == 5)  // clamped to last_seq
-            #expect(try await store.markRead("carol", in: "lobby", upTo: 99) == 5)
-            #expect(try await store.markRead("dave", in: "lobby", upTo: -4) == 0)
-            #expect(try await store.markRead("bob", in: "empty", upTo: 3) == 0)
+            #expect(try await store.markRead("bob", in: "lobby", upTo: 3) == ReadMarker(seq: 3, moved: true))
+            #expect(try await store.markRead("bob", in: "lobby", upTo: 2) == ReadMarker(seq: 3, moved: false))  // never back
+            #expect(try await store.markRead("bob", in: "lobby", upTo: 3) == ReadMarker(seq: 3, moved: false))  // same place
+            #expect(try await store.markRead("bob", in: "lobby", upTo: 4) == ReadMarker(seq: 4, moved: true))
+            #expect(try await store.markRead("bob", in: "lobby", upTo: 99) == ReadMarker(seq: 5, moved: true))  // clamped to last_seq
+            #expect(try await store.markRead("bob", in: "lobby", upTo: 99) == ReadMarker(seq: 5, moved: false))
+            #expect(try await store.markRead("carol", in: "lobby", upTo: 99) == ReadMarker(seq: 5, moved: true))
+            #expect(try await store.markRead("dave", in: "lobby", upTo: -4) == ReadMarker(seq: 0, moved: false))
+            #expect(try await store.markRead("dave", in: "lobby", upTo: 0) == ReadMarker(seq: 0, moved: false))
+            #expect(try await store.markRead("bob", in: "empty", upTo: 3) == ReadMarker(seq: 0, moved: false))
             let error = await #expect(throws: StoreError.self) { try await store.markRead("bob", in: "nowhere", upTo: 1) }
             #expect(error?.code == .notFound)
 
             // Per user and circle: later entries leave the marker where it is.
             _ = try await store.commit([self.newPost("lobby", id: "p6")])
-            #expect(try await store.markRead("bob", in: "lobby", upTo: 1) == 5)
-            #expect(try await store.markRead("bob", in: "lobby", upTo: 6) == 6)
+            #expect(try await store.markRead("bob", in: "lobby", upTo: 1) == ReadMarker(seq: 5, moved: false))
+            #expect(try await store.markRead("bob", in: "lobby", upTo: 6) == ReadMarker(seq: 6, moved: true))
             #expect(try await store.circles(visibleTo: "bob").map(\.readSeq) == [0, 6])
             #expect(try await store.circles(visibleTo: "carol").map(\.readSeq) == [0, 5])
         }
@@ -904,8 +907,29 @@ enum StoreLocation: Sendable {
             #expect(try await store.circles(visibleTo: "bob").map(\.unread) == [0, 1])
             #expect(try await store.circles(visibleTo: "alice").map(\.unread) == [2])  // club is not visible to her
             #expect(try await store.circles(visibleTo: "carol").map(\.unread) == [0, 3])
+            // One circle by name, as in the list; none when it is not visible or not there.
+            #expect(try await store.circles(visibleTo: "bob", named: "lobby").map(\.unread) == [1])
+            #expect(try await store.circles(visibleTo: "alice", named: "club").isEmpty)
+            #expect(try await store.circles(visibleTo: "bob", named: "nowhere").isEmpty)
             // circle(named:) is not per user.
             #expect(try await store.circle(named: "lobby")?.unread == 0)
+        }
+    }
+
+    /// Unread counts stop at `StoreLimits.unreadCountLimit`, so a list costs a bounded read.
+    @Test(arguments: StoreKind.allCases) func unreadCountsStopAtTheLimit(_ kind: StoreKind) async throws {
+        try await self.withStore(kind) { store in
+            _ = try await store.createCircle(name: "busy", owner: "alice", isPrivate: false, createdAt: 1)
+            let limit = Int(StoreLimits.unreadCountLimit)
+            for start in stride(from: 1, through: limit + 5, by: 500) {
+                _ = try await store.commit((start..<min(start + 500, limit + 6)).map { self.newPost("busy", author: "alice", id: "p\($0)") })
+            }
+            // limit + 5 unread, then limit + 1: both shown as the limit; then limit - 1, exactly.
+            #expect(try await store.circles(visibleTo: "bob").map(\.unread) == [StoreLimits.unreadCountLimit])
+            _ = try await store.markRead("bob", in: "busy", upTo: 4)
+            #expect(try await store.circles(visibleTo: "bob").map(\.unread) == [StoreLimits.unreadCountLimit])
+            _ = try await store.markRead("bob", in: "busy", upTo: 6)
+            #expect(try await store.circles(visibleTo: "bob").map(\.unread) == [StoreLimits.unreadCountLimit - 1])
         }
     }
 
@@ -989,7 +1013,7 @@ enum StoreLocation: Sendable {
                 #expect(history[2].deleted)
                 #expect(history[2].attachment == nil)
                 #expect(history[3].replyTo == 2)
-                #expect(try await store.markRead("alice", in: "old", upTo: 2) == 2)
+                #expect(try await store.markRead("alice", in: "old", upTo: 2).seq == 2)
                 #expect(try await store.circles(visibleTo: "alice").map(\.unread) == [0])
                 #expect(try await store.circles(visibleTo: "bob").map(\.unread) == [2])
             }

@@ -116,7 +116,7 @@ struct CircleRoutes: Sendable {
         router.get(RouterPath(circle)) { _, context in
             let info = try await self.visibleCircle(context)
             // With the user's read marker and unread count, as in the list.
-            let listed = try await store.circles(visibleTo: try context.requireUser().name).first { $0.name == info.name }
+            let listed = try await store.circles(visibleTo: try context.requireUser().name, named: info.name).first
             return Response.json(.ok, Self.body(listed ?? info))
         }
         router.get(RouterPath(circle + "/messages")) { request, context in

@@ -328,13 +328,14 @@ struct SessionState {
         return actions
     }
 
-    /// The store's answer to a `read` request: the marker as stored.
-    mutating func readMarked(_ request: CircleRequest, _ result: Result<Int64, any Error>, now: SessionInstant) -> [Action] {
+    /// The store's answer to a `read` request: the marker as stored. The user's other
+    /// connections hear of it only when it moved.
+    mutating func readMarked(_ request: CircleRequest, _ result: Result<ReadMarker, any Error>, now: SessionInstant) -> [Action] {
         var actions: [Action] = []
         switch result {
-        case .success(let seq):
-            actions.append(.send(.ack(id: request.id, seq: seq, time: nil, duplicate: false)))
-            actions.append(.broadcastRead(circle: request.circle, seq: seq))
+        case .success(let marker):
+            actions.append(.send(.ack(id: request.id, seq: marker.seq, time: nil, duplicate: false)))
+            if marker.moved { actions.append(.broadcastRead(circle: request.circle, seq: marker.seq)) }
         case .failure(let error as StoreError) where error.code == .notFound:
             self.fail(request.id, .notFound, "no circle \"\(request.circle)\"", into: &actions)
         case .failure(let error):

@@ -12,7 +12,8 @@ public struct CircleInfo: Sendable, Hashable, Codable {
     /// Filled by ``CircleStore/circles(visibleTo:)`` for that user: their read marker (0: none).
     public var readSeq: Int64
     /// Filled by ``CircleStore/circles(visibleTo:)``: posts (not changes) above the read marker
-    /// by other users, not deleted.
+    /// by other users, not deleted; counted up to ``StoreLimits/unreadCountLimit`` (that value
+    /// means "that many or more").
     public var unread: Int64
 
     public init(name: String, owner: String, isPrivate: Bool, createdAt: Int64, lastSeq: Int64, readSeq: Int64 = 0, unread: Int64 = 0) {
@@ -89,6 +90,20 @@ public enum StoreLimits {
     /// Distinct reaction emoji one post can carry; a `react` with a new emoji beyond it is
     /// rejected with `too_many_reactions`.
     public static let maxReactionsPerPost = 20
+    /// Where unread counts stop: a circle list costs at most this many index entries per circle,
+    /// however far behind its reader is. Apps show it as "999+".
+    public static let unreadCountLimit: Int64 = 1000
+}
+
+/// A read marker after a `read`: where it stands, and whether this request moved it.
+public struct ReadMarker: Sendable, Hashable {
+    public var seq: Int64
+    public var moved: Bool
+
+    public init(seq: Int64, moved: Bool) {
+        self.seq = seq
+        self.moved = moved
+    }
 }
 
 /// What became of one post of a committed batch.
@@ -145,12 +160,13 @@ public protocol CircleStore: Sendable {
     func createCircle(name: String, owner: String, isPrivate: Bool, createdAt: Int64) async throws -> CircleInfo
     func circle(named name: String) async throws -> CircleInfo?
     /// Public circles and the private circles `user` is a member of, by name, each with the
-    /// user's read marker (`readSeq`) and unread count (`unread`).
-    func circles(visibleTo user: String) async throws -> [CircleInfo]
+    /// user's read marker (`readSeq`) and unread count (`unread`); only the one called `name`
+    /// when it is given.
+    func circles(visibleTo user: String, named name: String?) async throws -> [CircleInfo]
     /// Moves `user`'s read marker in `circle` forward to `seq` (clamped to the circle's
-    /// `lastSeq`; a marker never moves back) and returns the marker as stored afterwards.
-    /// Throws `StoreError(.notFound)` for an unknown circle.
-    func markRead(_ user: String, in circle: String, upTo seq: Int64) async throws -> Int64
+    /// `lastSeq`; a marker never moves back) and returns the marker as stored afterwards, and
+    /// whether it moved. Throws `StoreError(.notFound)` for an unknown circle.
+    func markRead(_ user: String, in circle: String, upTo seq: Int64) async throws -> ReadMarker
 
     /// Adds a member (idempotent). Throws `StoreError(.notFound)` for an unknown circle.
     func addMember(_ user: String, to circle: String) async throws
@@ -288,6 +304,11 @@ public struct HistorySnapshot: Sendable, Hashable {
 }
 
 extension CircleStore {
+    /// Every circle `user` sees; see ``circles(visibleTo:named:)``.
+    func circles(visibleTo user: String) async throws -> [CircleInfo] {
+        try await self.circles(visibleTo: user, named: nil)
+    }
+
     /// The posts of ``historySnapshot(in:before:after:limit:viewer:)``.
     func history(in circle: String, before: Int64?, after: Int64?, limit: Int, viewer: String) async throws -> [CirclePost] {
         try await self.historySnapshot(in: circle, before: before, after: after, limit: limit, viewer: viewer).posts

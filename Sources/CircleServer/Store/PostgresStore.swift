@@ -153,17 +153,20 @@ public final class PostgresStore: CircleStore {
     }
 
     /// One query: the visible circles with the user's marker, and per circle a count over the
-    /// posts above it (the primary key's range `(circle, seq > marker)`).
-    public func circles(visibleTo user: String) async throws -> [CircleInfo] {
+    /// posts above it (the primary key's range `(circle, seq > marker)`), stopped at
+    /// ``StoreLimits/unreadCountLimit`` rows.
+    public func circles(visibleTo user: String, named name: String?) async throws -> [CircleInfo] {
         try await self.operation("list circles") {
             let rows = try await self.client.query(
                 """
                 SELECT c.name, c.owner, c.private, c.created_at, c.last_seq, COALESCE(m.seq, 0),
-                    (SELECT count(*) FROM posts p
+                    (SELECT count(*) FROM (SELECT 1 FROM posts p
                      WHERE p.circle = c.name AND p.seq > COALESCE(m.seq, 0) AND p.change IS NULL AND NOT p.deleted
-                       AND p.author <> \(ByteBuffer(string: user)))
+                       AND p.author <> \(ByteBuffer(string: user))
+                     LIMIT \(StoreLimits.unreadCountLimit)) AS u)
                 FROM circles c LEFT JOIN read_markers m ON m.circle = c.name AND m.user_name = \(user)
-                WHERE NOT c.private OR EXISTS (SELECT 1 FROM members WHERE members.circle = c.name AND members.user_name = \(user))
+                WHERE (\(name)::text IS NULL OR c.name = \(name))
+                    AND (NOT c.private OR EXISTS (SELECT 1 FROM members WHERE members.circle = c.name AND members.user_name = \(user)))
                 ORDER BY c.name
                 """,
                 logger: self.logger
@@ -179,19 +182,31 @@ public final class PostgresStore: CircleStore {
     }
 
     /// One upsert that reads the circle's `last_seq` for the clamp and keeps the larger marker.
-    public func markRead(_ user: String, in circle: String, upTo seq: Int64) async throws -> Int64 {
+    public func markRead(_ user: String, in circle: String, upTo seq: Int64) async throws -> ReadMarker {
         try await self.operation("mark read") {
+            // A row comes back only when the marker was made or moved forward.
             let rows = try await self.client.query(
                 """
                 INSERT INTO read_markers (user_name, circle, seq)
                 SELECT \(user), name, LEAST(GREATEST(\(seq), 0), last_seq) FROM circles WHERE name = \(circle)
-                ON CONFLICT (user_name, circle) DO UPDATE SET seq = GREATEST(read_markers.seq, EXCLUDED.seq)
+                ON CONFLICT (user_name, circle) DO UPDATE SET seq = EXCLUDED.seq WHERE read_markers.seq < EXCLUDED.seq
                 RETURNING seq
                 """,
                 logger: self.logger
             )
             for try await marker in rows.decode(Int64.self) {
-                return marker
+                return ReadMarker(seq: marker, moved: marker > 0)
+            }
+            // It stayed: where it stands (no row for an unknown circle).
+            let current = try await self.client.query(
+                """
+                SELECT COALESCE((SELECT seq FROM read_markers WHERE user_name = \(user) AND circle = \(circle)), 0)
+                FROM circles WHERE name = \(circle)
+                """,
+                logger: self.logger
+            )
+            for try await marker in current.decode(Int64.self) {
+                return ReadMarker(seq: marker, moved: false)
             }
             throw StoreError(.notFound, "no circle \"\(circle)\"")
         }

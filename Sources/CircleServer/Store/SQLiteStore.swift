@@ -172,41 +172,54 @@ public final class SQLiteStore: CircleStore {
     }
 
     /// One query: the visible circles with the user's marker, and per circle a count over the
-    /// posts above it (the primary key's range `(circle, seq > marker)`).
-    public func circles(visibleTo user: String) async throws -> [CircleInfo] {
+    /// posts above it (the primary key's range `(circle, seq > marker)`), stopped at
+    /// ``StoreLimits/unreadCountLimit`` rows.
+    public func circles(visibleTo user: String, named name: String?) async throws -> [CircleInfo] {
         try await self.exclusive("list circles") { connection in
             let rows = try await connection.query(
                 """
                 SELECT c.name, c.owner, c.private, c.created_at, c.last_seq, ifnull(m.seq, 0) AS read_seq,
-                    (SELECT count(*) FROM posts p
+                    (SELECT count(*) FROM (SELECT 1 FROM posts p
                      WHERE p.circle = c.name AND p.seq > ifnull(m.seq, 0) AND p.change IS NULL AND p.deleted = 0 AND p.author != ?1
+                     LIMIT ?3)
                     ) AS unread
                 FROM circles c LEFT JOIN read_markers m ON m.circle = c.name AND m.user = ?1
-                WHERE c.private = 0 OR EXISTS (SELECT 1 FROM members WHERE members.circle = c.name AND members.user = ?1)
+                WHERE (?2 IS NULL OR c.name = ?2)
+                    AND (c.private = 0 OR EXISTS (SELECT 1 FROM members WHERE members.circle = c.name AND members.user = ?1))
                 ORDER BY c.name
                 """,
-                [.text(user)]
+                [.text(user), name.map { .text($0) } ?? .null, .integer(SQLiteInt64(StoreLimits.unreadCountLimit))]
             )
             return try rows.map(Self.circleInfo)
         }
     }
 
     /// One upsert that reads the circle's `last_seq` for the clamp and keeps the larger marker.
-    public func markRead(_ user: String, in circle: String, upTo seq: Int64) async throws -> Int64 {
+    public func markRead(_ user: String, in circle: String, upTo seq: Int64) async throws -> ReadMarker {
         try await self.exclusive("mark read") { connection in
+            // A row comes back only when the marker was made or moved forward.
             let rows = try await connection.query(
                 """
                 INSERT INTO read_markers (user, circle, seq)
                 SELECT ?1, name, min(max(?3, 0), last_seq) FROM circles WHERE name = ?2
-                ON CONFLICT (user, circle) DO UPDATE SET seq = max(seq, excluded.seq)
+                ON CONFLICT (user, circle) DO UPDATE SET seq = excluded.seq WHERE excluded.seq > read_markers.seq
                 RETURNING seq
                 """,
                 [.text(user), .text(circle), .integer(SQLiteInt64(seq))]
             )
-            guard let row = rows.first else {
+            if let row = rows.first {
+                let stored = try Self.integer(row, "seq")
+                return ReadMarker(seq: stored, moved: stored > 0)
+            }
+            // It stayed: where it stands (no row for an unknown circle).
+            let current = try await connection.query(
+                "SELECT ifnull((SELECT seq FROM read_markers WHERE user = ?1 AND circle = ?2), 0) AS seq FROM circles WHERE name = ?2",
+                [.text(user), .text(circle)]
+            )
+            guard let row = current.first else {
                 throw StoreError(.notFound, "no circle \"\(circle)\"")
             }
-            return try Self.integer(row, "seq")
+            return ReadMarker(seq: try Self.integer(row, "seq"), moved: false)
         }
     }
 
