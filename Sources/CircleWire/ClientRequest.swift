@@ -222,9 +222,11 @@ extension CircleRequest {
             replyTo: fields.optionalInteger("replyTo"),
             seq: fields.optionalInteger("seq")
         )
-        if let problem = fields.problem ?? request.validationProblem {
-            let code: CircleErrorCode = fields.problem == nil && request.emoji.map(Self.isEmoji) == false ? .invalidEmoji : .badRequest
-            return .failure(.init(id: id, code: code, message: problem))
+        if let problem = fields.problem {
+            return .failure(.init(id: id, code: .badRequest, message: problem))
+        }
+        if let problem = request.validationProblem {
+            return .failure(.init(id: id, code: problem.code, message: problem.message))
         }
         return .success(request)
     }
@@ -286,8 +288,20 @@ extension CircleRequest {
         }
     }
 
-    /// A sentence describing what is wrong with the fields for this action, or `nil`.
-    public var validationProblem: String? {
+    /// What is wrong with the fields for this action, or `nil`: `invalid_emoji` for an
+    /// `emoji` that is not one, `bad_request` for everything else.
+    public var validationProblem: (code: CircleErrorCode, message: String)? {
+        if let message = self.fieldProblem {
+            return (.badRequest, message)
+        }
+        if self.action == .react || self.action == .unreact, let emoji, !Self.isEmoji(emoji) {
+            return (.invalidEmoji, "\"emoji\" must be one emoji")
+        }
+        return nil
+    }
+
+    /// A sentence describing a missing or out-of-range field for this action, or `nil`.
+    private var fieldProblem: String? {
         if self.action == .ping || self.action == .circles { return nil }
         if self.circle.isEmpty { return "\"circle\" must not be empty" }
         switch self.action {
@@ -298,9 +312,8 @@ extension CircleRequest {
             guard let target else { return "\"\(self.action.rawValue)\" needs \"target\", the seq of a post" }
             if target < 1 { return "\"target\" must be a seq (1 or more)" }
             if self.action == .edit && (self.text ?? "").isEmpty { return "an edit needs a non-empty \"text\"" }
-            if self.action == .react || self.action == .unreact {
-                guard let emoji else { return "\"\(self.action.rawValue)\" needs \"emoji\"" }
-                if !Self.isEmoji(emoji) { return "\"emoji\" must be one emoji" }
+            if (self.action == .react || self.action == .unreact) && self.emoji == nil {
+                return "\"\(self.action.rawValue)\" needs \"emoji\""
             }
         case .read:
             guard let seq else { return "\"read\" needs \"seq\"" }

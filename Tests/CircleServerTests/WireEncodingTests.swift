@@ -125,6 +125,11 @@ import Testing
             (#"{"action":"react","id":"1","circle":"c","target":3,"emoji":"ok"}"#, .invalidEmoji),
             (#"{"action":"react","id":"1","circle":"c","target":3,"emoji":"👍👍"}"#, .invalidEmoji),
             (##"{"action":"unreact","id":"1","circle":"c","target":3,"emoji":"#"}"##, .invalidEmoji),
+            // The code names the first problem: a bad target, whatever the emoji.
+            (#"{"action":"react","id":"1","circle":"c","target":0,"emoji":"ok"}"#, .badRequest),
+            (#"{"action":"react","id":"1","circle":"c","emoji":"ok"}"#, .badRequest),
+            // An emoji field on an action without one is not looked at.
+            (#"{"action":"delete","id":"1","circle":"c","target":0,"emoji":"ok"}"#, .badRequest),
             (#"{"action":"read","id":"1","circle":"c"}"#, .badRequest),
             (#"{"action":"read","id":"1","circle":"c","seq":-1}"#, .badRequest),
             (#"{"action":"post","id":"1","circle":"c","text":"a","replyTo":0}"#, .badRequest),
