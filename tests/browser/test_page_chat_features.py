@@ -323,3 +323,42 @@ def test_the_keyboard_reaches_a_posts_actions(server, new_page):
     wait_until(lambda: alice.find_element(By.ID, "picker").is_displayed(), what="the picker from the keyboard")
     ActionChains(alice).send_keys(Keys.ENTER).perform()   # the first emoji has the focus
     wait_until(lambda: chips(alice, 2) == {"👍": (1, True)}, what="a reaction made with the keyboard")
+
+
+def test_a_page_older_than_the_stream_does_not_take_a_change_back(server, new_page):
+    """A history page read before an edit the tab already applied from its WebSocket (its
+    lastSeq is lower) keeps the edited post and is asked for again."""
+    bob = new_page()
+    sign_in(bob, server.port, "bob")
+    alice = Raw(server, "alice")
+    alice.request({"action": "join", "circle": "lounge"})
+    first = alice.request({"action": "post", "circle": "lounge", "text": "version one"})
+    open_circle(bob, "lounge")
+    wait_until(lambda: post_text(bob, first["seq"]) == "version one", what="the post at bob")
+    # The page as it was before the edit, read now and held back.
+    stale = bob.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "fetch('/v1/circles/lounge/messages?limit=50', {headers: {Authorization: 'Bearer ' + S.token}})"
+        ".then(r => r.json()).then(done);")
+    assert stale["lastSeq"] == first["seq"], stale
+    alice.request({"action": "edit", "circle": "lounge", "target": first["seq"], "text": "version two"})
+    wait_until(lambda: post_text(bob, first["seq"]) == "version two (edited)", what="the edit streamed to bob")
+
+    # The next history fetch answers with the stale page; later ones reach the server.
+    bob.execute_script(
+        "window.pageFetches = 0; const real = window.fetch; let served = false;"
+        "window.fetch = (url, options) => {"
+        "  if (String(url).includes('/messages')) {"
+        "    window.pageFetches += 1;"
+        "    if (!served) { served = true; return Promise.resolve(new Response(JSON.stringify(arguments[0]),"
+        "      {status: 200, headers: {'Content-Type': 'application/json'}})); }"
+        "  }"
+        "  return real(url, options);"
+        "};", stale)
+    bob.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "const d = circleData('lounge'); d.loaded = false; loadOlder('lounge', true).then(() => done(true));")
+    assert bob.execute_script("return window.pageFetches") == 2  # the stale page, then a fresh one
+    assert post_text(bob, first["seq"]) == "version two (edited)"
+    alice.close()
+    assert not console_errors(bob), console_errors(bob)

@@ -898,10 +898,18 @@ async function loadOlder(name, initial) {
   const query = new URLSearchParams({ limit: String(PAGE_SIZE) });
   if (!initial && d.oldest !== null) query.set("before", String(d.oldest));
   try {
-    const page = await api(`/v1/circles/${encodeURIComponent(name)}/messages?` + query);
+    // A page read before a change this tab has already applied from its WebSocket (lastSeq below
+    // the stream's position) would take that change back: keep the posts held, add the others,
+    // and ask again; the answer then reflects the change (docs/PROTOCOL.md, Applying changes).
+    let page, stale;
+    for (let attempt = 1; ; attempt += 1) {
+      page = await api(`/v1/circles/${encodeURIComponent(name)}/messages?` + query);
+      stale = typeof page.lastSeq === "number" && d.last !== null && page.lastSeq < d.last;
+      if (!stale || attempt >= 3) break;
+    }
     const box = $("messages");
     const fromBottom = box.scrollHeight - box.scrollTop;
-    for (const p of page.posts) acceptPost(d, p);
+    for (const p of page.posts) if (!stale || !d.posts.has(p.seq)) acceptPost(d, p);
     if (page.posts.length) {
       const first = page.posts[0].seq;
       const last = page.posts[page.posts.length - 1].seq;
