@@ -167,8 +167,16 @@ public struct CircleSummary: Sendable, Hashable, Codable {
     public var lastSeq: Int64
     /// The user's read marker: everything up to this seq is read (0: nothing).
     public var readSeq: Int64
-    /// Posts above the read marker by others, not deleted.
+    /// Posts above the read marker by others, not deleted, counted up to ``unreadCountLimit``.
     public var unread: Int64
+
+    /// Where servers stop counting `unread`: that value means "that many or more".
+    public static let unreadCountLimit: Int64 = 1000
+
+    /// `unread` for people: "1000+" at the limit.
+    public var unreadText: String {
+        self.unread >= Self.unreadCountLimit ? "\(Self.unreadCountLimit)+" : "\(self.unread)"
+    }
 
     public init(name: String, owner: String, private: Bool, createdAt: Int64, lastSeq: Int64, readSeq: Int64 = 0, unread: Int64 = 0) {
         self.name = name

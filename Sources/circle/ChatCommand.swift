@@ -478,7 +478,7 @@ actor ChatScreen {
         }
         let listed = circles.map { circle in
             let name = circle.name == self.circle ? "\(circle.name) (here)" : circle.name
-            return circle.unread > 0 ? "\(name) \(circle.unread) unread" : name
+            return circle.unread > 0 ? "\(name) \(circle.unreadText) unread" : name
         }
         self.note("circles: " + (listed.isEmpty ? "none" : listed.joined(separator: " · ")))
         self.redraw()

@@ -66,8 +66,8 @@ struct CirclesCommand: AsyncParsableCommand {
             abstract: "List the circles you can see.",
             discussion: """
                 Prints a line per circle: name, public or private, owner, the newest entry's number \
-                ("N posts"; edits, deletes and reactions take numbers too), and your unread posts \
-                (by others, not deleted, after your read marker), tab-separated.
+                ("newest #N"; edits, deletes and reactions take numbers too), and your unread posts \
+                (by others, not deleted, after your read marker; "1000+" from 1,000 on), tab-separated.
 
                 Exit status: 0 listed; 2 the server could not be reached; 4 the token was refused; 64 usage.
 
@@ -80,7 +80,7 @@ struct CirclesCommand: AsyncParsableCommand {
         func run() async throws {
             try await CirclesCommand.call("list", self.client, refusal: { "the server did not list the circles: \($0)" }) { api in
                 for circle in try await api.circles() {
-                    Console.line("\(circle.name)\t\(circle.private ? "private" : "public")\towner \(circle.owner)\t\(circle.lastSeq) posts\t\(circle.unread) unread")
+                    Console.line("\(circle.name)\t\(circle.private ? "private" : "public")\towner \(circle.owner)\tnewest #\(circle.lastSeq)\t\(circle.unreadText) unread")
                 }
             }
         }

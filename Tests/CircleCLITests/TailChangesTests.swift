@@ -106,7 +106,7 @@ struct TailChangesTests {
         )
         // carol never marked the circle read: #1, #3 and #9 are unread for her (#2 is deleted).
         let listed = try await self.run(["circle", "list", "--user", "carol"], server: server)
-        #expect(listed.stdout.contains("log\tpublic\towner alice\t9 posts\t3 unread"), "\(listed.stdout)")
+        #expect(listed.stdout.contains("log\tpublic\towner alice\tnewest #9\t3 unread"), "\(listed.stdout)")
         await server.stop()
     }
 }

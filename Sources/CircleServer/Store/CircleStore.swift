@@ -92,7 +92,7 @@ public enum StoreLimits {
     public static let maxReactionsPerPost = 20
     /// Where unread counts stop: a circle list costs at most this many index entries per circle,
     /// however far behind its reader is. Apps show it as "999+".
-    public static let unreadCountLimit: Int64 = 1000
+    public static let unreadCountLimit: Int64 = CircleSummary.unreadCountLimit
 }
 
 /// A read marker after a `read`: where it stands, and whether this request moved it.

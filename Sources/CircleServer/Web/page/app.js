@@ -722,7 +722,8 @@ function renderCircles() {
     if (unread && c.name !== S.current) {
       button.classList.add("unread");
       const badge = el("span", "badge", unread > 99 ? "99+" : String(unread));
-      badge.setAttribute("aria-label", `${unread} unread`);
+      // The server counts up to 1,000 (docs/PROTOCOL.md, circles).
+      badge.setAttribute("aria-label", unread >= 1000 ? "1000 or more unread" : `${unread} unread`);
       button.append(badge);
     }
     button.addEventListener("click", () => openCircle(c.name));
