@@ -37,15 +37,18 @@ import time
 import benchlib
 import circlev1
 
-# The tables and indexes SQLiteStore creates for posts (Sources/CircleServer/Store/SQLiteStore+Schema.swift).
+# The tables and indexes SQLiteStore creates for posts, after all its migrations
+# (Sources/CircleServer/Store/SQLiteStore+Schema.swift).
 FLOOR_SCHEMA = [
     """CREATE TABLE circles (name TEXT NOT NULL PRIMARY KEY, owner TEXT NOT NULL,
        private INTEGER NOT NULL DEFAULT 0, created_at INTEGER NOT NULL, last_seq INTEGER NOT NULL DEFAULT 0) STRICT""",
     """CREATE TABLE posts (circle TEXT NOT NULL REFERENCES circles (name), seq INTEGER NOT NULL,
        author TEXT NOT NULL, client_id TEXT NOT NULL, text TEXT, attachment TEXT, time INTEGER NOT NULL,
+       change TEXT, target INTEGER, emoji TEXT, reply_to INTEGER, edited_at INTEGER, deleted INTEGER NOT NULL DEFAULT 0,
        PRIMARY KEY (circle, seq)) WITHOUT ROWID, STRICT""",
     "CREATE UNIQUE INDEX posts_by_client_id ON posts (circle, author, client_id)",
     "CREATE INDEX posts_by_attachment ON posts (attachment) WHERE attachment IS NOT NULL",
+    "CREATE INDEX posts_by_target ON posts (circle, target) WHERE target IS NOT NULL",
 ]
 
 
@@ -177,8 +180,9 @@ def floor_worker(batch: int, circles: int, seconds: float, text_bytes: int) -> d
                 if circle not in touched:
                     touched[circle] = db.execute("SELECT last_seq FROM circles WHERE name = ?", (circle,)).fetchone()[0]
                 touched[circle] += 1
-                db.execute("INSERT INTO posts (circle, seq, author, client_id, text, attachment, time) "
-                           "VALUES (?, ?, ?, ?, ?, NULL, ?)", (circle, touched[circle], author, client_id, text, n))
+                db.execute("INSERT INTO posts (circle, seq, author, client_id, text, attachment, time, change, target, "
+                           "emoji, reply_to, edited_at, deleted) VALUES (?, ?, ?, ?, ?, NULL, ?, NULL, NULL, NULL, NULL, NULL, 0)",
+                           (circle, touched[circle], author, client_id, text, n))
             for circle, last in touched.items():
                 db.execute("UPDATE circles SET last_seq = ? WHERE name = ?", (last, circle))
             db.execute("COMMIT")

@@ -250,7 +250,9 @@ public final class CircleServer: Service, Sendable {
         let media = self.media
         let services = self.services
         await withTaskGroup(of: Void.self) { group in
-            group.addTask { await services.committer.run() }
+            // On the store's commit thread when it has one (SQLite): wake, commit, publish and
+            // answer without a hop.
+            group.addTask(executorPreference: services.store.commitExecutor) { await services.committer.run() }
             group.addTask { await media.runExpiry() }
             group.addTask {
                 await services.hub.link.run(

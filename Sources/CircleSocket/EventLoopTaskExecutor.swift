@@ -1,15 +1,16 @@
 import NIOCore
 
 /// A `TaskExecutor` that runs each job on one NIO event loop, so that a task preferring it
-/// resumes on the thread that does its connection's I/O (see ``WebSocket/taskExecutor``).
-final class EventLoopTaskExecutor: TaskExecutor {
-    let eventLoop: any EventLoop
+/// resumes on that loop's thread: a task reading a connection runs where its I/O is done (see
+/// ``WebSocket/taskExecutor``), and the server's commit loop where its SQLite writer runs.
+public final class EventLoopTaskExecutor: TaskExecutor {
+    public let eventLoop: any EventLoop
 
-    init(eventLoop: any EventLoop) {
+    public init(eventLoop: any EventLoop) {
         self.eventLoop = eventLoop
     }
 
-    func enqueue(_ job: consuming ExecutorJob) {
+    public func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
         self.eventLoop.execute {
             job.runSynchronously(on: self.asUnownedTaskExecutor())

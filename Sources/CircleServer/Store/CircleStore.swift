@@ -191,6 +191,10 @@ public protocol CircleStore: Sendable {
     ///   but is still stored as an entry; `unreact` likewise removes one if present.
     /// A rejected entry stores nothing and uses no `seq`.
     func commit(_ posts: [NewPost]) async throws -> [PostOutcome]
+    /// Where the commit loop should run (its task's executor preference): a store that commits
+    /// on a thread of its own names it, so that ``commit(_:)`` needs no hop there and back.
+    /// `nil`: Swift's default executor.
+    var commitExecutor: (any TaskExecutor)? { get }
     /// Entries (posts and changes) with `seq > after`, oldest first, at most `limit`: the
     /// stream a join replays. Posts come in their current state (edited text, `edited`,
     /// tombstones) without `reactions`; edits of a deleted post without text.
@@ -304,6 +308,8 @@ public struct HistorySnapshot: Sendable, Hashable {
 }
 
 extension CircleStore {
+    public var commitExecutor: (any TaskExecutor)? { nil }
+
     /// Every circle `user` sees; see ``circles(visibleTo:named:)``.
     func circles(visibleTo user: String) async throws -> [CircleInfo] {
         try await self.circles(visibleTo: user, named: nil)

@@ -1,3 +1,4 @@
+import CircleSocket
 import CircleWire
 import Foundation
 import NIOConcurrencyHelpers
@@ -11,65 +12,79 @@ import VaporCSQLite
 ///
 /// A whole batch (`BEGIN IMMEDIATE`, the reads ``CommitPlan`` needs — the circles, the key
 /// probes, the targets of changes and the reactions on them —, the inserts, the updates,
-/// `COMMIT`) runs in one work item on that thread: one hop there and one back per
-/// batch, instead of one per statement. The store's other connection (sqlite-nio) keeps serving
-/// reads meanwhile: in WAL mode a reader sees the last committed state and does not wait for a
-/// commit's fsync.
+/// `COMMIT`) runs in one call on that thread, instead of a hop per statement. The thread is an
+/// event loop of its own whose ``executor`` the server's commit loop prefers
+/// (``CircleStore/commitExecutor``): the loop then wakes, commits, publishes and answers on this
+/// one thread, and a batch costs no thread hop at all besides the posts' way in and the
+/// answers' way out (benchmarks/postpath.py: at one writer a hop through Swift's cooperative pool
+/// and back cost more CPU than SQLite's own work). The store's other connection (sqlite-nio)
+/// keeps serving reads meanwhile: in WAL mode a reader sees the last committed state and does
+/// not wait for a commit's fsync.
 ///
 /// The handle comes from the same SQLite library sqlite-nio links (its vendored copy), so both
 /// connections share SQLite's per-process file-lock bookkeeping.
 final class SQLitePostWriter: @unchecked Sendable {
-    // @unchecked: `handle` and `statements` are used only inside work items of `thread`, a pool
-    // of exactly one thread, which runs its items one after the other; `open` and `close` run
-    // there too.
+    // @unchecked: `handle` and `statements` are used only on `loop`, one thread that runs its
+    // work one item after the other; `open` and `close` run there too.
     private var handle: OpaquePointer?
     private var statements: Statements?
-    private let thread: NIOThreadPool
+    private let group: MultiThreadedEventLoopGroup
+    private let loop: any EventLoop
+    /// Runs a task's jobs on the writer's thread; the commit loop prefers it.
+    let executor: EventLoopTaskExecutor
     private let started = NIOLockedValueBox(0)
 
     /// Batches that have begun on the writer's thread; for tests.
     var batchesStarted: Int { self.started.withLockedValue { $0 } }
 
-    private init(thread: NIOThreadPool) {
-        self.thread = thread
+    private init(group: MultiThreadedEventLoopGroup) {
+        self.group = group
+        self.loop = group.next()
+        self.executor = EventLoopTaskExecutor(eventLoop: self.loop)
     }
 
     /// Opens a writer on the database at `path` (which ``SQLiteStore/open(path:threadPool:eventLoopGroup:logger:)``
     /// has opened and put in WAL mode). Statements are prepared by the first ``commit(_:)``, after
     /// the migrations have made the tables.
     static func open(path: String, busyTimeoutMilliseconds: Int) async throws -> SQLitePostWriter {
-        let thread = NIOThreadPool(numberOfThreads: 1)
-        thread.start()
-        let writer = SQLitePostWriter(thread: thread)
+        let writer = SQLitePostWriter(group: MultiThreadedEventLoopGroup(numberOfThreads: 1))
         do {
-            try await thread.runIfActive { try writer.openOnThread(path: path, busyTimeoutMilliseconds: busyTimeoutMilliseconds) }
+            try await writer.onThread { try writer.openOnThread(path: path, busyTimeoutMilliseconds: busyTimeoutMilliseconds) }
         } catch {
-            try? await thread.shutdownGracefully()
+            try? await writer.group.shutdownGracefully()
             throw error
         }
         return writer
     }
 
-    /// Stores a batch in one transaction; see ``SQLiteStore/commit(_:)``.
+    /// Stores a batch in one transaction; see ``SQLiteStore/commit(_:)``. Called on the
+    /// writer's thread (from a task preferring ``executor``), it runs there without a hop.
     func commit(_ posts: [NewPost]) async throws -> [PostOutcome] {
-        try await self.thread.runIfActive { try self.commitOnThread(posts) }
+        try await self.onThread { try self.commitOnThread(posts) }
     }
 
-    /// Finalizes the statements, closes the handle and stops the thread. Call once.
+    /// Finalizes the statements, closes the handle and stops the thread. Call once, from
+    /// another thread.
     func close() async throws {
         var failure: (any Error)?
         do {
-            try await self.thread.runIfActive { try self.closeOnThread() }
+            try await self.onThread { try self.closeOnThread() }
         } catch {
             failure = error
         }
-        try await self.thread.shutdownGracefully()
+        try await self.group.shutdownGracefully()
         if let failure { throw failure }
+    }
+
+    /// Runs `work` on the writer's thread: at once when already there, else as a task of its loop.
+    private func onThread<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+        if self.loop.inEventLoop { return try work() }
+        return try await self.loop.submit(work).get()
     }
 
     /// The integer value of a `PRAGMA` on the writer's connection (some are per connection); for tests.
     func pragma(_ name: String) async throws -> Int64? {
-        try await self.thread.runIfActive {
+        try await self.onThread {
             let statement = try self.prepare("PRAGMA \(name)", persistent: false)
             defer { sqlite_nio_sqlite3_finalize(statement) }
             guard try self.step(statement, "read a pragma") else { return nil }

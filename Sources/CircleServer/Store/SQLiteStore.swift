@@ -267,6 +267,10 @@ public final class SQLiteStore: CircleStore {
     /// and one lookup per reaction; then the writes. ``CommitPlan`` applies the entries in order
     /// and assigns sequence numbers from the `last_seq` read inside the transaction. Reads do not
     /// wait for it.
+    /// The post writer's thread: the commit loop runs there, so a batch is committed where it
+    /// was taken, without a hop.
+    public var commitExecutor: (any TaskExecutor)? { self.writer.executor }
+
     public func commit(_ posts: [NewPost]) async throws -> [PostOutcome] {
         guard !posts.isEmpty else {
             return []
