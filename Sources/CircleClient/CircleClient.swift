@@ -62,11 +62,11 @@ public final class CircleClient: Sendable {
     /// Creates a client on a given state store (tests observe the store's calls this way).
     init(configuration: CircleClientConfiguration, store: any ClientStateStore) async throws {
         precondition(!configuration.servers.isEmpty, "CircleClientConfiguration.servers is empty")
-        let (outbox, cursors) = try await store.load()
+        let (outbox, sent, cursors) = try await store.load()
         let jobs = try await store.loadPhotoJobs()
         let caches = configuration.cacheLimit > 0 ? try await store.loadCaches() : [:]
         self.configuration = configuration
-        self.core = ClientCore(configuration: configuration, store: store, outbox: outbox, cursors: cursors, caches: caches)
+        self.core = ClientCore(configuration: configuration, store: store, outbox: outbox, sent: sent, cursors: cursors, caches: caches)
         let pool = HTTPConnectionPool()
         self.pool = pool
         self.transfers = try MediaTransfers(configuration: configuration, store: store, core: self.core, jobs: jobs, pool: pool)

@@ -54,6 +54,13 @@ actor ClientCore {
     private var sweeper: Task<Void, Never>?
     /// Posts sent on the current connection (not to be re-sent on it).
     private var sentOnConnection: Set<String> = []
+    /// Outbox entries that may have reached the server, so they can no longer be cancelled or
+    /// changed. An entry is marked (in the state file too) before it is first written to any
+    /// connection, and stays marked across reconnects and restarts.
+    private var mayBeStored: Set<String>
+    /// Entries are being marked in the state file; nothing is written to the connection until
+    /// that is done (``flushOutbox()``).
+    private var marking = false
     private var requests: [String: Waiter] = [:]
     private var joinRequests: [String: String] = [:]
     private var requestCounter = 0
@@ -75,6 +82,7 @@ actor ClientCore {
         configuration: CircleClientConfiguration,
         store: any ClientStateStore,
         outbox: [OutboxEntry],
+        sent: Set<String> = [],
         cursors: [String: Int64],
         caches: [String: CachedCircle] = [:]
     ) {
@@ -84,6 +92,7 @@ actor ClientCore {
         self.machine = ConnectionStateMachine(policy: configuration.reconnect, serverCount: configuration.servers.count)
         self.heartbeat = HeartbeatStateMachine(policy: configuration.heartbeat)
         self.outbox = outbox
+        self.mayBeStored = sent
         self.eventLoop = WebSocket.defaultEventLoop()
         for (circle, seq) in cursors { self.circles[circle] = Circle(cursor: seq) }
         self.caching = configuration.stateFile != nil && configuration.cacheLimit > 0
@@ -299,6 +308,7 @@ actor ClientCore {
             waiter.resume(throwing: error)
             if self.configuration.stateFile == nil, let index = self.outbox.firstIndex(where: { $0.id == id }) {
                 let entry = self.outbox.remove(at: index)
+                self.mayBeStored.remove(id)
                 self.emit(.failed(entry, error))
             }
         }
@@ -511,7 +521,12 @@ actor ClientCore {
             throw CircleClientError(.badRequest, "a post with id \(entry.id) is already waiting for its answer")
         }
         if !self.outbox.contains(where: { $0.id == entry.id }) {
-            try await self.store.enqueue(entry)
+            // Connected, the entry goes out at once: it is marked in the same write (one fsync).
+            // Should the connection close during the write, it counts as sent without having
+            // been: it can no longer be cancelled, which is the safe side.
+            let sent = self.socket != nil
+            try await self.store.enqueue(entry, sent: sent)
+            if sent { self.mayBeStored.insert(entry.id) }
             self.outbox.append(entry)
             self.emit(.queued(entry))
         }
@@ -526,9 +541,9 @@ actor ClientCore {
         }
     }
 
-    /// Removes an entry not yet sent on the current connection.
+    /// Removes an entry that was never sent (``mayBeStored``).
     func cancelOutboxEntry(_ id: String) async -> Bool {
-        guard !self.sentOnConnection.contains(id), let index = self.outbox.firstIndex(where: { $0.id == id }) else { return false }
+        guard !self.mayBeStored.contains(id), let index = self.outbox.firstIndex(where: { $0.id == id }) else { return false }
         let entry = self.outbox.remove(at: index)
         self.postDeadlines[id] = nil
         let error = CircleClientError(.cancelled, "the entry was cancelled before it was sent")
@@ -538,9 +553,9 @@ actor ClientCore {
         return true
     }
 
-    /// Replaces the text of a post or edit not yet sent on the current connection.
+    /// Replaces the text of a post or edit that was never sent (``mayBeStored``).
     func replaceOutboxText(_ id: String, with text: String) async -> Bool {
-        guard !self.sentOnConnection.contains(id), let index = self.outbox.firstIndex(where: { $0.id == id }),
+        guard !self.mayBeStored.contains(id), let index = self.outbox.firstIndex(where: { $0.id == id }),
             self.outbox[index].action.hasText
         else { return false }
         self.outbox[index].text = text
@@ -552,7 +567,20 @@ actor ClientCore {
         return true
     }
 
+    /// Writes the entries not yet written on the current connection, in outbox order. Entries
+    /// never sent are marked first, all in one write to the state file, and nothing is written
+    /// to the connection while that runs, so the order on the wire stays the outbox order.
     private func flushOutbox() {
+        guard self.socket != nil, !self.marking else { return }
+        let ids = self.outbox.map(\.id).filter { !self.mayBeStored.contains($0) }
+        guard ids.isEmpty else {
+            // Marked here already: cancel and replace, which may run while the mark is saved,
+            // must refuse them, since the write follows the save.
+            self.mayBeStored.formUnion(ids)
+            self.marking = true
+            Task { await self.markSent(ids) }
+            return
+        }
         guard let socket = self.socket else { return }
         for entry in self.outbox where !self.sentOnConnection.contains(entry.id) {
             if self.circles[entry.circle]?.joinRequested != true { self.join(entry.circle) }
@@ -562,9 +590,30 @@ actor ClientCore {
         }
     }
 
+    /// Saves that `ids` may reach the server, then flushes.
+    private func markSent(_ ids: [String]) async {
+        do {
+            try await self.store.markSent(ids)
+        } catch {
+            // Not saved, so not written: they stay cancellable, and the next flush (the next
+            // connection or post) tries again.
+            self.logger.warning("could not mark outbox entries as sent", metadata: ["error": "\(error)"])
+            self.mayBeStored.subtract(ids)
+            self.marking = false
+            return
+        }
+        self.marking = false
+        // The actor ran other work during the save: the connection may have closed or been
+        // replaced (whose own flush waited for this one), and entries may have been resolved
+        // (none cancelled: they were marked). flushOutbox reads all of it afresh: it writes to
+        // the connection open now, if any, and only entries still in the outbox.
+        self.flushOutbox()
+    }
+
     private func postResolved(_ id: String, _ result: Result<PostReceipt, CircleClientError>) {
         guard let index = self.outbox.firstIndex(where: { $0.id == id }) else { return }
         let entry = self.outbox.remove(at: index)
+        self.mayBeStored.remove(id)
         let store = self.store
         Task { try? await store.remove(id: id) }
         self.postDeadlines[id] = nil

@@ -7,8 +7,15 @@ import SQLiteNIO
 
 /// Where a client keeps its outbox and its per-circle cursors.
 protocol ClientStateStore: Sendable {
-    func load() async throws -> (outbox: [OutboxEntry], cursors: [String: Int64])
-    func enqueue(_ entry: OutboxEntry) async throws
+    /// The outbox in order, the ids of its entries that may have reached the server
+    /// (``markSent(_:)``), and the cursors.
+    func load() async throws -> (outbox: [OutboxEntry], sent: Set<String>, cursors: [String: Int64])
+    /// Appends an entry to the outbox; `sent` marks it as one that may reach the server (it is
+    /// about to be written to an open connection).
+    func enqueue(_ entry: OutboxEntry, sent: Bool) async throws
+    /// Marks entries as ones that may have reached the server: they are about to be written to
+    /// a connection for the first time.
+    func markSent(_ ids: [String]) async throws
     func remove(id: String) async throws
     func setCursor(_ seq: Int64, for circle: String) async throws
     /// Photo posts whose upload has not been handed to the outbox yet.
@@ -58,8 +65,9 @@ struct PhotoJob: Sendable, Hashable {
 
 /// Nothing survives the process; the default.
 actor MemoryClientStateStore: ClientStateStore {
-    func load() async throws -> (outbox: [OutboxEntry], cursors: [String: Int64]) { ([], [:]) }
-    func enqueue(_ entry: OutboxEntry) async throws {}
+    func load() async throws -> (outbox: [OutboxEntry], sent: Set<String>, cursors: [String: Int64]) { ([], [], [:]) }
+    func enqueue(_ entry: OutboxEntry, sent: Bool) async throws {}
+    func markSent(_ ids: [String]) async throws {}
     func remove(id: String) async throws {}
     func setCursor(_ seq: Int64, for circle: String) async throws {}
     func loadPhotoJobs() async throws -> [PhotoJob] { [] }
@@ -87,9 +95,11 @@ actor SQLiteClientStateStore: ClientStateStore {
         _ = try await connection.query(
             "CREATE TABLE IF NOT EXISTS outbox (id TEXT PRIMARY KEY, ord INTEGER NOT NULL, circle TEXT NOT NULL, text TEXT, attachment TEXT, created_at INTEGER NOT NULL)"
         )
-        // Outbox entries of older versions are posts: the columns of changes are added empty.
+        // Outbox entries of older versions are posts (the columns of changes are added empty) that
+        // were never sent (`sent` 0: they can still be cancelled).
         let columns = Set(try await connection.query("PRAGMA table_info(outbox)").compactMap { $0.column("name")?.string })
-        for (column, type) in [("action", "TEXT"), ("target", "INTEGER"), ("emoji", "TEXT"), ("reply_to", "INTEGER")] where !columns.contains(column) {
+        let added = [("action", "TEXT"), ("target", "INTEGER"), ("emoji", "TEXT"), ("reply_to", "INTEGER"), ("sent", "INTEGER NOT NULL DEFAULT 0")]
+        for (column, type) in added where !columns.contains(column) {
             _ = try await connection.query("ALTER TABLE outbox ADD COLUMN \(column) \(type)")
         }
         _ = try await connection.query("CREATE TABLE IF NOT EXISTS cursors (circle TEXT PRIMARY KEY, seq INTEGER NOT NULL)")
@@ -108,13 +118,15 @@ actor SQLiteClientStateStore: ClientStateStore {
         self.connection = connection
     }
 
-    func load() async throws -> (outbox: [OutboxEntry], cursors: [String: Int64]) {
+    func load() async throws -> (outbox: [OutboxEntry], sent: Set<String>, cursors: [String: Int64]) {
         let rows = try await self.connection.query(
-            "SELECT id, ord, circle, action, text, attachment, target, emoji, reply_to, created_at FROM outbox ORDER BY ord"
+            "SELECT id, ord, circle, action, text, attachment, target, emoji, reply_to, created_at, sent FROM outbox ORDER BY ord"
         )
         var outbox: [OutboxEntry] = []
+        var sent: Set<String> = []
         for row in rows {
             guard let id = row.column("id")?.string, let circle = row.column("circle")?.string else { continue }
+            if (row.column("sent")?.integer ?? 0) != 0 { sent.insert(id) }
             outbox.append(
                 OutboxEntry(
                     id: id,
@@ -134,23 +146,30 @@ actor SQLiteClientStateStore: ClientStateStore {
         for row in try await self.connection.query("SELECT circle, seq FROM cursors") {
             if let circle = row.column("circle")?.string, let seq = row.column("seq")?.integer { cursors[circle] = Int64(seq) }
         }
-        return (outbox, cursors)
+        return (outbox, sent, cursors)
     }
 
-    func enqueue(_ entry: OutboxEntry) async throws {
+    func enqueue(_ entry: OutboxEntry, sent: Bool) async throws {
         let order = self.nextOrder
         self.nextOrder += 1
         _ = try await self.connection.query(
             """
-            INSERT OR IGNORE INTO outbox (id, ord, circle, action, text, attachment, target, emoji, reply_to, created_at)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            INSERT OR IGNORE INTO outbox (id, ord, circle, action, text, attachment, target, emoji, reply_to, created_at, sent)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """,
             [
                 .text(entry.id), .integer(Int(order)), .text(entry.circle), .text(entry.action.rawValue), entry.text.map { .text($0) } ?? .null,
                 entry.attachment.map { .text($0) } ?? .null, entry.target.map { .integer(Int($0)) } ?? .null,
                 entry.emoji.map { .text($0) } ?? .null, entry.replyTo.map { .integer(Int($0)) } ?? .null, .integer(Int(entry.createdAt)),
+                .integer(sent ? 1 : 0),
             ]
         )
+    }
+
+    func markSent(_ ids: [String]) async throws {
+        // One statement for any number of ids (a list of `?` would meet SQLite's limit on binds).
+        let list = String(decoding: try JSONEncoder().encode(ids), as: UTF8.self)
+        _ = try await self.connection.query("UPDATE outbox SET sent = 1 WHERE id IN (SELECT value FROM json_each(?))", [.text(list)])
     }
 
     func replaceText(id: String, text: String) async throws {

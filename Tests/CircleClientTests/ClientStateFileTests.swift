@@ -32,13 +32,14 @@ struct ClientStateFileTests {
         try await old.close()
 
         let store = try await SQLiteClientStateStore.open(path: path, logger: Logger(label: "test"))
-        let (outbox, cursors) = try await store.load()
+        let (outbox, sent, cursors) = try await store.load()
+        #expect(sent.isEmpty)  // entries of older files were never sent
         #expect(outbox == [OutboxEntry(id: "old-1", circle: "general", action: .post, text: "queued before the upgrade", createdAt: 7)])
         #expect(cursors == ["general": 12])
         let react = OutboxEntry(id: "r", circle: "general", action: .react, target: 3, emoji: "👍", createdAt: 8)
         let reply = OutboxEntry(id: "p", circle: "general", action: .post, text: "re", replyTo: 3, createdAt: 9)
         let edit = OutboxEntry(id: "e", circle: "general", action: .edit, text: "new", target: 3, createdAt: 10)
-        for entry in [react, reply, edit] { try await store.enqueue(entry) }
+        for entry in [react, reply, edit] { try await store.enqueue(entry, sent: false) }
         try await store.replaceText(id: "e", text: "newer")
         await store.close()
 
@@ -47,6 +48,37 @@ struct ClientStateFileTests {
         edited.text = "newer"
         #expect(try await reopened.load().outbox == [outbox[0], react, reply, edited])
         await reopened.close()
+    }
+
+    @Test("outbox entries of a state file without the sent column count as never sent: they can be replaced and cancelled")
+    func stateFileWithoutSentColumn() async throws {
+        let path = temporaryPath()
+        defer { removeFile(path) }
+        // The previous version's outbox: changes and replies, but no `sent`.
+        let old = try await SQLiteConnection.open(storage: .file(path: path), threadPool: .singleton, on: MultiThreadedEventLoopGroup.singleton.any())
+        _ = try await old.query(
+            """
+            CREATE TABLE outbox (id TEXT PRIMARY KEY, ord INTEGER NOT NULL, circle TEXT NOT NULL, text TEXT, attachment TEXT,
+            created_at INTEGER NOT NULL, action TEXT, target INTEGER, emoji TEXT, reply_to INTEGER)
+            """
+        )
+        _ = try await old.query("INSERT INTO outbox (id, ord, circle, text, created_at, action) VALUES ('a', 0, 'notes', 'first', 1, 'post')")
+        _ = try await old.query("INSERT INTO outbox (id, ord, circle, text, created_at, action, target) VALUES ('b', 1, 'notes', 'edit', 2, 'edit', 1)")
+        try await old.close()
+
+        let configuration = CircleClientConfiguration(servers: ["ws://127.0.0.1:1/v1/ws"], tokenProvider: { "" }, stateFile: path)
+        let client = try await CircleClient(configuration: configuration)
+        #expect(await client.outbox.map(\.id) == ["a", "b"])
+        #expect(await client.replaceOutboxText("b", with: "edited offline"))
+        #expect(await client.cancelOutboxEntry("a"))
+        await client.shutdown()
+
+        let store = try await SQLiteClientStateStore.open(path: path, logger: Logger(label: "test"))
+        let (outbox, sent, _) = try await store.load()
+        #expect(outbox.map(\.id) == ["b"])
+        #expect(outbox.first?.text == "edited offline")
+        #expect(sent.isEmpty)
+        await store.close()
     }
 
     @Test("a circle's cache is saved and loaded with the seq it goes with")
