@@ -97,6 +97,31 @@ struct ClientCacheTests {
         #expect(!timeline.page(after: 4, limit: 5).more)
     }
 
+    @Test("pages at the ends of the seq and count ranges do not trap, in the timeline and offline through the client")
+    func extremePages() async throws {
+        var timeline = CircleTimeline()
+        for seq in 1...3 { timeline.apply(post(Int64(seq)), keepingNewest: 10) }
+        let pastTheEnd = timeline.page(after: .max, limit: 10)
+        #expect(pastTheEnd.posts.isEmpty && !pastTheEnd.more)
+        #expect(timeline.page(after: .min, limit: .max).posts.map(\.seq) == [1, 2, 3])
+        let rest = timeline.page(after: 1, limit: .max)
+        #expect(rest.posts.map(\.seq) == [2, 3] && !rest.more)
+        let none = timeline.page(after: 0, limit: -1)
+        #expect(none.posts.isEmpty && none.more)
+        let beforeAll = timeline.page(before: .min, limit: .max)
+        #expect(beforeAll.posts.isEmpty && !beforeAll.more)
+        #expect(timeline.page(before: .max, limit: .max).posts.map(\.seq) == [1, 2, 3])
+
+        let configuration = CircleClientConfiguration(servers: ["ws://127.0.0.1:1/v1/ws"], tokenProvider: { "" }, stateFile: "/unused")
+        let core = ClientCore(
+            configuration: configuration, store: MemoryClientStateStore(), outbox: [], cursors: [:],
+            caches: ["c": CachedCircle(upTo: 3, posts: timeline.posts)]
+        )
+        let offline = try await core.history("c", before: nil, after: .max, limit: .max)
+        #expect(offline.posts.isEmpty && !offline.more)
+        #expect(try await core.history("c", before: nil, after: 2, limit: .max).posts.map(\.seq) == [3])
+    }
+
     @Test("outbox entries of older state files decode as posts")
     func oldOutboxEntry() throws {
         let old = #"{"id":"x","circle":"c","text":"hi","createdAt":5}"#
