@@ -9,6 +9,21 @@ extension CircleTimeline {
         self.trim(keepingNewest: limit)
     }
 
+    /// Takes a history page into the cache: its posts replace the held ones with their seq
+    /// (reactions included) and are added when not held, then the newest `limit` are kept.
+    /// A page older than this timeline (`asOf` below ``lastSeq``) changes nothing, since
+    /// ``merge(_:asOf:)`` would still add its posts, which may lack changes this cache applied
+    /// only to the posts it held then.
+    ///
+    /// - Returns: `false` for such a stale page: ask for it again.
+    mutating func takePage(_ posts: [CirclePost], asOf: Int64, keepingNewest limit: Int) -> Bool {
+        var merged = self
+        guard merged.merge(posts, asOf: asOf) else { return false }
+        merged.trim(keepingNewest: limit)
+        self = merged
+        return true
+    }
+
     /// Posts older than `before` (all when `nil`), the newest `limit` of them oldest first, and
     /// whether older ones are held.
     func page(before: Int64?, limit: Int) -> (posts: [CirclePost], more: Bool) {

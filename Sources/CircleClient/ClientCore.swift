@@ -10,6 +10,16 @@ import NIOCore
 /// The actor runs on the event loop its connections use, and the task that reads a connection
 /// prefers that loop too, so an inbound message reaches the actor without a thread hop and a
 /// request is written from the actor without one.
+/// A page of posts as ``ClientCore/history(_:before:after:limit:)`` returns it.
+struct HistoryPage: Sendable, Hashable {
+    var posts: [CirclePost]
+    /// Whether further pages exist (in the direction paged).
+    var more: Bool
+    /// The newest entry seq the posts reflect (the server's snapshot; the cache's timeline
+    /// offline); `nil` from servers older than this field, and offline without a cache.
+    var lastSeq: Int64?
+}
+
 actor ClientCore {
     private struct Circle {
         /// The last sequence number delivered to the app (and kept in the state store).
@@ -102,6 +112,8 @@ actor ClientCore {
                 // crash between the two writes costs a replay, never a hole in the cache.
                 self.circles[circle, default: Circle()].cursor = cache.upTo
                 var timeline = CircleTimeline(posts: cache.posts)
+                // The posts show every entry up to `upTo`: pages older than that are stale.
+                timeline.follow(from: cache.upTo)
                 timeline.trim(keepingNewest: configuration.cacheLimit)
                 self.circles[circle]?.timeline = timeline
             }
@@ -382,6 +394,7 @@ actor ClientCore {
         case .ack(let id, let seq, let time, let duplicate):
             if let circle = self.joinRequests.removeValue(forKey: id) {
                 self.circles[circle]?.joined = true
+                if let seq { self.follow(circle, from: seq) }
                 if self.circles[circle]?.cursor == nil, let seq {
                     // A first join is live-only: start after the newest post at join time.
                     self.setCursor(seq, for: circle)
@@ -431,8 +444,25 @@ actor ClientCore {
             self.broadcast(.typing(user: user), in: circle)
         case .gap(let circle, let from, let to):
             self.broadcast(.gap(from: from, to: to), in: circle)
-            if (self.circles[circle]?.cursor ?? 0) < to { self.setCursor(to, for: circle) }
+            if (self.circles[circle]?.cursor ?? 0) < to {
+                self.follow(circle, from: to)
+                self.setCursor(to, for: circle)
+            }
         }
+    }
+
+    /// The stream of `circle` continues after `seq` (a join's ack, a gap's end): the cache's
+    /// timeline counts the entries up to it as applied, so a history page read before them is
+    /// known to be stale (see ``history``). With a cache, every joined circle gets a timeline
+    /// here, so history pages can fill it before any post arrives live.
+    private func follow(_ circle: String, from seq: Int64) {
+        guard self.caching else { return }
+        if self.circles[circle]?.timeline == nil {
+            var timeline = CircleTimeline(viewer: self.user)
+            if let cursor = self.circles[circle]?.cursor { timeline.follow(from: cursor) }
+            self.circles[circle]?.timeline = timeline
+        }
+        self.circles[circle]?.timeline?.follow(from: seq)
     }
 
     private func deliver(_ post: CirclePost) {
@@ -685,25 +715,65 @@ actor ClientCore {
         _ = try await self.request { .leave(circle, id: $0) }
     }
 
-    func history(_ circle: String, before: Int64?, after: Int64?, limit: Int) async throws -> (posts: [CirclePost], more: Bool) {
+    /// How many times ``history`` asks for a page while each answer is older than the cache
+    /// (the circle changed between the page's read and its arrival, every time).
+    static let historyAttempts = 3
+
+    /// A page of posts: from the server when connected, else from the offline cache.
+    ///
+    /// With a cache, a page from the server goes into it too: its posts replace the held ones
+    /// and are added when not held, then the newest `cacheLimit` are kept. A page older than
+    /// the cache is not taken and is asked for again, up to ``historyAttempts`` times in all;
+    /// the last page is returned either way. A page without `lastSeq` (an older server) is not
+    /// taken: nothing tells how old it is.
+    ///
+    /// Why a page taken this way leaves no post without a change: a page is taken only when its
+    /// `lastSeq` is at least the timeline's, and the timeline's `lastSeq` is at least the
+    /// circle's cursor, since the stream is followed from there (the saved cache's `up_to` on
+    /// start, each join's ack — on a first join, which is live only, the ack's seq becomes the
+    /// cursor — and a gap's end), and every delivered entry moves both. So each post of the page
+    /// shows every entry up to the page's `lastSeq`, and every entry after that is after the
+    /// cursor too and reaches the timeline through the stream, applied on top (entries between
+    /// the cursor and the page's `lastSeq` are applied a second time, which leaves a post as the
+    /// stream leaves it). On a first join, a page read before the ack (its `lastSeq` below the
+    /// ack's seq) lacks the changes committed between its read and the ack, which the live-only
+    /// stream never sends: after `follow(from:)` at the ack that page is stale, and although
+    /// `merge` would add its posts anyway, it is merged into a copy that is dropped, and asked
+    /// for again. The new request goes out after the ack was handled, so the server reads it
+    /// after the join, at or past the ack's seq. A page that arrives before a first join's ack
+    /// finds no timeline (it is made at the ack) and is not cached at all.
+    func history(_ circle: String, before: Int64?, after: Int64?, limit: Int) async throws -> HistoryPage {
         if self.socket == nil, self.caching {
-            let timeline = self.circles[circle]?.timeline ?? CircleTimeline()
-            if let after { return timeline.page(after: after, limit: limit) }
-            return timeline.page(before: before, limit: limit)
+            let timeline = self.circles[circle]?.timeline
+            let cache = timeline ?? CircleTimeline()
+            let page = after.map { cache.page(after: $0, limit: limit) } ?? cache.page(before: before, limit: limit)
+            return HistoryPage(posts: page.posts, more: page.more, lastSeq: timeline?.lastSeq)
         }
-        let reply = try await self.request { .history(of: circle, id: $0, before: before, after: after, limit: limit) }
-        guard case .history(_, _, let posts, let more, _) = reply else {
-            throw CircleClientError(.badRequest, "unexpected reply \(reply)")
-        }
-        if self.caching, self.circles[circle]?.timeline != nil {
-            // A page gives each post's current reactions: refresh the cached posts it names.
-            let held = posts.filter { self.circles[circle]?.timeline?.post($0.seq) != nil }
-            if !held.isEmpty {
-                self.circles[circle]?.timeline?.merge(held)
-                self.markCacheChanged(circle)
+        var attempt = 1
+        while true {
+            let reply = try await self.request { .history(of: circle, id: $0, before: before, after: after, limit: limit) }
+            guard case .history(_, _, let posts, let more, let lastSeq) = reply else {
+                throw CircleClientError(.badRequest, "unexpected reply \(reply)")
             }
+            let page = HistoryPage(posts: posts, more: more, lastSeq: lastSeq)
+            if self.cache(page, of: circle) || attempt == Self.historyAttempts { return page }
+            attempt += 1
         }
-        return (posts, more)
+    }
+
+    /// Takes a page into `circle`'s cache, if the client keeps one for it; `false` when the page
+    /// is older than the cache (ask again).
+    private func cache(_ page: HistoryPage, of circle: String) -> Bool {
+        guard self.caching, let lastSeq = page.lastSeq else { return true }
+        switch self.circles[circle]?.timeline?.takePage(page.posts, asOf: lastSeq, keepingNewest: self.configuration.cacheLimit) {
+        case nil:
+            return true
+        case true?:
+            self.markCacheChanged(circle)
+            return true
+        case false?:
+            return false
+        }
     }
 
     func markRead(_ circle: String, upTo seq: Int64) async throws -> Int64 {

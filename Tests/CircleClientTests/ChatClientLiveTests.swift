@@ -305,6 +305,51 @@ struct ChatClientLiveTests {
         await server.stop()
     }
 
+    @Test("a circle opened for the first time: the newest history page goes into the cache and is read offline, edits and reactions applied, also after a restart")
+    func historyPageCachedForOfflineReading() async throws {
+        let server = TestServer(limits: .init(postsPerSecond: 10_000, postBurst: 10_000))
+        defer { server.remove(); removeStateFiles(server, "pages") }
+        try await server.start()
+        try await server.createCircle("archive", owner: "alice")
+        let alice = try await chatClient(server, user: "alice")
+        let bob = try await chatClient(server, user: "bob")
+        await alice.connect()
+        await bob.connect()
+        var receipts: [PostReceipt] = []
+        for text in ["one", "two", "three", "four"] { receipts.append(try await alice.post(text, to: "archive")) }
+        try await alice.edit(receipts[1].seq, in: "archive", text: "TWO")
+        try await bob.react("👍", to: receipts[2].seq, in: "archive")
+
+        var reader = try await chatClient(server, user: "rita", stateFile: stateFile(server, "pages"))
+        let events = await reader.messages(in: "archive")
+        _ = events
+        await reader.connect()
+        // Joined live: no post arrives, the cache is empty.
+        #expect(await eventually { await reader.cursor(of: "archive") != nil })
+        #expect(await reader.cachedPosts(in: "archive").isEmpty)
+        let page = try await reader.history(of: "archive", limit: 3)
+        #expect(page.posts.map(\.text) == ["TWO", "three", "four"])
+        #expect(page.posts[0].edited != nil)
+        #expect(page.posts[1].reactions == [CircleReaction(emoji: "👍", users: ["bob"], me: false)])
+        #expect(await reader.cachedPosts(in: "archive") == page.posts)
+
+        let port = server.port
+        await server.stop()
+        #expect(await eventually { await reader.state != .connected })
+        #expect(await reader.cachedPosts(in: "archive") == page.posts)
+        let offline = try await reader.history(of: "archive", limit: 3)
+        #expect(offline.posts == page.posts)
+        #expect(!offline.more)
+        await reader.shutdown()
+
+        reader = try await chatClient(server, user: "rita", port: port, stateFile: stateFile(server, "pages"))
+        #expect(await reader.cachedPosts(in: "archive") == page.posts)
+        #expect(try await reader.history(of: "archive", before: receipts[2].seq, limit: 3).posts == [page.posts[0]])
+        await reader.shutdown()
+        await alice.shutdown()
+        await bob.shutdown()
+    }
+
     @Test("read markers move forward, reach the user's other connections, and the circle list counts unread posts")
     func readMarkers() async throws {
         let server = TestServer(limits: .init(postsPerSecond: 10_000, postBurst: 10_000))

@@ -122,6 +122,28 @@ struct ClientCacheTests {
         #expect(try await core.history("c", before: nil, after: 2, limit: .max).posts.map(\.seq) == [3])
     }
 
+    @Test("a history page is taken into the cache (replacing and adding, then trimmed) only when it is at least as new as the cache")
+    func takePage() {
+        var timeline = CircleTimeline()
+        timeline.apply(post(5, "five"), keepingNewest: 3)
+        timeline.apply(change(6, .edit, target: 5, text: "FIVE"), keepingNewest: 3)
+        timeline.follow(from: 10)  // a join's ack: entries up to 10 count as applied
+        let before = timeline
+        // Read before the edit (and the ack): it would take the edit back and add posts without
+        // the changes up to 10.
+        let stale = timeline.takePage([post(3, "three"), post(5, "five")], asOf: 8, keepingNewest: 3)
+        #expect(!stale)
+        #expect(timeline == before)
+
+        var reacted = post(5, "FIVE")
+        reacted.reactions = [CircleReaction(emoji: "👍", users: ["bob"], me: false)]
+        let taken = timeline.takePage([post(2), post(3, "three"), post(4), reacted], asOf: 10, keepingNewest: 3)
+        #expect(taken)
+        #expect(timeline.posts.map(\.seq) == [3, 4, 5])  // added, then the newest 3 kept
+        #expect(timeline.post(5) == reacted)
+        #expect(timeline.lastSeq == 10)
+    }
+
     @Test("outbox entries of older state files decode as posts")
     func oldOutboxEntry() throws {
         let old = #"{"id":"x","circle":"c","text":"hi","createdAt":5}"#
