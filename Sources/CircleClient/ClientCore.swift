@@ -497,7 +497,8 @@ actor ClientCore {
     /// circle, and a circle's cursor is never overwritten by an older one.
     ///
     /// A circle's cache is saved in the same pass, before its cursor, as the snapshot that goes
-    /// with that cursor (see ``init``): a burst costs one cache write per circle too.
+    /// with that cursor (see ``init``): a burst costs one cache save per circle too, and the store
+    /// writes only the posts it changed.
     private func saveCursors() async {
         while !self.unsavedCursors.isEmpty || !self.unsavedCaches.isEmpty {
             let batch = self.unsavedCursors
