@@ -645,6 +645,8 @@ actor ClientCore {
         guard let index = self.outbox.firstIndex(where: { $0.id == id }) else { return }
         let entry = self.outbox.remove(at: index)
         self.mayBeStored.remove(id)
+        // The id may be queued again (a retry, a photo post after a restart): written afresh then.
+        self.sentOnConnection.remove(id)
         let store = self.store
         Task { try? await store.remove(id: id) }
         self.postDeadlines[id] = nil
@@ -775,6 +777,18 @@ actor ClientCore {
         case false?:
             return false
         }
+    }
+
+    /// A page for ``CircleModel``, which keeps its own timeline fed by `messages(in:)`.
+    /// Connected, it is asked once the circle is joined on the connection. `follows` is the
+    /// cursor when the page arrived: the model's stream has given it the entries up to there
+    /// (or the cached posts they changed; on a first join, the stream starts there) and will
+    /// give it every later one, so the model's timeline follows from it before taking the page
+    /// (the argument of ``history``).
+    func pageForFollower(_ circle: String, before: Int64?, limit: Int) async throws -> (page: HistoryPage, follows: Int64?) {
+        if self.socket != nil { try await self.waitForJoin(circle) }
+        let page = try await self.history(circle, before: before, after: nil, limit: limit)
+        return (page, self.circles[circle]?.cursor)
     }
 
     func markRead(_ circle: String, upTo seq: Int64) async throws -> Int64 {

@@ -523,6 +523,109 @@ struct ChatClientLiveTests {
         await server.stop()
     }
 
+    @Test("CircleModel.loadOlder pages back from the oldest post held, edits and reactions included, keeps them beyond its limit, and ends with hasOlder false")
+    func modelLoadOlder() async throws {
+        let server = TestServer(limits: .init(postsPerSecond: 10_000, postBurst: 10_000))
+        defer { server.remove() }
+        try await server.start()
+        try await server.createCircle("general", owner: "alice")
+        let alice = try await chatClient(server, user: "alice")
+        let bob = try await chatClient(server, user: "bob")
+        await alice.connect()
+        await bob.connect()
+        var seqs: [Int64] = []
+        for index in 1...7 { seqs.append(try await alice.post("p\(index)", to: "general").seq) }
+        try await alice.edit(seqs[1], in: "general", text: "p2, edited")
+        try await bob.react("👍", to: seqs[0], in: "general")
+
+        let model = await CircleModel(client: bob, circle: "general", limit: 4, historyPage: 3)
+        await model.start()
+        #expect(await eventually { await model.posts.map(\.post.text) == ["p5", "p6", "p7"] })
+        #expect(await model.hasOlder)
+        try await model.loadOlder(limit: 3)
+        #expect(await model.posts.map(\.post.text) == ["p2, edited", "p3", "p4", "p5", "p6", "p7"])
+        #expect(await model.hasOlder)
+        try await model.loadOlder(limit: 3)
+        let all = await model.posts.map(\.post)
+        #expect(all.map(\.seq) == seqs)
+        #expect(all[0].reactions == [CircleReaction(emoji: "👍", users: ["bob"], me: true)])
+        #expect(!(await model.hasOlder))
+        // Live changes apply to the older posts too; a new post drops the oldest (7 are held now).
+        try await alice.edit(seqs[0], in: "general", text: "p1, edited")
+        #expect(await eventually { await model.posts.first?.post.text == "p1, edited" })
+        let newest = try await alice.post("p8", to: "general")
+        #expect(await eventually { await model.posts.last?.post.seq == newest.seq })
+        #expect(await model.posts.map(\.post.seq) == Array(seqs.dropFirst()) + [newest.seq])
+        #expect(await model.hasOlder)
+        await model.stop()
+        await alice.shutdown()
+        await bob.shutdown()
+        await server.stop()
+    }
+
+    @Test("CircleModel.retry sends a failed post again with the same id: sending, then sent, stored once; refused again, failed again")
+    func modelRetry() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        try await server.start()
+        try await server.createCircle("general", owner: "alice")
+        let port = server.port
+        let bob = try await chatClient(server, user: "bob")
+        let model = await CircleModel(client: bob, circle: "general")
+        await model.start()
+        await bob.connect()
+        #expect(await eventually { await bob.cursor(of: "general") != nil })
+        await server.stop()
+        #expect(await eventually { await model.connectionState != .connected })
+
+        // Queued offline, then cancelled: failed.
+        let first = Task { try await model.post("second try") }
+        #expect(await eventually { await bob.outbox.count == 1 })
+        let id = try #require(await bob.outbox.first?.id)
+        #expect(await bob.cancelOutboxEntry(id))
+        await #expect(throws: CircleClientError.self) { try await first.value }
+        #expect(await eventually {
+            guard case .failed(let error) = await model.posts.last?.delivery else { return false }
+            return error.code == .cancelled
+        })
+        await #expect(throws: CircleClientError.self) { try await model.retry("no-such-id") }
+
+        // Sent again with the same id: sending while offline, sent once the server is back.
+        let again = Task { try await model.retry(id) }
+        #expect(await eventually { await bob.outbox.map(\.id) == [id] })
+        #expect(await model.posts.last?.delivery == .sending)
+        #expect(await model.posts.last?.id == id)
+        server.configuration.port = port
+        try await server.start()
+        let receipt = try await again.value
+        #expect(!receipt.duplicate)
+        #expect(await eventually {
+            let last = await model.posts.last
+            return last?.id == id && last?.post.seq == receipt.seq && last?.delivery == .sent
+        })
+        let page = try await bob.history(of: "general", limit: 10)
+        #expect(page.posts.map(\.id) == [id])
+        #expect(await model.posts.count == 1)
+
+        // Refused by the server (too large): failed, and failed again when retried.
+        let large = String(repeating: "x", count: 9000)
+        _ = try? await model.post(large)
+        #expect(await eventually {
+            guard case .failed(let error) = await model.posts.last?.delivery else { return false }
+            return error.code == .tooLarge
+        })
+        let refused = try #require(await model.posts.last?.id)
+        await #expect(throws: CircleClientError.self) { try await model.retry(refused) }
+        #expect(await eventually {
+            guard case .failed(let error) = await model.posts.last?.delivery else { return false }
+            return error.code == .tooLarge
+        })
+        #expect(await model.posts.last?.id == refused)
+        await model.stop()
+        await bob.shutdown()
+        await server.stop()
+    }
+
     @Test("edits and reactions made while the server restarts all resolve, are stored once, and the reader's cache equals the server's history")
     func changesAcrossServerRestart() async throws {
         let server = TestServer(limits: .init(postsPerSecond: 10_000, postBurst: 10_000))
