@@ -295,12 +295,15 @@ public final class CircleModel {
 
     private func connectionChanged(_ state: ConnectionState) async {
         self.connectionState = state
-        guard state == .connected else { return }
+        // The user is known once the client fetched a token, connected or not. Setting the
+        // viewer recomputes `me` on the posts held: reactions applied before it was known (the
+        // cache of another user, entries that arrived first) show this user's own.
         if let user = await self.client.user, user != self.timeline.viewer {
             self.timeline.viewer = user
             for index in self.pending.indices where self.pending[index].post.author.isEmpty { self.pending[index].post.author = user }
             self.refresh()
         }
+        guard state == .connected else { return }
         if let summary = try? await self.client.circleSummaries().first(where: { $0.name == self.circle }) {
             self.setReadSeq(summary.readSeq)
         }

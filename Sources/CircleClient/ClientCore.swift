@@ -124,7 +124,9 @@ actor ClientCore {
 
     static func nowMillis() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
 
-    /// Remembers the token's user (`sub`, not verified: the server does that).
+    /// Remembers the token's user (`sub`, not verified: the server does that), and makes it the
+    /// viewer of every cache, which recomputes `me` on the cached posts (saved for whoever the
+    /// viewer was then, or none). Timelines made later start with it.
     private func learnUser(from token: String) {
         guard let user = Self.subject(of: token), user != self.user else { return }
         self.user = user

@@ -626,6 +626,45 @@ struct ChatClientLiveTests {
         await server.stop()
     }
 
+    @Test("reactions cached before the user was known show me once it is: in the client's cache and in a CircleModel")
+    func meOnceTheUserIsKnown() async throws {
+        let server = TestServer()
+        defer { server.remove(); removeStateFiles(server, "shared") }
+        try await server.start()
+        try await server.createCircle("general", owner: "alice")
+        let alice = try await chatClient(server, user: "alice")
+        let ann = try await chatClient(server, user: "ann")
+        await alice.connect()
+        await ann.connect()
+        // bob reads the circle on a device's state file: ann's reaction is cached, not his.
+        let bob = try await chatClient(server, user: "bob", stateFile: stateFile(server, "shared"))
+        let events = await bob.messages(in: "general")
+        _ = events
+        await bob.connect()
+        #expect(await eventually { await bob.cursor(of: "general") != nil })
+        let hello = try await alice.post("hello", to: "general")
+        let reaction = try await ann.react("👍", to: hello.seq, in: "general")
+        #expect(await eventually { await bob.cursor(of: "general") == reaction.seq })
+        #expect(await bob.cachedPosts(in: "general").first?.reactions == [CircleReaction(emoji: "👍", users: ["ann"], me: false)])
+        await bob.shutdown()
+
+        // ann signs in on that device: until her token is fetched nobody is the viewer.
+        let device = try await chatClient(server, user: "ann", stateFile: stateFile(server, "shared"))
+        let mine = [CircleReaction(emoji: "👍", users: ["ann"], me: true)]
+        #expect(await device.cachedPosts(in: "general").first?.reactions?.first?.me == false)
+        let model = await CircleModel(client: device, circle: "general")
+        await model.start()
+        #expect(await eventually { await model.posts.first?.post.reactions?.first?.me == false })
+        await device.connect()
+        #expect(await eventually { await device.cachedPosts(in: "general").first?.reactions == mine })
+        #expect(await eventually { await model.posts.first?.post.reactions == mine })
+        await model.stop()
+        await device.shutdown()
+        await alice.shutdown()
+        await ann.shutdown()
+        await server.stop()
+    }
+
     @Test("edits and reactions made while the server restarts all resolve, are stored once, and the reader's cache equals the server's history")
     func changesAcrossServerRestart() async throws {
         let server = TestServer(limits: .init(postsPerSecond: 10_000, postBurst: 10_000))
