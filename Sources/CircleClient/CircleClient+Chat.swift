@@ -63,20 +63,21 @@ extension CircleClient {
         try await self.core.circleSummaries()
     }
 
-    /// Cancels an outbox entry that is not yet sent on the current connection (queued while
-    /// disconnected, or restored from the state file before it went out). Its call throws
+    /// Cancels an outbox entry that was never written to a connection (queued while
+    /// disconnected, or restored from the state file and never sent). Its call throws
     /// ``CircleClientError/Code/cancelled`` and ``outboxEvents()`` reports it failed.
     ///
-    /// - Returns: `false` when there is no such entry or it was already sent (it may be stored).
+    /// - Returns: `false` when there is no such entry or it may have reached the server (it was
+    ///   written to a connection, or is about to be, before a reconnect or a restart too).
     @discardableResult
     public func cancelOutboxEntry(_ id: String) async -> Bool {
         await self.core.cancelOutboxEntry(id)
     }
 
-    /// Replaces the text of an unsent post or edit in the outbox (also in the state file).
+    /// Replaces the text of a post or edit in the outbox that was never sent (also in the state file).
     ///
     /// - Returns: `false` when there is no such entry, it has no text (a delete or a reaction),
-    ///   or it was already sent on the current connection.
+    ///   or it may have reached the server (as for ``cancelOutboxEntry(_:)``).
     @discardableResult
     public func replaceOutboxText(_ id: String, with text: String) async -> Bool {
         await self.core.replaceOutboxText(id, with: text)

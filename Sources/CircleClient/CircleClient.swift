@@ -62,11 +62,11 @@ public final class CircleClient: Sendable {
     /// Creates a client on a given state store (tests observe the store's calls this way).
     init(configuration: CircleClientConfiguration, store: any ClientStateStore) async throws {
         precondition(!configuration.servers.isEmpty, "CircleClientConfiguration.servers is empty")
-        let (outbox, cursors) = try await store.load()
+        let (outbox, sent, cursors) = try await store.load()
         let jobs = try await store.loadPhotoJobs()
         let caches = configuration.cacheLimit > 0 ? try await store.loadCaches() : [:]
         self.configuration = configuration
-        self.core = ClientCore(configuration: configuration, store: store, outbox: outbox, cursors: cursors, caches: caches)
+        self.core = ClientCore(configuration: configuration, store: store, outbox: outbox, sent: sent, cursors: cursors, caches: caches)
         let pool = HTTPConnectionPool()
         self.pool = pool
         self.transfers = try MediaTransfers(configuration: configuration, store: store, core: self.core, jobs: jobs, pool: pool)
@@ -227,11 +227,14 @@ public final class CircleClient: Sendable {
 
     /// A page of stored posts before `before` (the newest when `nil`), oldest first, and whether
     /// older ones exist. Connected, it asks the server (the `history` request of `circle.v1`;
-    /// posts in their current state with reactions). Not connected, it answers from the offline
+    /// posts in their current state with reactions), and with the offline cache the page is kept
+    /// in it for a joined circle (asked again, up to three times in all, while it is older than
+    /// the cache; docs/CLIENT.md, "Offline reading"). Not connected, it answers from the offline
     /// cache when the client keeps one (`more` then says whether the cache holds older posts; a
     /// circle with nothing cached gives an empty page); without a cache it throws `not_connected`.
     public func history(of circle: String, before: Int64? = nil, limit: Int = 50) async throws -> (posts: [CirclePost], more: Bool) {
-        try await self.core.history(circle, before: before, after: nil, limit: limit)
+        let page = try await self.core.history(circle, before: before, after: nil, limit: limit)
+        return (page.posts, page.more)
     }
 
     /// Paging forwards: the oldest `limit` posts with `seq > after`, oldest first, and whether
@@ -248,7 +251,8 @@ public final class CircleClient: Sendable {
     /// }
     /// ```
     public func history(of circle: String, after: Int64, limit: Int = 50) async throws -> (posts: [CirclePost], more: Bool) {
-        try await self.core.history(circle, before: nil, after: after, limit: limit)
+        let page = try await self.core.history(circle, before: nil, after: after, limit: limit)
+        return (page.posts, page.more)
     }
 
     /// Tells the circle this user is typing.

@@ -13,6 +13,8 @@ import Observation
 /// // In a view: ForEach(model.posts) { item in Row(item.post, item.delivery) }
 /// try await model.post("hello")
 /// try await model.react("👍", to: model.posts.last!.post.seq)
+/// if model.hasOlder { try await model.loadOlder() }       // the user scrolled to the top
+/// try await model.retry(failedItem.id)                     // a post shown as failed
 /// try await model.markRead()
 /// model.stop()
 /// ```
@@ -35,14 +37,19 @@ public final class CircleModel {
         case sending
         /// Stored by the server (every post received from the server is `sent`).
         case sent
-        /// Refused, timed out or cancelled; it stays in ``posts`` until ``dismiss(_:)``.
+        /// Refused, timed out or cancelled; it stays in ``posts`` until ``retry(_:)`` or
+        /// ``dismiss(_:)``.
         case failed(CircleClientError)
     }
 
     public let circle: String
-    /// The posts, oldest first: those received (at most `limit`), then own posts still
-    /// sending or failed.
+    /// The posts, oldest first: those received (at most `limit`, plus those ``loadOlder(limit:)``
+    /// added), then own posts still sending or failed.
     public private(set) var posts: [Item] = []
+    /// Whether the circle may hold posts older than the oldest in ``posts``: `true` until a page
+    /// of ``loadOlder(limit:)`` (or the first page) reached the circle's first post, and again
+    /// when posts were dropped to stay within the limit.
+    public private(set) var hasOlder = true
     /// Posts by others, not deleted, above this user's read marker, among the posts held.
     public private(set) var unread = 0
     /// This user's read marker (from ``CircleClient/circleSummaries()`` when connected, and
@@ -56,8 +63,15 @@ public final class CircleModel {
     @ObservationIgnored private let typingTimeout: Duration
     @ObservationIgnored private let historyPage: Int
     @ObservationIgnored private let limit: Int
+    /// The most posts held: `limit`, grown by what ``loadOlder(limit:)`` added.
+    @ObservationIgnored private var capacity: Int
+    /// No post of the circle has a seq below this (a backward page said so).
+    @ObservationIgnored private var firstSeq: Int64?
+    @ObservationIgnored private var loadingOlder = false
     @ObservationIgnored private var timeline: CircleTimeline
     @ObservationIgnored private var pending: [Item] = []
+    /// Own posts that failed, as the outbox had them (``retry(_:)`` sends them again).
+    @ObservationIgnored private var failed: [String: OutboxEntry] = [:]
     @ObservationIgnored private var typingUntil: [String: ContinuousClock.Instant] = [:]
     @ObservationIgnored private var typingTimer: Task<Void, Never>?
     @ObservationIgnored private var tasks: [Task<Void, Never>] = []
@@ -74,6 +88,7 @@ public final class CircleModel {
         self.circle = circle
         self.timeline = CircleTimeline()
         self.limit = max(1, limit)
+        self.capacity = self.limit
         self.historyPage = historyPage
         self.typingTimeout = typingTimeout
     }
@@ -159,10 +174,74 @@ public final class CircleModel {
     /// Tells the circle this user is typing.
     public func typing() async throws { try await self.client.typing(in: self.circle) }
 
+    /// Loads up to `limit` posts older than the oldest in ``posts`` (the newest posts when none
+    /// is held), in current state: from the server when connected, else from the client's
+    /// offline cache. They are kept on top of the model's `limit`. ``hasOlder`` says whether
+    /// more may exist. A call while another is loading returns at once.
+    ///
+    /// A page older than the posts held (a change arrived between the page's read and its
+    /// arrival) is asked for again, three times in all; if every answer was older, nothing is
+    /// added (call again).
+    public func loadOlder(limit: Int = 50) async throws {
+        guard !self.loadingOlder else { return }
+        self.loadingOlder = true
+        defer { self.loadingOlder = false }
+        let before = self.timeline.posts.first?.seq
+        guard let page = try await self.mergePage(before: before, limit: limit) else { return }
+        if !page.more { self.firstSeq = page.posts.first?.seq ?? before ?? .max }
+        self.capacity = max(self.capacity, self.timeline.posts.count)
+        self.refresh()
+    }
+
+    /// Sends a post shown as `failed` again, through the outbox with the same id: the server
+    /// stores a post once per id, so a post that timed out but was stored is not stored twice
+    /// (the server answers with the original). It shows as `sending`, then `sent` (or `failed`
+    /// again).
+    ///
+    /// - Throws: what ``post(_:attachment:replyTo:)`` throws; `bad_request` when `id` is not a
+    ///   failed post of this model.
+    @discardableResult
+    public func retry(_ id: String) async throws -> PostReceipt {
+        guard let entry = self.failed[id], let index = self.pending.firstIndex(where: { $0.id == id }) else {
+            throw CircleClientError(.badRequest, "no failed post with id \(id) in \(self.circle)")
+        }
+        self.failed[id] = nil
+        self.pending[index].delivery = .sending
+        self.refresh()
+        do {
+            return try await self.client.core.enqueue(entry)
+        } catch let error as CircleClientError {
+            // Refused before it was queued (the client stopped, or failFast offline): no outbox
+            // event will say so. After queueing, the outbox's own `failed` event says the same.
+            self.handle(.failed(entry, error))
+            throw error
+        }
+    }
+
     /// Removes a failed post from ``posts``.
     public func dismiss(_ id: String) {
         self.pending.removeAll { $0.id == id && $0.delivery != .sending }
+        if self.pending.allSatisfy({ $0.id != id }) { self.failed[id] = nil }
         self.refresh()
+    }
+
+    /// Asks for a page and merges it into the posts held, asking again while it is older than
+    /// them (at most ``ClientCore/historyAttempts`` times in all): merged then, it could take
+    /// back a change applied here, or add posts without changes this model saw only for the
+    /// posts it held. `nil` when every answer was older.
+    private func mergePage(before: Int64?, limit: Int) async throws -> HistoryPage? {
+        for _ in 0..<ClientCore.historyAttempts {
+            let (page, follows) = try await self.client.core.pageForFollower(self.circle, before: before, limit: limit)
+            // The entries up to `follows` reached this model's stream, or (on a first join) are
+            // before its start: a page must be at least as new.
+            if let follows { self.timeline.follow(from: follows) }
+            var timeline = self.timeline
+            if timeline.merge(page.posts, asOf: page.lastSeq) {
+                self.timeline = timeline
+                return page
+            }
+        }
+        return nil
     }
 
     // MARK: Events
@@ -189,6 +268,7 @@ public final class CircleModel {
         case .failed(let entry, let error):
             guard entry.circle == self.circle, let index = self.pending.firstIndex(where: { $0.id == entry.id }) else { return }
             self.pending[index].delivery = .failed(error)
+            self.failed[entry.id] = entry
         }
         self.refresh()
     }
@@ -196,7 +276,7 @@ public final class CircleModel {
     private func handle(_ event: CircleEvent) {
         switch event {
         case .post(let entry):
-            self.timeline.apply(entry, keepingNewest: self.limit)
+            self.timeline.apply(entry, keepingNewest: self.capacity)
             if entry.isPost {
                 self.pending.removeAll { $0.id == entry.id }
                 self.typingUntil[entry.author] = nil
@@ -215,20 +295,21 @@ public final class CircleModel {
 
     private func connectionChanged(_ state: ConnectionState) async {
         self.connectionState = state
-        guard state == .connected else { return }
+        // The user is known once the client fetched a token, connected or not. Setting the
+        // viewer recomputes `me` on the posts held: reactions applied before it was known (the
+        // cache of another user, entries that arrived first) show this user's own.
         if let user = await self.client.user, user != self.timeline.viewer {
             self.timeline.viewer = user
             for index in self.pending.indices where self.pending[index].post.author.isEmpty { self.pending[index].post.author = user }
             self.refresh()
         }
+        guard state == .connected else { return }
         if let summary = try? await self.client.circleSummaries().first(where: { $0.name == self.circle }) {
             self.setReadSeq(summary.readSeq)
         }
-        if self.timeline.posts.isEmpty, self.historyPage > 0,
-            let page = try? await self.client.history(of: self.circle, limit: self.historyPage)
-        {
-            self.timeline.merge(page.posts)
-            self.timeline.trim(keepingNewest: self.limit)
+        if self.timeline.posts.isEmpty, self.historyPage > 0, let page = try? await self.mergePage(before: nil, limit: self.historyPage) {
+            if !page.more { self.firstSeq = page.posts.first?.seq ?? .max }
+            self.timeline.trim(keepingNewest: self.capacity)
             self.refresh()
         }
     }
@@ -243,6 +324,9 @@ public final class CircleModel {
         let held = self.timeline.posts.map { Item(id: $0.id, post: $0, delivery: .sent) }
         let posts = held + self.pending.filter { item in item.delivery != .sent || !held.contains { $0.id == item.id } }
         if posts != self.posts { self.posts = posts }
+        // Held from the circle's first post on: nothing older (posts dropped by the limit are).
+        let hasOlder = self.firstSeq.map { (self.timeline.posts.first?.seq ?? .max) > $0 } ?? true
+        if hasOlder != self.hasOlder { self.hasOlder = hasOlder }
         let me = self.timeline.viewer
         let unread = self.timeline.posts.reduce(0) { count, post in
             count + (post.seq > self.readSeq && !post.deleted && post.author != me ? 1 : 0)

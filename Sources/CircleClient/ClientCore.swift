@@ -10,6 +10,16 @@ import NIOCore
 /// The actor runs on the event loop its connections use, and the task that reads a connection
 /// prefers that loop too, so an inbound message reaches the actor without a thread hop and a
 /// request is written from the actor without one.
+/// A page of posts as ``ClientCore/history(_:before:after:limit:)`` returns it.
+struct HistoryPage: Sendable, Hashable {
+    var posts: [CirclePost]
+    /// Whether further pages exist (in the direction paged).
+    var more: Bool
+    /// The newest entry seq the posts reflect (the server's snapshot; the cache's timeline
+    /// offline); `nil` from servers older than this field, and offline without a cache.
+    var lastSeq: Int64?
+}
+
 actor ClientCore {
     private struct Circle {
         /// The last sequence number delivered to the app (and kept in the state store).
@@ -54,6 +64,13 @@ actor ClientCore {
     private var sweeper: Task<Void, Never>?
     /// Posts sent on the current connection (not to be re-sent on it).
     private var sentOnConnection: Set<String> = []
+    /// Outbox entries that may have reached the server, so they can no longer be cancelled or
+    /// changed. An entry is marked (in the state file too) before it is first written to any
+    /// connection, and stays marked across reconnects and restarts.
+    private var mayBeStored: Set<String>
+    /// Entries are being marked in the state file; nothing is written to the connection until
+    /// that is done (``flushOutbox()``).
+    private var marking = false
     private var requests: [String: Waiter] = [:]
     private var joinRequests: [String: String] = [:]
     private var requestCounter = 0
@@ -75,6 +92,7 @@ actor ClientCore {
         configuration: CircleClientConfiguration,
         store: any ClientStateStore,
         outbox: [OutboxEntry],
+        sent: Set<String> = [],
         cursors: [String: Int64],
         caches: [String: CachedCircle] = [:]
     ) {
@@ -84,6 +102,7 @@ actor ClientCore {
         self.machine = ConnectionStateMachine(policy: configuration.reconnect, serverCount: configuration.servers.count)
         self.heartbeat = HeartbeatStateMachine(policy: configuration.heartbeat)
         self.outbox = outbox
+        self.mayBeStored = sent
         self.eventLoop = WebSocket.defaultEventLoop()
         for (circle, seq) in cursors { self.circles[circle] = Circle(cursor: seq) }
         self.caching = configuration.stateFile != nil && configuration.cacheLimit > 0
@@ -93,6 +112,8 @@ actor ClientCore {
                 // crash between the two writes costs a replay, never a hole in the cache.
                 self.circles[circle, default: Circle()].cursor = cache.upTo
                 var timeline = CircleTimeline(posts: cache.posts)
+                // The posts show every entry up to `upTo`: pages older than that are stale.
+                timeline.follow(from: cache.upTo)
                 timeline.trim(keepingNewest: configuration.cacheLimit)
                 self.circles[circle]?.timeline = timeline
             }
@@ -103,7 +124,9 @@ actor ClientCore {
 
     static func nowMillis() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
 
-    /// Remembers the token's user (`sub`, not verified: the server does that).
+    /// Remembers the token's user (`sub`, not verified: the server does that), and makes it the
+    /// viewer of every cache, which recomputes `me` on the cached posts (saved for whoever the
+    /// viewer was then, or none). Timelines made later start with it.
     private func learnUser(from token: String) {
         guard let user = Self.subject(of: token), user != self.user else { return }
         self.user = user
@@ -299,6 +322,7 @@ actor ClientCore {
             waiter.resume(throwing: error)
             if self.configuration.stateFile == nil, let index = self.outbox.firstIndex(where: { $0.id == id }) {
                 let entry = self.outbox.remove(at: index)
+                self.mayBeStored.remove(id)
                 self.emit(.failed(entry, error))
             }
         }
@@ -372,6 +396,7 @@ actor ClientCore {
         case .ack(let id, let seq, let time, let duplicate):
             if let circle = self.joinRequests.removeValue(forKey: id) {
                 self.circles[circle]?.joined = true
+                if let seq { self.follow(circle, from: seq) }
                 if self.circles[circle]?.cursor == nil, let seq {
                     // A first join is live-only: start after the newest post at join time.
                     self.setCursor(seq, for: circle)
@@ -421,8 +446,25 @@ actor ClientCore {
             self.broadcast(.typing(user: user), in: circle)
         case .gap(let circle, let from, let to):
             self.broadcast(.gap(from: from, to: to), in: circle)
-            if (self.circles[circle]?.cursor ?? 0) < to { self.setCursor(to, for: circle) }
+            if (self.circles[circle]?.cursor ?? 0) < to {
+                self.follow(circle, from: to)
+                self.setCursor(to, for: circle)
+            }
         }
+    }
+
+    /// The stream of `circle` continues after `seq` (a join's ack, a gap's end): the cache's
+    /// timeline counts the entries up to it as applied, so a history page read before them is
+    /// known to be stale (see ``history``). With a cache, every joined circle gets a timeline
+    /// here, so history pages can fill it before any post arrives live.
+    private func follow(_ circle: String, from seq: Int64) {
+        guard self.caching else { return }
+        if self.circles[circle]?.timeline == nil {
+            var timeline = CircleTimeline(viewer: self.user)
+            if let cursor = self.circles[circle]?.cursor { timeline.follow(from: cursor) }
+            self.circles[circle]?.timeline = timeline
+        }
+        self.circles[circle]?.timeline?.follow(from: seq)
     }
 
     private func deliver(_ post: CirclePost) {
@@ -457,7 +499,8 @@ actor ClientCore {
     /// circle, and a circle's cursor is never overwritten by an older one.
     ///
     /// A circle's cache is saved in the same pass, before its cursor, as the snapshot that goes
-    /// with that cursor (see ``init``): a burst costs one cache write per circle too.
+    /// with that cursor (see ``init``): a burst costs one cache save per circle too, and the store
+    /// writes only the posts it changed.
     private func saveCursors() async {
         while !self.unsavedCursors.isEmpty || !self.unsavedCaches.isEmpty {
             let batch = self.unsavedCursors
@@ -511,7 +554,12 @@ actor ClientCore {
             throw CircleClientError(.badRequest, "a post with id \(entry.id) is already waiting for its answer")
         }
         if !self.outbox.contains(where: { $0.id == entry.id }) {
-            try await self.store.enqueue(entry)
+            // Connected, the entry goes out at once: it is marked in the same write (one fsync).
+            // Should the connection close during the write, it counts as sent without having
+            // been: it can no longer be cancelled, which is the safe side.
+            let sent = self.socket != nil
+            try await self.store.enqueue(entry, sent: sent)
+            if sent { self.mayBeStored.insert(entry.id) }
             self.outbox.append(entry)
             self.emit(.queued(entry))
         }
@@ -526,9 +574,9 @@ actor ClientCore {
         }
     }
 
-    /// Removes an entry not yet sent on the current connection.
+    /// Removes an entry that was never sent (``mayBeStored``).
     func cancelOutboxEntry(_ id: String) async -> Bool {
-        guard !self.sentOnConnection.contains(id), let index = self.outbox.firstIndex(where: { $0.id == id }) else { return false }
+        guard !self.mayBeStored.contains(id), let index = self.outbox.firstIndex(where: { $0.id == id }) else { return false }
         let entry = self.outbox.remove(at: index)
         self.postDeadlines[id] = nil
         let error = CircleClientError(.cancelled, "the entry was cancelled before it was sent")
@@ -538,9 +586,9 @@ actor ClientCore {
         return true
     }
 
-    /// Replaces the text of a post or edit not yet sent on the current connection.
+    /// Replaces the text of a post or edit that was never sent (``mayBeStored``).
     func replaceOutboxText(_ id: String, with text: String) async -> Bool {
-        guard !self.sentOnConnection.contains(id), let index = self.outbox.firstIndex(where: { $0.id == id }),
+        guard !self.mayBeStored.contains(id), let index = self.outbox.firstIndex(where: { $0.id == id }),
             self.outbox[index].action.hasText
         else { return false }
         self.outbox[index].text = text
@@ -552,7 +600,20 @@ actor ClientCore {
         return true
     }
 
+    /// Writes the entries not yet written on the current connection, in outbox order. Entries
+    /// never sent are marked first, all in one write to the state file, and nothing is written
+    /// to the connection while that runs, so the order on the wire stays the outbox order.
     private func flushOutbox() {
+        guard self.socket != nil, !self.marking else { return }
+        let ids = self.outbox.map(\.id).filter { !self.mayBeStored.contains($0) }
+        guard ids.isEmpty else {
+            // Marked here already: cancel and replace, which may run while the mark is saved,
+            // must refuse them, since the write follows the save.
+            self.mayBeStored.formUnion(ids)
+            self.marking = true
+            Task { await self.markSent(ids) }
+            return
+        }
         guard let socket = self.socket else { return }
         for entry in self.outbox where !self.sentOnConnection.contains(entry.id) {
             if self.circles[entry.circle]?.joinRequested != true { self.join(entry.circle) }
@@ -562,9 +623,32 @@ actor ClientCore {
         }
     }
 
+    /// Saves that `ids` may reach the server, then flushes.
+    private func markSent(_ ids: [String]) async {
+        do {
+            try await self.store.markSent(ids)
+        } catch {
+            // Not saved, so not written: they stay cancellable, and the next flush (the next
+            // connection or post) tries again.
+            self.logger.warning("could not mark outbox entries as sent", metadata: ["error": "\(error)"])
+            self.mayBeStored.subtract(ids)
+            self.marking = false
+            return
+        }
+        self.marking = false
+        // The actor ran other work during the save: the connection may have closed or been
+        // replaced (whose own flush waited for this one), and entries may have been resolved
+        // (none cancelled: they were marked). flushOutbox reads all of it afresh: it writes to
+        // the connection open now, if any, and only entries still in the outbox.
+        self.flushOutbox()
+    }
+
     private func postResolved(_ id: String, _ result: Result<PostReceipt, CircleClientError>) {
         guard let index = self.outbox.firstIndex(where: { $0.id == id }) else { return }
         let entry = self.outbox.remove(at: index)
+        self.mayBeStored.remove(id)
+        // The id may be queued again (a retry, a photo post after a restart): written afresh then.
+        self.sentOnConnection.remove(id)
         let store = self.store
         Task { try? await store.remove(id: id) }
         self.postDeadlines[id] = nil
@@ -636,25 +720,77 @@ actor ClientCore {
         _ = try await self.request { .leave(circle, id: $0) }
     }
 
-    func history(_ circle: String, before: Int64?, after: Int64?, limit: Int) async throws -> (posts: [CirclePost], more: Bool) {
+    /// How many times ``history`` asks for a page while each answer is older than the cache
+    /// (the circle changed between the page's read and its arrival, every time).
+    static let historyAttempts = 3
+
+    /// A page of posts: from the server when connected, else from the offline cache.
+    ///
+    /// With a cache, a page from the server goes into it too: its posts replace the held ones
+    /// and are added when not held, then the newest `cacheLimit` are kept. A page older than
+    /// the cache is not taken and is asked for again, up to ``historyAttempts`` times in all;
+    /// the last page is returned either way. A page without `lastSeq` (an older server) is not
+    /// taken: nothing tells how old it is.
+    ///
+    /// Why a page taken this way leaves no post without a change: a page is taken only when its
+    /// `lastSeq` is at least the timeline's, and the timeline's `lastSeq` is at least the
+    /// circle's cursor, since the stream is followed from there (the saved cache's `up_to` on
+    /// start, each join's ack — on a first join, which is live only, the ack's seq becomes the
+    /// cursor — and a gap's end), and every delivered entry moves both. So each post of the page
+    /// shows every entry up to the page's `lastSeq`, and every entry after that is after the
+    /// cursor too and reaches the timeline through the stream, applied on top (entries between
+    /// the cursor and the page's `lastSeq` are applied a second time, which leaves a post as the
+    /// stream leaves it). On a first join, a page read before the ack (its `lastSeq` below the
+    /// ack's seq) lacks the changes committed between its read and the ack, which the live-only
+    /// stream never sends: after `follow(from:)` at the ack that page is stale, and although
+    /// `merge` would add its posts anyway, it is merged into a copy that is dropped, and asked
+    /// for again. The new request goes out after the ack was handled, so the server reads it
+    /// after the join, at or past the ack's seq. A page that arrives before a first join's ack
+    /// finds no timeline (it is made at the ack) and is not cached at all.
+    func history(_ circle: String, before: Int64?, after: Int64?, limit: Int) async throws -> HistoryPage {
         if self.socket == nil, self.caching {
-            let timeline = self.circles[circle]?.timeline ?? CircleTimeline()
-            if let after { return timeline.page(after: after, limit: limit) }
-            return timeline.page(before: before, limit: limit)
+            let timeline = self.circles[circle]?.timeline
+            let cache = timeline ?? CircleTimeline()
+            let page = after.map { cache.page(after: $0, limit: limit) } ?? cache.page(before: before, limit: limit)
+            return HistoryPage(posts: page.posts, more: page.more, lastSeq: timeline?.lastSeq)
         }
-        let reply = try await self.request { .history(of: circle, id: $0, before: before, after: after, limit: limit) }
-        guard case .history(_, _, let posts, let more, _) = reply else {
-            throw CircleClientError(.badRequest, "unexpected reply \(reply)")
-        }
-        if self.caching, self.circles[circle]?.timeline != nil {
-            // A page gives each post's current reactions: refresh the cached posts it names.
-            let held = posts.filter { self.circles[circle]?.timeline?.post($0.seq) != nil }
-            if !held.isEmpty {
-                self.circles[circle]?.timeline?.merge(held)
-                self.markCacheChanged(circle)
+        var attempt = 1
+        while true {
+            let reply = try await self.request { .history(of: circle, id: $0, before: before, after: after, limit: limit) }
+            guard case .history(_, _, let posts, let more, let lastSeq) = reply else {
+                throw CircleClientError(.badRequest, "unexpected reply \(reply)")
             }
+            let page = HistoryPage(posts: posts, more: more, lastSeq: lastSeq)
+            if self.cache(page, of: circle) || attempt == Self.historyAttempts { return page }
+            attempt += 1
         }
-        return (posts, more)
+    }
+
+    /// Takes a page into `circle`'s cache, if the client keeps one for it; `false` when the page
+    /// is older than the cache (ask again).
+    private func cache(_ page: HistoryPage, of circle: String) -> Bool {
+        guard self.caching, let lastSeq = page.lastSeq else { return true }
+        switch self.circles[circle]?.timeline?.takePage(page.posts, asOf: lastSeq, keepingNewest: self.configuration.cacheLimit) {
+        case nil:
+            return true
+        case true?:
+            self.markCacheChanged(circle)
+            return true
+        case false?:
+            return false
+        }
+    }
+
+    /// A page for ``CircleModel``, which keeps its own timeline fed by `messages(in:)`.
+    /// Connected, it is asked once the circle is joined on the connection. `follows` is the
+    /// cursor when the page arrived: the model's stream has given it the entries up to there
+    /// (or the cached posts they changed; on a first join, the stream starts there) and will
+    /// give it every later one, so the model's timeline follows from it before taking the page
+    /// (the argument of ``history``).
+    func pageForFollower(_ circle: String, before: Int64?, limit: Int) async throws -> (page: HistoryPage, follows: Int64?) {
+        if self.socket != nil { try await self.waitForJoin(circle) }
+        let page = try await self.history(circle, before: before, after: nil, limit: limit)
+        return (page, self.circles[circle]?.cursor)
     }
 
     func markRead(_ circle: String, upTo seq: Int64) async throws -> Int64 {

@@ -7,8 +7,15 @@ import SQLiteNIO
 
 /// Where a client keeps its outbox and its per-circle cursors.
 protocol ClientStateStore: Sendable {
-    func load() async throws -> (outbox: [OutboxEntry], cursors: [String: Int64])
-    func enqueue(_ entry: OutboxEntry) async throws
+    /// The outbox in order, the ids of its entries that may have reached the server
+    /// (``markSent(_:)``), and the cursors.
+    func load() async throws -> (outbox: [OutboxEntry], sent: Set<String>, cursors: [String: Int64])
+    /// Appends an entry to the outbox; `sent` marks it as one that may reach the server (it is
+    /// about to be written to an open connection).
+    func enqueue(_ entry: OutboxEntry, sent: Bool) async throws
+    /// Marks entries as ones that may have reached the server: they are about to be written to
+    /// a connection for the first time.
+    func markSent(_ ids: [String]) async throws
     func remove(id: String) async throws
     func setCursor(_ seq: Int64, for circle: String) async throws
     /// Photo posts whose upload has not been handed to the outbox yet.
@@ -20,7 +27,8 @@ protocol ClientStateStore: Sendable {
     func replaceText(id: String, text: String) async throws
     /// The offline caches by circle.
     func loadCaches() async throws -> [String: CachedCircle]
-    /// Replaces a circle's cache: its posts in current state, and the seq they reflect.
+    /// Saves a circle's cache: its posts in current state (these replace what was saved), and
+    /// the seq they reflect. The SQLite store writes only what differs from its last save.
     func saveCache(_ posts: [CirclePost], upTo: Int64, for circle: String) async throws
     func close() async
 }
@@ -58,8 +66,9 @@ struct PhotoJob: Sendable, Hashable {
 
 /// Nothing survives the process; the default.
 actor MemoryClientStateStore: ClientStateStore {
-    func load() async throws -> (outbox: [OutboxEntry], cursors: [String: Int64]) { ([], [:]) }
-    func enqueue(_ entry: OutboxEntry) async throws {}
+    func load() async throws -> (outbox: [OutboxEntry], sent: Set<String>, cursors: [String: Int64]) { ([], [], [:]) }
+    func enqueue(_ entry: OutboxEntry, sent: Bool) async throws {}
+    func markSent(_ ids: [String]) async throws {}
     func remove(id: String) async throws {}
     func setCursor(_ seq: Int64, for circle: String) async throws {}
     func loadPhotoJobs() async throws -> [PhotoJob] { [] }
@@ -70,9 +79,21 @@ actor MemoryClientStateStore: ClientStateStore {
 
 /// The outbox and cursors in an SQLite file (WAL): unsent posts are sent after a restart, in
 /// their original order, and subscriptions resume from the last delivered sequence number.
+///
+/// Every operation holds the store's gate from its first statement to its last: sqlite-nio runs
+/// each statement as its own hop to the thread pool and the actor is reentrant, so without the
+/// gate a queued post's `INSERT` could land inside a cache save's open transaction (and be
+/// rolled back with it, or wait for its commit to be durable).
 actor SQLiteClientStateStore: ClientStateStore {
     private let connection: SQLiteConnection
+    private let logger: Logger
     private var nextOrder: Int64 = 0
+    /// Each circle's cached posts as they are in the file, by seq: a save writes only the posts
+    /// that differ and deletes the ones gone. No entry: unknown (the next save rewrites the
+    /// circle). The posts share their text with the client's cache.
+    private var savedCaches: [String: [Int64: CirclePost]] = [:]
+    private var gateHeld = false
+    private var gateWaiters: [CheckedContinuation<Void, Never>] = []
 
     static func open(path: String, logger: Logger) async throws -> SQLiteClientStateStore {
         let connection = try await SQLiteConnection.open(
@@ -87,34 +108,103 @@ actor SQLiteClientStateStore: ClientStateStore {
         _ = try await connection.query(
             "CREATE TABLE IF NOT EXISTS outbox (id TEXT PRIMARY KEY, ord INTEGER NOT NULL, circle TEXT NOT NULL, text TEXT, attachment TEXT, created_at INTEGER NOT NULL)"
         )
-        // Outbox entries of older versions are posts: the columns of changes are added empty.
+        // Outbox entries of older versions are posts (the columns of changes are added empty) that
+        // were never sent (`sent` 0: they can still be cancelled).
         let columns = Set(try await connection.query("PRAGMA table_info(outbox)").compactMap { $0.column("name")?.string })
-        for (column, type) in [("action", "TEXT"), ("target", "INTEGER"), ("emoji", "TEXT"), ("reply_to", "INTEGER")] where !columns.contains(column) {
+        let added = [("action", "TEXT"), ("target", "INTEGER"), ("emoji", "TEXT"), ("reply_to", "INTEGER"), ("sent", "INTEGER NOT NULL DEFAULT 0")]
+        for (column, type) in added where !columns.contains(column) {
             _ = try await connection.query("ALTER TABLE outbox ADD COLUMN \(column) \(type)")
         }
         _ = try await connection.query("CREATE TABLE IF NOT EXISTS cursors (circle TEXT PRIMARY KEY, seq INTEGER NOT NULL)")
-        // One row per circle: its cached posts as JSON, rewritten as a whole (coalesced by the client).
-        _ = try await connection.query("CREATE TABLE IF NOT EXISTS post_cache (circle TEXT PRIMARY KEY, up_to INTEGER NOT NULL, posts BLOB NOT NULL)")
+        // The offline cache: a row per post (its JSON), so a save writes what changed, and per
+        // circle the seq the posts go with.
+        _ = try await connection.query(
+            "CREATE TABLE IF NOT EXISTS cached_posts (circle TEXT NOT NULL, seq INTEGER NOT NULL, post BLOB NOT NULL, PRIMARY KEY (circle, seq)) WITHOUT ROWID"
+        )
+        _ = try await connection.query("CREATE TABLE IF NOT EXISTS cached_circles (circle TEXT PRIMARY KEY, up_to INTEGER NOT NULL)")
+        try await Self.migratePostCache(connection, logger: logger)
         _ = try await connection.query(
             """
             CREATE TABLE IF NOT EXISTS photo_jobs (id TEXT PRIMARY KEY, circle TEXT NOT NULL, caption TEXT, path TEXT NOT NULL,
             content_type TEXT NOT NULL, size INTEGER NOT NULL, upload_id TEXT, media_id TEXT, created_at INTEGER NOT NULL, owns_file INTEGER NOT NULL)
             """
         )
-        return SQLiteClientStateStore(connection: connection)
+        return SQLiteClientStateStore(connection: connection, logger: logger)
     }
 
-    private init(connection: SQLiteConnection) {
+    private init(connection: SQLiteConnection, logger: Logger) {
         self.connection = connection
+        self.logger = logger
     }
 
-    func load() async throws -> (outbox: [OutboxEntry], cursors: [String: Int64]) {
-        let rows = try await self.connection.query(
-            "SELECT id, ord, circle, action, text, attachment, target, emoji, reply_to, created_at FROM outbox ORDER BY ord"
+    /// Moves the caches of older versions (table `post_cache`: a circle's posts as one JSON
+    /// array) to a row per post, once: the old table is dropped in the same transaction.
+    private static func migratePostCache(_ connection: SQLiteConnection, logger: Logger) async throws {
+        let exists = try await connection.query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'post_cache'")
+        guard !exists.isEmpty else { return }
+        try await Self.transaction(on: connection, logger: logger) {
+            let decoder = JSONDecoder()
+            for row in try await connection.query("SELECT circle, up_to, posts FROM post_cache") {
+                guard let circle = row.column("circle")?.string, let upTo = row.column("up_to")?.integer,
+                    let blob = row.column("posts")?.blob,
+                    let posts = try? decoder.decode([CirclePost].self, from: Data(buffer: blob))
+                else { continue }  // unreadable, as before: the circle is read from the server again
+                for post in posts { try await Self.writePost(post, of: circle, on: connection) }
+                try await Self.writeUpTo(Int64(upTo), of: circle, on: connection)
+            }
+            _ = try await connection.query("DROP TABLE post_cache")
+        }
+    }
+
+    // MARK: Gate
+
+    /// Runs `body` alone on the connection (see the type's documentation). First come, first
+    /// served; the gate passes straight to the next waiter, so nobody barges in.
+    private func exclusively<T>(_ body: () async throws -> T) async rethrows -> T {
+        if self.gateHeld {
+            await withCheckedContinuation { self.gateWaiters.append($0) }
+        } else {
+            self.gateHeld = true
+        }
+        defer {
+            if self.gateWaiters.isEmpty { self.gateHeld = false } else { self.gateWaiters.removeFirst().resume() }
+        }
+        return try await body()
+    }
+
+    /// One statement, through the gate.
+    @discardableResult
+    private func query(_ sql: String, _ binds: [SQLiteData] = []) async throws -> [SQLiteRow] {
+        try await self.exclusively { try await self.connection.query(sql, binds) }
+    }
+
+    /// Runs `body` in `BEGIN IMMEDIATE … COMMIT`, rolling back on any error. The caller holds
+    /// the gate (or has the connection to itself, while opening).
+    private static func transaction(on connection: SQLiteConnection, logger: Logger, _ body: () async throws -> Void) async throws {
+        _ = try await connection.query("BEGIN IMMEDIATE")
+        do {
+            try await body()
+            _ = try await connection.query("COMMIT")
+        } catch {
+            do {
+                _ = try await connection.query("ROLLBACK")
+            } catch let rollbackError {
+                // SQLite may already have rolled back (some I/O errors do): nothing is left to undo.
+                logger.debug("ROLLBACK failed", metadata: ["error": "\(rollbackError)"])
+            }
+            throw error
+        }
+    }
+
+    func load() async throws -> (outbox: [OutboxEntry], sent: Set<String>, cursors: [String: Int64]) {
+        let rows = try await self.query(
+            "SELECT id, ord, circle, action, text, attachment, target, emoji, reply_to, created_at, sent FROM outbox ORDER BY ord"
         )
         var outbox: [OutboxEntry] = []
+        var sent: Set<String> = []
         for row in rows {
             guard let id = row.column("id")?.string, let circle = row.column("circle")?.string else { continue }
+            if (row.column("sent")?.integer ?? 0) != 0 { sent.insert(id) }
             outbox.append(
                 OutboxEntry(
                     id: id,
@@ -131,66 +221,126 @@ actor SQLiteClientStateStore: ClientStateStore {
             self.nextOrder = max(self.nextOrder, Int64(row.column("ord")?.integer ?? 0) + 1)
         }
         var cursors: [String: Int64] = [:]
-        for row in try await self.connection.query("SELECT circle, seq FROM cursors") {
+        for row in try await self.query("SELECT circle, seq FROM cursors") {
             if let circle = row.column("circle")?.string, let seq = row.column("seq")?.integer { cursors[circle] = Int64(seq) }
         }
-        return (outbox, cursors)
+        return (outbox, sent, cursors)
     }
 
-    func enqueue(_ entry: OutboxEntry) async throws {
+    func enqueue(_ entry: OutboxEntry, sent: Bool) async throws {
         let order = self.nextOrder
         self.nextOrder += 1
-        _ = try await self.connection.query(
+        _ = try await self.query(
             """
-            INSERT OR IGNORE INTO outbox (id, ord, circle, action, text, attachment, target, emoji, reply_to, created_at)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            INSERT OR IGNORE INTO outbox (id, ord, circle, action, text, attachment, target, emoji, reply_to, created_at, sent)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """,
             [
                 .text(entry.id), .integer(Int(order)), .text(entry.circle), .text(entry.action.rawValue), entry.text.map { .text($0) } ?? .null,
                 entry.attachment.map { .text($0) } ?? .null, entry.target.map { .integer(Int($0)) } ?? .null,
                 entry.emoji.map { .text($0) } ?? .null, entry.replyTo.map { .integer(Int($0)) } ?? .null, .integer(Int(entry.createdAt)),
+                .integer(sent ? 1 : 0),
             ]
         )
     }
 
+    func markSent(_ ids: [String]) async throws {
+        // One statement for any number of ids (a list of `?` would meet SQLite's limit on binds).
+        let list = String(decoding: try JSONEncoder().encode(ids), as: UTF8.self)
+        _ = try await self.query("UPDATE outbox SET sent = 1 WHERE id IN (SELECT value FROM json_each(?))", [.text(list)])
+    }
+
     func replaceText(id: String, text: String) async throws {
-        _ = try await self.connection.query("UPDATE outbox SET text = ? WHERE id = ?", [.text(text), .text(id)])
+        _ = try await self.query("UPDATE outbox SET text = ? WHERE id = ?", [.text(text), .text(id)])
     }
 
     func loadCaches() async throws -> [String: CachedCircle] {
-        var caches: [String: CachedCircle] = [:]
-        let decoder = JSONDecoder()
-        for row in try await self.connection.query("SELECT circle, up_to, posts FROM post_cache") {
-            guard let circle = row.column("circle")?.string, let upTo = row.column("up_to")?.integer,
-                let blob = row.column("posts")?.blob,
-                let posts = try? decoder.decode([CirclePost].self, from: Data(buffer: blob))
-            else { continue }
-            caches[circle] = CachedCircle(upTo: Int64(upTo), posts: posts)
+        try await self.exclusively {
+            var upTo: [String: Int64] = [:]
+            for row in try await self.connection.query("SELECT circle, up_to FROM cached_circles") {
+                if let circle = row.column("circle")?.string, let seq = row.column("up_to")?.integer { upTo[circle] = Int64(seq) }
+            }
+            var posts: [String: [CirclePost]] = [:]
+            var unreadable: Set<String> = []
+            let decoder = JSONDecoder()
+            for row in try await self.connection.query("SELECT circle, post FROM cached_posts ORDER BY circle, seq") {
+                guard let circle = row.column("circle")?.string, upTo[circle] != nil else { continue }
+                guard let blob = row.column("post")?.blob, let post = try? decoder.decode(CirclePost.self, from: Data(buffer: blob)) else {
+                    unreadable.insert(circle)
+                    continue
+                }
+                posts[circle, default: []].append(post)
+            }
+            var caches: [String: CachedCircle] = [:]
+            for (circle, seq) in upTo {
+                let cached = posts[circle] ?? []
+                caches[circle] = CachedCircle(upTo: seq, posts: cached)
+                // With a row that could not be read, the file is not known: the next save rewrites the circle.
+                self.savedCaches[circle] = unreadable.contains(circle) ? nil : Dictionary(cached.map { ($0.seq, $0) }, uniquingKeysWith: { $1 })
+            }
+            return caches
         }
-        return caches
     }
 
+    /// Writes the posts that differ from the saved ones, deletes those no longer cached, and
+    /// the seq they go with, in one transaction.
     func saveCache(_ posts: [CirclePost], upTo: Int64, for circle: String) async throws {
-        let data = try JSONEncoder().encode(posts)
-        _ = try await self.connection.query(
-            "INSERT INTO post_cache (circle, up_to, posts) VALUES (?, ?, ?) ON CONFLICT(circle) DO UPDATE SET up_to = excluded.up_to, posts = excluded.posts",
-            [.text(circle), .integer(Int(upTo)), .blob(ByteBuffer(bytes: data))]
+        try await self.exclusively {
+            let saved = self.savedCaches[circle]
+            let current = Dictionary(posts.map { ($0.seq, $0) }, uniquingKeysWith: { $1 })
+            let changed = posts.filter { saved?[$0.seq] != $0 }
+            let gone = saved.map { Array(Set($0.keys).subtracting(current.keys)) } ?? []
+            let connection = self.connection
+            try await Self.transaction(on: connection, logger: self.logger) {
+                if saved == nil {
+                    _ = try await connection.query("DELETE FROM cached_posts WHERE circle = ?", [.text(circle)])
+                } else if !gone.isEmpty {
+                    let list = String(decoding: try JSONEncoder().encode(gone), as: UTF8.self)
+                    _ = try await connection.query(
+                        "DELETE FROM cached_posts WHERE circle = ? AND seq IN (SELECT value FROM json_each(?))",
+                        [.text(circle), .text(list)]
+                    )
+                }
+                for post in changed { try await Self.writePost(post, of: circle, on: connection) }
+                try await Self.writeUpTo(upTo, of: circle, on: connection)
+            }
+            self.savedCaches[circle] = current
+        }
+    }
+
+    private static func writePost(_ post: CirclePost, of circle: String, on connection: SQLiteConnection) async throws {
+        _ = try await connection.query(
+            "INSERT INTO cached_posts (circle, seq, post) VALUES (?, ?, ?) ON CONFLICT(circle, seq) DO UPDATE SET post = excluded.post",
+            [.text(circle), .integer(Int(post.seq)), .blob(ByteBuffer(bytes: try JSONEncoder().encode(post)))]
         )
     }
 
+    private static func writeUpTo(_ upTo: Int64, of circle: String, on connection: SQLiteConnection) async throws {
+        _ = try await connection.query(
+            "INSERT INTO cached_circles (circle, up_to) VALUES (?, ?) ON CONFLICT(circle) DO UPDATE SET up_to = excluded.up_to WHERE up_to != excluded.up_to",
+            [.text(circle), .integer(Int(upTo))]
+        )
+    }
+
+    /// Rows inserted, updated or deleted on this connection since it opened (SQLite's
+    /// `total_changes()`): tests count a save's writes with it.
+    func totalChanges() async throws -> Int {
+        try await self.query("SELECT total_changes() AS n").first?.column("n")?.integer ?? 0
+    }
+
     func remove(id: String) async throws {
-        _ = try await self.connection.query("DELETE FROM outbox WHERE id = ?", [.text(id)])
+        _ = try await self.query("DELETE FROM outbox WHERE id = ?", [.text(id)])
     }
 
     func setCursor(_ seq: Int64, for circle: String) async throws {
-        _ = try await self.connection.query(
+        _ = try await self.query(
             "INSERT INTO cursors (circle, seq) VALUES (?, ?) ON CONFLICT(circle) DO UPDATE SET seq = excluded.seq WHERE excluded.seq > cursors.seq",
             [.text(circle), .integer(Int(seq))]
         )
     }
 
     func loadPhotoJobs() async throws -> [PhotoJob] {
-        let rows = try await self.connection.query(
+        let rows = try await self.query(
             "SELECT id, circle, caption, path, content_type, size, upload_id, media_id, created_at, owns_file FROM photo_jobs ORDER BY created_at, rowid"
         )
         return rows.compactMap { row in
@@ -213,7 +363,7 @@ actor SQLiteClientStateStore: ClientStateStore {
     }
 
     func savePhotoJob(_ job: PhotoJob) async throws {
-        _ = try await self.connection.query(
+        _ = try await self.query(
             """
             INSERT INTO photo_jobs (id, circle, caption, path, content_type, size, upload_id, media_id, created_at, owns_file)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -228,10 +378,10 @@ actor SQLiteClientStateStore: ClientStateStore {
     }
 
     func removePhotoJob(id: String) async throws {
-        _ = try await self.connection.query("DELETE FROM photo_jobs WHERE id = ?", [.text(id)])
+        _ = try await self.query("DELETE FROM photo_jobs WHERE id = ?", [.text(id)])
     }
 
     func close() async {
-        try? await self.connection.close()
+        await self.exclusively { try? await self.connection.close() }
     }
 }

@@ -305,6 +305,51 @@ struct ChatClientLiveTests {
         await server.stop()
     }
 
+    @Test("a circle opened for the first time: the newest history page goes into the cache and is read offline, edits and reactions applied, also after a restart")
+    func historyPageCachedForOfflineReading() async throws {
+        let server = TestServer(limits: .init(postsPerSecond: 10_000, postBurst: 10_000))
+        defer { server.remove(); removeStateFiles(server, "pages") }
+        try await server.start()
+        try await server.createCircle("archive", owner: "alice")
+        let alice = try await chatClient(server, user: "alice")
+        let bob = try await chatClient(server, user: "bob")
+        await alice.connect()
+        await bob.connect()
+        var receipts: [PostReceipt] = []
+        for text in ["one", "two", "three", "four"] { receipts.append(try await alice.post(text, to: "archive")) }
+        try await alice.edit(receipts[1].seq, in: "archive", text: "TWO")
+        try await bob.react("👍", to: receipts[2].seq, in: "archive")
+
+        var reader = try await chatClient(server, user: "rita", stateFile: stateFile(server, "pages"))
+        let events = await reader.messages(in: "archive")
+        _ = events
+        await reader.connect()
+        // Joined live: no post arrives, the cache is empty.
+        #expect(await eventually { await reader.cursor(of: "archive") != nil })
+        #expect(await reader.cachedPosts(in: "archive").isEmpty)
+        let page = try await reader.history(of: "archive", limit: 3)
+        #expect(page.posts.map(\.text) == ["TWO", "three", "four"])
+        #expect(page.posts[0].edited != nil)
+        #expect(page.posts[1].reactions == [CircleReaction(emoji: "👍", users: ["bob"], me: false)])
+        #expect(await reader.cachedPosts(in: "archive") == page.posts)
+
+        let port = server.port
+        await server.stop()
+        #expect(await eventually { await reader.state != .connected })
+        #expect(await reader.cachedPosts(in: "archive") == page.posts)
+        let offline = try await reader.history(of: "archive", limit: 3)
+        #expect(offline.posts == page.posts)
+        #expect(!offline.more)
+        await reader.shutdown()
+
+        reader = try await chatClient(server, user: "rita", port: port, stateFile: stateFile(server, "pages"))
+        #expect(await reader.cachedPosts(in: "archive") == page.posts)
+        #expect(try await reader.history(of: "archive", before: receipts[2].seq, limit: 3).posts == [page.posts[0]])
+        await reader.shutdown()
+        await alice.shutdown()
+        await bob.shutdown()
+    }
+
     @Test("read markers move forward, reach the user's other connections, and the circle list counts unread posts")
     func readMarkers() async throws {
         let server = TestServer(limits: .init(postsPerSecond: 10_000, postBurst: 10_000))
@@ -475,6 +520,148 @@ struct ChatClientLiveTests {
         await model.stop()
         await second.shutdown()
         await alice.shutdown()
+        await server.stop()
+    }
+
+    @Test("CircleModel.loadOlder pages back from the oldest post held, edits and reactions included, keeps them beyond its limit, and ends with hasOlder false")
+    func modelLoadOlder() async throws {
+        let server = TestServer(limits: .init(postsPerSecond: 10_000, postBurst: 10_000))
+        defer { server.remove() }
+        try await server.start()
+        try await server.createCircle("general", owner: "alice")
+        let alice = try await chatClient(server, user: "alice")
+        let bob = try await chatClient(server, user: "bob")
+        await alice.connect()
+        await bob.connect()
+        var seqs: [Int64] = []
+        for index in 1...7 { seqs.append(try await alice.post("p\(index)", to: "general").seq) }
+        try await alice.edit(seqs[1], in: "general", text: "p2, edited")
+        try await bob.react("👍", to: seqs[0], in: "general")
+
+        let model = await CircleModel(client: bob, circle: "general", limit: 4, historyPage: 3)
+        await model.start()
+        #expect(await eventually { await model.posts.map(\.post.text) == ["p5", "p6", "p7"] })
+        #expect(await model.hasOlder)
+        try await model.loadOlder(limit: 3)
+        #expect(await model.posts.map(\.post.text) == ["p2, edited", "p3", "p4", "p5", "p6", "p7"])
+        #expect(await model.hasOlder)
+        try await model.loadOlder(limit: 3)
+        let all = await model.posts.map(\.post)
+        #expect(all.map(\.seq) == seqs)
+        #expect(all[0].reactions == [CircleReaction(emoji: "👍", users: ["bob"], me: true)])
+        #expect(!(await model.hasOlder))
+        // Live changes apply to the older posts too; a new post drops the oldest (7 are held now).
+        try await alice.edit(seqs[0], in: "general", text: "p1, edited")
+        #expect(await eventually { await model.posts.first?.post.text == "p1, edited" })
+        let newest = try await alice.post("p8", to: "general")
+        #expect(await eventually { await model.posts.last?.post.seq == newest.seq })
+        #expect(await model.posts.map(\.post.seq) == Array(seqs.dropFirst()) + [newest.seq])
+        #expect(await model.hasOlder)
+        await model.stop()
+        await alice.shutdown()
+        await bob.shutdown()
+        await server.stop()
+    }
+
+    @Test("CircleModel.retry sends a failed post again with the same id: sending, then sent, stored once; refused again, failed again")
+    func modelRetry() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        try await server.start()
+        try await server.createCircle("general", owner: "alice")
+        let port = server.port
+        let bob = try await chatClient(server, user: "bob")
+        let model = await CircleModel(client: bob, circle: "general")
+        await model.start()
+        await bob.connect()
+        #expect(await eventually { await bob.cursor(of: "general") != nil })
+        await server.stop()
+        #expect(await eventually { await model.connectionState != .connected })
+
+        // Queued offline, then cancelled: failed.
+        let first = Task { try await model.post("second try") }
+        #expect(await eventually { await bob.outbox.count == 1 })
+        let id = try #require(await bob.outbox.first?.id)
+        #expect(await bob.cancelOutboxEntry(id))
+        await #expect(throws: CircleClientError.self) { try await first.value }
+        #expect(await eventually {
+            guard case .failed(let error) = await model.posts.last?.delivery else { return false }
+            return error.code == .cancelled
+        })
+        await #expect(throws: CircleClientError.self) { try await model.retry("no-such-id") }
+
+        // Sent again with the same id: sending while offline, sent once the server is back.
+        let again = Task { try await model.retry(id) }
+        #expect(await eventually { await bob.outbox.map(\.id) == [id] })
+        #expect(await model.posts.last?.delivery == .sending)
+        #expect(await model.posts.last?.id == id)
+        server.configuration.port = port
+        try await server.start()
+        let receipt = try await again.value
+        #expect(!receipt.duplicate)
+        #expect(await eventually {
+            let last = await model.posts.last
+            return last?.id == id && last?.post.seq == receipt.seq && last?.delivery == .sent
+        })
+        let page = try await bob.history(of: "general", limit: 10)
+        #expect(page.posts.map(\.id) == [id])
+        #expect(await model.posts.count == 1)
+
+        // Refused by the server (too large): failed, and failed again when retried.
+        let large = String(repeating: "x", count: 9000)
+        _ = try? await model.post(large)
+        #expect(await eventually {
+            guard case .failed(let error) = await model.posts.last?.delivery else { return false }
+            return error.code == .tooLarge
+        })
+        let refused = try #require(await model.posts.last?.id)
+        await #expect(throws: CircleClientError.self) { try await model.retry(refused) }
+        #expect(await eventually {
+            guard case .failed(let error) = await model.posts.last?.delivery else { return false }
+            return error.code == .tooLarge
+        })
+        #expect(await model.posts.last?.id == refused)
+        await model.stop()
+        await bob.shutdown()
+        await server.stop()
+    }
+
+    @Test("reactions cached before the user was known show me once it is: in the client's cache and in a CircleModel")
+    func meOnceTheUserIsKnown() async throws {
+        let server = TestServer()
+        defer { server.remove(); removeStateFiles(server, "shared") }
+        try await server.start()
+        try await server.createCircle("general", owner: "alice")
+        let alice = try await chatClient(server, user: "alice")
+        let ann = try await chatClient(server, user: "ann")
+        await alice.connect()
+        await ann.connect()
+        // bob reads the circle on a device's state file: ann's reaction is cached, not his.
+        let bob = try await chatClient(server, user: "bob", stateFile: stateFile(server, "shared"))
+        let events = await bob.messages(in: "general")
+        _ = events
+        await bob.connect()
+        #expect(await eventually { await bob.cursor(of: "general") != nil })
+        let hello = try await alice.post("hello", to: "general")
+        let reaction = try await ann.react("👍", to: hello.seq, in: "general")
+        #expect(await eventually { await bob.cursor(of: "general") == reaction.seq })
+        #expect(await bob.cachedPosts(in: "general").first?.reactions == [CircleReaction(emoji: "👍", users: ["ann"], me: false)])
+        await bob.shutdown()
+
+        // ann signs in on that device: until her token is fetched nobody is the viewer.
+        let device = try await chatClient(server, user: "ann", stateFile: stateFile(server, "shared"))
+        let mine = [CircleReaction(emoji: "👍", users: ["ann"], me: true)]
+        #expect(await device.cachedPosts(in: "general").first?.reactions?.first?.me == false)
+        let model = await CircleModel(client: device, circle: "general")
+        await model.start()
+        #expect(await eventually { await model.posts.first?.post.reactions?.first?.me == false })
+        await device.connect()
+        #expect(await eventually { await device.cachedPosts(in: "general").first?.reactions == mine })
+        #expect(await eventually { await model.posts.first?.post.reactions == mine })
+        await model.stop()
+        await device.shutdown()
+        await alice.shutdown()
+        await ann.shutdown()
         await server.stop()
     }
 

@@ -97,6 +97,53 @@ struct ClientCacheTests {
         #expect(!timeline.page(after: 4, limit: 5).more)
     }
 
+    @Test("pages at the ends of the seq and count ranges do not trap, in the timeline and offline through the client")
+    func extremePages() async throws {
+        var timeline = CircleTimeline()
+        for seq in 1...3 { timeline.apply(post(Int64(seq)), keepingNewest: 10) }
+        let pastTheEnd = timeline.page(after: .max, limit: 10)
+        #expect(pastTheEnd.posts.isEmpty && !pastTheEnd.more)
+        #expect(timeline.page(after: .min, limit: .max).posts.map(\.seq) == [1, 2, 3])
+        let rest = timeline.page(after: 1, limit: .max)
+        #expect(rest.posts.map(\.seq) == [2, 3] && !rest.more)
+        let none = timeline.page(after: 0, limit: -1)
+        #expect(none.posts.isEmpty && none.more)
+        let beforeAll = timeline.page(before: .min, limit: .max)
+        #expect(beforeAll.posts.isEmpty && !beforeAll.more)
+        #expect(timeline.page(before: .max, limit: .max).posts.map(\.seq) == [1, 2, 3])
+
+        let configuration = CircleClientConfiguration(servers: ["ws://127.0.0.1:1/v1/ws"], tokenProvider: { "" }, stateFile: "/unused")
+        let core = ClientCore(
+            configuration: configuration, store: MemoryClientStateStore(), outbox: [], cursors: [:],
+            caches: ["c": CachedCircle(upTo: 3, posts: timeline.posts)]
+        )
+        let offline = try await core.history("c", before: nil, after: .max, limit: .max)
+        #expect(offline.posts.isEmpty && !offline.more)
+        #expect(try await core.history("c", before: nil, after: 2, limit: .max).posts.map(\.seq) == [3])
+    }
+
+    @Test("a history page is taken into the cache (replacing and adding, then trimmed) only when it is at least as new as the cache")
+    func takePage() {
+        var timeline = CircleTimeline()
+        timeline.apply(post(5, "five"), keepingNewest: 3)
+        timeline.apply(change(6, .edit, target: 5, text: "FIVE"), keepingNewest: 3)
+        timeline.follow(from: 10)  // a join's ack: entries up to 10 count as applied
+        let before = timeline
+        // Read before the edit (and the ack): it would take the edit back and add posts without
+        // the changes up to 10.
+        let stale = timeline.takePage([post(3, "three"), post(5, "five")], asOf: 8, keepingNewest: 3)
+        #expect(!stale)
+        #expect(timeline == before)
+
+        var reacted = post(5, "FIVE")
+        reacted.reactions = [CircleReaction(emoji: "👍", users: ["bob"], me: false)]
+        let taken = timeline.takePage([post(2), post(3, "three"), post(4), reacted], asOf: 10, keepingNewest: 3)
+        #expect(taken)
+        #expect(timeline.posts.map(\.seq) == [3, 4, 5])  // added, then the newest 3 kept
+        #expect(timeline.post(5) == reacted)
+        #expect(timeline.lastSeq == 10)
+    }
+
     @Test("outbox entries of older state files decode as posts")
     func oldOutboxEntry() throws {
         let old = #"{"id":"x","circle":"c","text":"hi","createdAt":5}"#

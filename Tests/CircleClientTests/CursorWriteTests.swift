@@ -12,8 +12,9 @@ private actor GatedCursorStore: ClientStateStore {
     private var gate: CheckedContinuation<Void, Never>?
     private var gateOpen = false
 
-    func load() async throws -> (outbox: [OutboxEntry], cursors: [String: Int64]) { ([], [:]) }
-    func enqueue(_ entry: OutboxEntry) async throws {}
+    func load() async throws -> (outbox: [OutboxEntry], sent: Set<String>, cursors: [String: Int64]) { ([], [], [:]) }
+    func enqueue(_ entry: OutboxEntry, sent: Bool) async throws {}
+    func markSent(_ ids: [String]) async throws {}
     func remove(id: String) async throws {}
     func setCursor(_ seq: Int64, for circle: String) async throws {
         self.cursorWrites.append(seq)
