@@ -4,12 +4,6 @@ import Foundation
 import Logging
 import NIOCore
 
-/// The client's state and I/O, serialized by the actor. The decisions about when to connect,
-/// back off and ping are made by the state machines; this type performs them.
-///
-/// The actor runs on the event loop its connections use, and the task that reads a connection
-/// prefers that loop too, so an inbound message reaches the actor without a thread hop and a
-/// request is written from the actor without one.
 /// A page of posts as ``ClientCore/history(_:before:after:limit:)`` returns it.
 struct HistoryPage: Sendable, Hashable {
     var posts: [CirclePost]
@@ -20,6 +14,12 @@ struct HistoryPage: Sendable, Hashable {
     var lastSeq: Int64?
 }
 
+/// The client's state and I/O, serialized by the actor. The decisions about when to connect,
+/// back off and ping are made by the state machines; this type performs them.
+///
+/// The actor runs on the event loop its connections use, and the task that reads a connection
+/// prefers that loop too, so an inbound message reaches the actor without a thread hop and a
+/// request is written from the actor without one.
 actor ClientCore {
     private struct Circle {
         /// The last sequence number delivered to the app (and kept in the state store).
