@@ -24,16 +24,6 @@ private func chatClient(
     )
 }
 
-/// Waits until `condition` holds, polling; `false` when `timeout` passed first.
-private func eventually(timeout: Duration = .seconds(30), _ condition: () async -> Bool) async -> Bool {
-    let deadline = ContinuousClock.now + timeout
-    while ContinuousClock.now < deadline {
-        if await condition() { return true }
-        try? await Task.sleep(for: .milliseconds(20))
-    }
-    return await condition()
-}
-
 /// A state file path that is removed when the test's directory is.
 private func stateFile(_ server: TestServer, _ name: String) -> String {
     server.dataDirectory + "-\(name).sqlite"
@@ -41,34 +31,10 @@ private func stateFile(_ server: TestServer, _ name: String) -> String {
 
 private func removeStateFiles(_ server: TestServer, _ names: String...) {
     for name in names {
-        for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: stateFile(server, name) + suffix) }
+        removeStateFile(stateFile(server, name))
     }
 }
 
-/// The first events of a stream, until `count` posts arrived or the time is up.
-private func firstPosts(_ stream: AsyncStream<CircleEvent>, count: Int, timeout: Duration = .seconds(30)) async -> [CirclePost] {
-    await withTaskGroup(of: [CirclePost]?.self) { group in
-        group.addTask {
-            var posts: [CirclePost] = []
-            for await event in stream {
-                if case .post(let post) = event { posts.append(post) }
-                if posts.count >= count { break }
-            }
-            return posts
-        }
-        group.addTask {
-            try? await Task.sleep(for: timeout)
-            return nil
-        }
-        var result: [CirclePost] = []
-        for await value in group {
-            if let value { result = value }
-            group.cancelAll()
-            break
-        }
-        return result
-    }
-}
 
 /// A value one task sets and another reads.
 private actor Box {
@@ -150,7 +116,7 @@ struct ChatClientLiveTests {
         #expect(await eventually { await stay.cursor(of: "general") == last.seq })
         #expect(await eventually { await away.cursor(of: "general") == last.seq })
         // The cache first (two posts in their state when carl left), then every entry after them.
-        let replayed = await firstPosts(resumed, count: 2 + Int(last.seq - first.seq - 2))
+        let replayed = await collect(resumed, count: 2 + Int(last.seq - first.seq - 2), timeout: .seconds(30)).value
         #expect(replayed.map(\.seq) == [first.seq, second.seq] + Array((first.seq + 3)...last.seq))
 
         let expected = await stay.cachedPosts(in: "general")
@@ -297,7 +263,7 @@ struct ChatClientLiveTests {
         try await server.start()
         try await alice.post("post 13", to: "feed")
         await reader.connect()
-        let posts = await firstPosts(resumed, count: 6)
+        let posts = await collect(resumed, count: 6, timeout: .seconds(30)).value
         #expect(posts.map(\.seq) == Array((last - 4)...(last + 1)))
         #expect(posts.last?.text == "post 13")
         await reader.shutdown()

@@ -40,7 +40,7 @@ private func waitFor(_ client: CircleClient, timeout: Duration = .seconds(10), _
 }
 
 /// Collects a circle's posts in a task until `count` arrived or the time is up.
-private func collect(_ stream: AsyncStream<CircleEvent>, count: Int, timeout: Duration = .seconds(60)) -> Task<[CirclePost], Never> {
+func collect(_ stream: AsyncStream<CircleEvent>, count: Int, timeout: Duration = .seconds(60)) -> Task<[CirclePost], Never> {
     Task {
         await withTaskGroup(of: [CirclePost]?.self) { group in
             group.addTask {

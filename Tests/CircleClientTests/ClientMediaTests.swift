@@ -281,7 +281,7 @@ struct ClientMediaTests {
         try await server.createCircle("trip", owner: "kai")
         let stateFile = server.dataDirectory + "-client.sqlite"
         defer {
-            for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: stateFile + suffix) }
+            removeStateFile(stateFile)
             try? FileManager.default.removeItem(atPath: stateFile + "-spool")
             try? FileManager.default.removeItem(atPath: stateFile + "-media")
         }

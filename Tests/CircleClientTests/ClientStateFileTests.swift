@@ -6,14 +6,6 @@ import NIOPosix
 import SQLiteNIO
 import Testing
 
-private func temporaryPath() -> String {
-    FileManager.default.temporaryDirectory.appendingPathComponent("circle-state-\(UUID().uuidString).sqlite").path
-}
-
-private func removeFile(_ path: String) {
-    for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) }
-}
-
 private func cachedPost(_ seq: Int64, _ text: String) -> CirclePost {
     CirclePost(circle: "c", seq: seq, author: "ann", text: text, attachment: nil, time: seq, id: "id\(seq)")
 }
@@ -22,8 +14,8 @@ private func cachedPost(_ seq: Int64, _ text: String) -> CirclePost {
 struct ClientStateFileTests {
     @Test("a state file of the previous version opens: its outbox entries are posts, and new entries keep their fields")
     func oldStateFile() async throws {
-        let path = temporaryPath()
-        defer { removeFile(path) }
+        let path = temporaryStateFile("circle-state")
+        defer { removeStateFile(path) }
         // The previous version's schema, with one queued post.
         let old = try await SQLiteConnection.open(storage: .file(path: path), threadPool: .singleton, on: MultiThreadedEventLoopGroup.singleton.any())
         _ = try await old.query("CREATE TABLE outbox (id TEXT PRIMARY KEY, ord INTEGER NOT NULL, circle TEXT NOT NULL, text TEXT, attachment TEXT, created_at INTEGER NOT NULL)")
@@ -53,8 +45,8 @@ struct ClientStateFileTests {
 
     @Test("outbox entries of a state file without the sent column count as never sent: they can be replaced and cancelled")
     func stateFileWithoutSentColumn() async throws {
-        let path = temporaryPath()
-        defer { removeFile(path) }
+        let path = temporaryStateFile("circle-state")
+        defer { removeStateFile(path) }
         // The previous version's outbox: changes and replies, but no `sent`.
         let old = try await SQLiteConnection.open(storage: .file(path: path), threadPool: .singleton, on: MultiThreadedEventLoopGroup.singleton.any())
         _ = try await old.query(
@@ -84,8 +76,8 @@ struct ClientStateFileTests {
 
     @Test("a circle's cache is saved and loaded with the seq it goes with")
     func cacheRoundTrip() async throws {
-        let path = temporaryPath()
-        defer { removeFile(path) }
+        let path = temporaryStateFile("circle-state")
+        defer { removeStateFile(path) }
         let store = try await SQLiteClientStateStore.open(path: path, logger: Logger(label: "test"))
         var post = cachedPost(2, "two")
         post.reactions = [CircleReaction(emoji: "👍", users: ["bob"], me: false)]
@@ -99,8 +91,8 @@ struct ClientStateFileTests {
 
     @Test("a cache save writes only the posts added or changed, deletes the trimmed ones, and skips an unchanged seq")
     func cacheWritesOnlyChanges() async throws {
-        let path = temporaryPath()
-        defer { removeFile(path) }
+        let path = temporaryStateFile("circle-state")
+        defer { removeStateFile(path) }
         let store = try await SQLiteClientStateStore.open(path: path, logger: Logger(label: "test"))
         #expect(try await store.loadCaches().isEmpty)
         let first = (1...3).map { cachedPost(Int64($0), "p\($0)") }
@@ -142,8 +134,8 @@ struct ClientStateFileTests {
 
     @Test("caches of the previous version (one JSON row per circle) are moved to a row per post, once")
     func cacheMigration() async throws {
-        let path = temporaryPath()
-        defer { removeFile(path) }
+        let path = temporaryStateFile("circle-state")
+        defer { removeStateFile(path) }
         var reacted = cachedPost(2, "two")
         reacted.reactions = [CircleReaction(emoji: "👍", users: ["bob"], me: false)]
         let posts = [cachedPost(1, "one"), reacted]

@@ -3,24 +3,6 @@ import Foundation
 import NIOConcurrencyHelpers
 import Testing
 
-private func temporaryStateFile() -> String {
-    FileManager.default.temporaryDirectory.appendingPathComponent("circle-history-\(UUID().uuidString).sqlite").path
-}
-
-private func removeStateFile(_ path: String) {
-    for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) }
-}
-
-/// Waits until `condition` holds; `false` when `timeout` passed first.
-private func eventually(timeout: Duration = .seconds(30), _ condition: () async -> Bool) async -> Bool {
-    let deadline = ContinuousClock.now + timeout
-    while ContinuousClock.now < deadline {
-        if await condition() { return true }
-        try? await Task.sleep(for: .milliseconds(20))
-    }
-    return await condition()
-}
-
 private func post(_ seq: Int64, _ text: String) -> CirclePost {
     CirclePost(circle: "c", seq: seq, author: "ann", text: text, attachment: nil, time: 1000 + seq, id: "id\(seq)")
 }
@@ -52,7 +34,7 @@ struct HistoryPageTests {
     func stalePagesAskedAgain() async throws {
         for (pageSeqs, requests, cached) in [([Int64(5), 5, 5, 5], 3, false), ([5, 12], 2, true)] {
             let fake = try await server(pageSeqs: pageSeqs)
-            let path = temporaryStateFile()
+            let path = temporaryStateFile("circle-history")
             defer { removeStateFile(path) }
             let client = try await CircleClient(
                 configuration: .init(servers: [fake.url], tokenProvider: { unsignedToken(for: "ann") }, stateFile: path)

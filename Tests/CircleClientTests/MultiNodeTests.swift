@@ -57,7 +57,7 @@ struct MultiNodeTests {
                 return all
             }
         }
-        #expect(await eventually(.seconds(60)) { await progress.count >= perWriter / 4 })
+        #expect(await eventually(timeout: .seconds(60)) { await progress.count >= perWriter / 4 })
         let reader = try await WireReader(url: cluster.wsURL(2), token: try await cluster.token("reader"))
         let joinedAt = try await reader.join("relay", since: 0)
         await readerJoined.open()
@@ -194,7 +194,7 @@ struct Storm {
         let holds = [60, 130]
         let faults = Task {
             for round in 0..<2 {
-                guard await eventually(.seconds(90), { await progress.count >= thresholds[round] }) else {
+                guard await eventually(timeout: .seconds(90), { await progress.count >= thresholds[round] }) else {
                     throw StormError("only \(await progress.count) acks before fault \(round + 1)")
                 }
                 let began = ContinuousClock.now
@@ -202,12 +202,12 @@ struct Storm {
                 let faultDone = ContinuousClock.now
                 await gates[round].open()
                 let before = await progress.count
-                _ = await eventually(.seconds(60)) { await progress.count >= min(before + 5, self.writers * perWriter) }
+                _ = await eventually(timeout: .seconds(60)) { await progress.count >= min(before + 5, self.writers * perWriter) }
                 print("storm \(circle): fault \(round + 1) after \(before) posts resolved; it took \(faultDone - began), posts resolved again \(ContinuousClock.now - began) after it began")
                 // Every client is connected again before the next fault, so that no client
                 // lives through two faults as one.
                 for client in everyone {
-                    guard await eventually(.seconds(60), { await client.state == .connected }) else {
+                    guard await eventually(timeout: .seconds(60), { await client.state == .connected }) else {
                         throw StormError("a client did not reconnect after fault \(round + 1)")
                     }
                 }
@@ -358,18 +358,8 @@ func collect(_ stream: AsyncStream<CircleEvent>, timeout: Duration) -> Task<Deli
 
 /// Waits (bounded) until `client` has joined `circle`: its cursor is set by the join's ack.
 func requireJoined(_ client: CircleClient, _ circle: String, timeout: Duration = .seconds(30)) async throws {
-    let joined = await eventually(timeout) { await client.cursor(of: circle) != nil }
+    let joined = await eventually(timeout: timeout) { await client.cursor(of: circle) != nil }
     try #require(joined, "no join of \(circle) within \(timeout)")
-}
-
-/// Polls `condition` every few milliseconds until it holds or `timeout` passed; whether it held.
-func eventually(_ timeout: Duration, _ condition: () async throws -> Bool) async rethrows -> Bool {
-    let deadline = ContinuousClock.now + timeout
-    while ContinuousClock.now < deadline {
-        if try await condition() { return true }
-        try? await Task.sleep(for: .milliseconds(5))
-    }
-    return try await condition()
 }
 
 /// Post calls resolved so far (acked or failed), across writers.

@@ -2,24 +2,6 @@
 import Foundation
 import Testing
 
-private func temporaryStateFile() -> String {
-    FileManager.default.temporaryDirectory.appendingPathComponent("circle-outbox-\(UUID().uuidString).sqlite").path
-}
-
-private func removeStateFile(_ path: String) {
-    for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) }
-}
-
-/// Waits until `condition` holds; `false` when `timeout` passed first.
-private func eventually(timeout: Duration = .seconds(30), _ condition: () async -> Bool) async -> Bool {
-    let deadline = ContinuousClock.now + timeout
-    while ContinuousClock.now < deadline {
-        if await condition() { return true }
-        try? await Task.sleep(for: .milliseconds(20))
-    }
-    return await condition()
-}
-
 /// A memory state store whose marking of sent entries waits until the test opens the gate, and
 /// which records each marking.
 private actor GatedMarkStore: ClientStateStore {
@@ -52,7 +34,7 @@ struct OutboxSentTests {
     @Test("entries written to a server that never answers cannot be cancelled or replaced, also after a restart; a new one can")
     func sentEntriesStay() async throws {
         let silent = try await FakeCircleServer.start { _ in [] }
-        let path = temporaryStateFile()
+        let path = temporaryStateFile("circle-outbox")
         defer { removeStateFile(path) }
         let configuration = CircleClientConfiguration(servers: [silent.url], tokenProvider: { unsignedToken(for: "nina") }, stateFile: path)
 

@@ -1,0 +1,21 @@
+import Foundation
+
+/// Polls `condition` every few milliseconds until it holds or `timeout` passed; whether it held.
+func eventually(timeout: Duration = .seconds(30), _ condition: () async throws -> Bool) async rethrows -> Bool {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if try await condition() { return true }
+        try? await Task.sleep(for: .milliseconds(5))
+    }
+    return try await condition()
+}
+
+/// A fresh state file path in the temporary directory, named after `prefix`.
+func temporaryStateFile(_ prefix: String) -> String {
+    FileManager.default.temporaryDirectory.appendingPathComponent("\(prefix)-\(UUID().uuidString).sqlite").path
+}
+
+/// Removes a state file and its WAL and shared-memory files.
+func removeStateFile(_ path: String) {
+    for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) }
+}
