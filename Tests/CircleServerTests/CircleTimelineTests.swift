@@ -77,4 +77,50 @@ struct CircleTimelineTests {
         timeline.trim(keepingNewest: 1)
         #expect(timeline.posts.map(\.seq) == [2])
     }
+
+    @Test("a page older than what was applied keeps the held posts, adds the others and says so; one as new replaces")
+    func pagesAsOf() {
+        var timeline = CircleTimeline(viewer: "ann")
+        for entry in Self.stream[..<4] { timeline.apply(entry) }  // #1 edited by #4
+        var stale = Self.post(1)  // #1 as a page read at #3 shows it, before the edit
+        stale.reactions = []
+        let older = Self.post(0)
+        let taken1 = timeline.merge([older, stale], asOf: 3)
+        #expect(taken1 == false)
+        #expect(timeline.post(1)?.text == "first, fixed")  // the edit stays
+        #expect(timeline.post(0) != nil)  // a post not held is added
+        var current = Self.post(1, "ann", "first, fixed")
+        current.edited = 40
+        current.reactions = [CircleReaction(emoji: "👍", users: ["bo"], me: false)]
+        let taken2 = timeline.merge([current], asOf: 5)
+        #expect(taken2)
+        #expect(timeline.post(1)?.reactions == current.reactions)
+        // A join's ack: the stream is followed from #9 on, so a page read at #8 is older.
+        timeline.follow(from: 9)
+        #expect(timeline.lastSeq == 9)
+        let taken3 = timeline.merge([Self.post(3)], asOf: 8)
+        #expect(taken3 == false)
+        let taken4 = timeline.merge([Self.post(3)], asOf: 9)
+        #expect(taken4)
+        let taken5 = timeline.merge([Self.post(3)])
+        #expect(taken5)  // no asOf (a cache): taken as it is
+    }
+
+    @Test("setting the viewer recomputes me on every held post; pages take me for the timeline's viewer")
+    func viewerRecomputesMe() {
+        var timeline = CircleTimeline()
+        var page = Self.post(1)
+        page.reactions = [CircleReaction(emoji: "👍", users: ["ann", "bo"], me: false)]
+        timeline.merge([page], asOf: 1)
+        timeline.apply(Self.change(2, .react, 1, by: "bo", emoji: "🎉"))
+        #expect(timeline.post(1)?.reactions?.map(\.me) == [false, false])
+        timeline.viewer = "bo"
+        #expect(timeline.post(1)?.reactions?.map(\.me) == [true, true])
+        timeline.viewer = "ann"
+        #expect(timeline.post(1)?.reactions?.map(\.me) == [true, false])
+        var asBo = Self.post(1)
+        asBo.reactions = [CircleReaction(emoji: "👍", users: ["ann", "bo"], me: true)]  // me for the asker, bo
+        timeline.merge([asBo], asOf: 2)
+        #expect(timeline.post(1)?.reactions?.map(\.me) == [true])  // ann's view of the page
+    }
 }
