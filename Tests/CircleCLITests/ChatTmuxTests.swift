@@ -29,6 +29,18 @@ struct ChatTmuxTests {
         return (try? String(contentsOfFile: file, encoding: .utf8)) ?? ""
     }
 
+    /// Ends this test's tmux server and everything it started. `kill-server` alone was seen to
+    /// leave the server and a chat running (tmux 3.3a, after a chat's exit left a zombie pane),
+    /// so the server's pid and every pane's pid are read first and killed after it.
+    private func stopTmux() {
+        let listed = (try? self.tmux(["list-panes", "-a", "-F", "#{pane_pid}"])) ?? ""
+        let server = (try? self.tmux(["list-sessions", "-F", "#{pid}"])) ?? ""
+        _ = try? self.tmux(["kill-server"])
+        for line in (listed + "\n" + server).split(whereSeparator: \.isNewline) {
+            if let pid = pid_t(line.trimmingCharacters(in: .whitespaces)), pid > 1 { kill(pid, SIGKILL) }
+        }
+    }
+
     private func screen(_ session: String) throws -> String {
         try self.tmux(["capture-pane", "-p", "-t", session])
     }
@@ -64,12 +76,12 @@ struct ChatTmuxTests {
         // Start tmux's server before ours: a daemon forked later would inherit this process's
         // listening socket and keep the port bound across the restart below.
         try self.tmux(["new-session", "-d", "-s", "keeper", "sleep 600"])
-        defer { _ = try? self.tmux(["kill-server"]) }
+        defer { self.stopTmux() }
         let server = TestServer()
         defer { server.remove() }
         try await server.start()
         try await server.createCircle("general", owner: "alice")
-        defer { _ = try? self.tmux(["kill-server"]) }
+        defer { self.stopTmux() }
         try self.startChat("alice", user: "alice", server: server)
         try self.startChat("bob", user: "bob", server: server)
         try await self.waitForScreen("alice") { $0.contains("general — alice — connected") }
@@ -114,7 +126,7 @@ extension ChatTmuxTests {
     @Test("a circle that does not exist is said at once, before the screen is taken over, with exit 1")
     func missingCircle() async throws {
         try self.tmux(["new-session", "-d", "-s", "keeper", "sleep 600"])
-        defer { _ = try? self.tmux(["kill-server"]) }
+        defer { self.stopTmux() }
         let server = TestServer()
         defer { server.remove() }
         try await server.start()
@@ -133,7 +145,7 @@ extension ChatTmuxTests {
     @Test("/help lists the commands; an unknown /command is not posted; photos show by caption; one author's posts are grouped, in colour")
     func commandsPhotosAndGrouping() async throws {
         try self.tmux(["new-session", "-d", "-s", "keeper", "sleep 600"])
-        defer { _ = try? self.tmux(["kill-server"]) }
+        defer { self.stopTmux() }
         let server = TestServer()
         defer { server.remove() }
         try await server.start()
@@ -177,7 +189,7 @@ extension ChatTmuxTests {
     @Test("presence is per user: circle send makes none; a second chat of a user neither joins nor leaves; the last one leaves")
     func presence() async throws {
         try self.tmux(["new-session", "-d", "-s", "keeper", "sleep 600"])
-        defer { _ = try? self.tmux(["kill-server"]) }
+        defer { self.stopTmux() }
         let server = TestServer()
         defer { server.remove() }
         try await server.start()
@@ -219,7 +231,7 @@ extension ChatTmuxTests {
     @Test("circle send on a terminal says what it waits for; the upload bar shows speed and time left, then clears its line")
     func terminalPrompts() async throws {
         try self.tmux(["new-session", "-d", "-s", "keeper", "sleep 600"])
-        defer { _ = try? self.tmux(["kill-server"]) }
+        defer { self.stopTmux() }
         let server = TestServer()
         defer { server.remove() }
         try await server.start()
@@ -257,7 +269,7 @@ extension ChatTmuxTests {
     @Test("/edit, /react, /reply and /delete change posts on every chat; /circles shows unread counts; what the chat shows is marked read")
     func editReactReplyDeleteAndUnread() async throws {
         try self.tmux(["new-session", "-d", "-s", "keeper", "sleep 600"])
-        defer { _ = try? self.tmux(["kill-server"]) }
+        defer { self.stopTmux() }
         let server = TestServer()
         defer { server.remove() }
         try await server.start()
