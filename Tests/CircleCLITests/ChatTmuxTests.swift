@@ -45,7 +45,10 @@ struct ChatTmuxTests {
         try self.tmux(["capture-pane", "-p", "-t", session])
     }
 
-    private func waitForScreen(_ session: String, timeout: Duration = .seconds(20), _ predicate: (String) -> Bool) async throws {
+    /// Polls the pane until `predicate` holds. The bound is generous: these chats are debug
+    /// builds started while other suites run servers and PostgreSQL restarts on the same two
+    /// cores, and a CI run once saw a first post take over 20 s to show.
+    private func waitForScreen(_ session: String, timeout: Duration = .seconds(45), _ predicate: (String) -> Bool) async throws {
         let deadline = ContinuousClock.now + timeout
         var last = ""
         while ContinuousClock.now < deadline {
@@ -53,7 +56,13 @@ struct ChatTmuxTests {
             if predicate(last) { return }
             try await Task.sleep(for: .milliseconds(100))
         }
-        Issue.record("screen of \(session) never matched; it shows:\n\(last)")
+        // Every pane, not only this one: what the other chat shows tells where a post stopped.
+        let sessions = ((try? self.tmux(["list-sessions", "-F", "#{session_name}"])) ?? "").split(whereSeparator: \.isNewline)
+        let others = sessions.filter { $0 != session && $0 != "keeper" }.map { name -> String in
+            let shown = (try? self.screen(String(name))) ?? "(gone)"
+            return "screen of \(name):\n\(shown)"
+        }
+        Issue.record("screen of \(session) never matched; it shows:\n\(last)\n\(others.joined(separator: "\n"))")
         throw TestFailure("timed out")
     }
 
@@ -108,8 +117,8 @@ struct ChatTmuxTests {
         try self.tmux(["send-keys", "-t", "alice", "written while offline", "Enter"])
         try await self.waitForScreen("alice") { $0.contains("written while offline  (sending") && $0.contains("posts waiting") }
         try await server.start()
-        try await self.waitForScreen("alice", timeout: .seconds(40)) { $0.contains("— alice — connected") && $0.contains("#4") && $0.contains("alice: written while offline") }
-        try await self.waitForScreen("bob", timeout: .seconds(40)) { $0.contains("#4") && $0.contains("alice: written while offline") }
+        try await self.waitForScreen("alice", timeout: .seconds(60)) { $0.contains("— alice — connected") && $0.contains("#4") && $0.contains("alice: written while offline") }
+        try await self.waitForScreen("bob", timeout: .seconds(60)) { $0.contains("#4") && $0.contains("alice: written while offline") }
         let final = try self.screen("bob")
         #expect(final.components(separatedBy: "written while offline").count == 2, "shown once:\n\(final)")
         #expect(final.components(separatedBy: "hello from alice").count == 2)
@@ -252,7 +261,7 @@ extension ChatTmuxTests {
         let upload = "\(circle) upload \(photo) --circle general --limit-rate 200K \(options); echo \"exit=$?\"; sleep 60"
         try self.tmux(["new-session", "-d", "-s", "upload", "-x", "160", "-y", "20", upload])
         try await self.waitForScreen("upload") { $0.contains("upload [") && $0.contains("/s") && $0.contains(" left") }
-        try await self.waitForScreen("upload", timeout: .seconds(40)) { $0.contains("exit=0") }
+        try await self.waitForScreen("upload", timeout: .seconds(60)) { $0.contains("exit=0") }
         let done = try self.screen("upload")
         #expect(!done.contains("upload ["), "the bar's line was cleared:\n\(done)")
         #expect(done.contains("#2 "), "\(done)")
