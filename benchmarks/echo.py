@@ -10,9 +10,13 @@ the two do not steal each other's time. Circle's /v1/echo and peer echo servers 
 Hummingbird 2 and Vapor 4 (peers-swift/, a separate SwiftPM package), Python `websockets` and
 `picows` (peers/) run under the same load in the same invocation.
 
-    python echo.py                                   # all five servers; 64 B and 16 KiB
+    python echo.py                                   # all five servers; 64 B and 16 KiB; 16 and 1 in flight
     python echo.py --servers circle --sizes 64 --duration 5
     python echo.py --url ws://127.0.0.1:9000/ --pid 1234   # any running server
+
+Two loads by default (`--inflight 16,1`): 16 messages in flight per connection saturates the
+server and lets it read many messages per read and write many per flush; 1 in flight gives one
+message per read and one write per message, the cost a chat server pays when traffic is light.
 
 Only 127.0.0.1 is contacted. Each measurement is bounded: warm-up + duration + a 5 s drain.
 """
@@ -158,11 +162,11 @@ def start_server(name: str, args) -> tuple[benchlib.Server, str]:
 
 def fmt_row(name: str, r: dict) -> str:
     kind = "text" if r["text"] else "bin"
-    return (f"{name:<18} {r['size']:>6} {kind:<4} {r['msgs_per_s']:>10,.0f} {r['server_cpu_pct']:>6.0f}% "
+    return (f"{name:<18} {r['size']:>6} {r['inflight']:>4} {kind:<4} {r['msgs_per_s']:>10,.0f} {r['server_cpu_pct']:>6.0f}% "
             f"{r['server_us_per_msg']:>8.2f} {r['server_us_per_msg_schedstat']:>9.2f} {r['client_cpu_pct']:>7.0f}%")
 
 
-HEADER = (f"{'server':<18} {'size':>6} {'kind':<4} {'msgs/s':>10} {'srvCPU':>7} {'us/msg':>8} "
+HEADER = (f"{'server':<18} {'size':>6} {'infl':>4} {'kind':<4} {'msgs/s':>10} {'srvCPU':>7} {'us/msg':>8} "
           f"{'(sched)':>9} {'cliCPU':>8}")
 
 
@@ -175,7 +179,8 @@ def main() -> int:
     parser.add_argument("--circle", default=str(benchlib.DEFAULT_CIRCLE), help="the circle binary (release build)")
     parser.add_argument("--sizes", default="64,16384", help="message sizes in bytes, comma separated")
     parser.add_argument("--connections", type=int, default=8)
-    parser.add_argument("--inflight", type=int, default=16, help="messages in flight per connection")
+    parser.add_argument("--inflight", default="16,1",
+                        help="messages in flight per connection, comma separated: one load per value")
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds before measuring")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds measured")
     parser.add_argument("--repeat", type=int, default=1, help="measurements per server and size; the median is reported")
@@ -188,10 +193,13 @@ def main() -> int:
     if not (0 < args.duration <= 120 and 0 <= args.warmup <= 30 and 1 <= args.repeat <= 10):
         parser.error("keep --duration in (0, 120], --warmup in [0, 30], --repeat in [1, 10]")
     sizes = [int(s) for s in args.sizes.split(",") if s]
+    loads = [int(n) for n in args.inflight.split(",") if n]
+    if not loads or min(loads) < 1:
+        parser.error("--inflight needs one or more positive counts")
     benchlib.pin_self(args.client_cpu)
     loop_name = benchlib.use_uvloop()
     benchlib.exit_on_sigterm()
-    print(f"# echo: {args.connections} connections x {args.inflight} in flight, {args.warmup:g} s warm-up, "
+    print(f"# echo: {args.connections} connections x {args.inflight} in flight (one load each), {args.warmup:g} s warm-up, "
           f"{args.duration:g} s measured; server on CPU {args.server_cpu}, load generator on CPU "
           f"{args.client_cpu} (picows on {loop_name}); {'text' if args.text else 'binary'} frames")
     print(f"# load average at start: {os.getloadavg()[0]:.2f} (other work on this machine skews msgs/s more than us/msg)")
@@ -217,10 +225,10 @@ def main() -> int:
             else:
                 server, url = start_server(name, args)
                 pid = server.pid
-            for size in sizes:
+            for size, inflight in [(size, inflight) for inflight in loads for size in sizes]:
                 runs = []
                 for _ in range(args.repeat):
-                    runs.append(asyncio.run(measure(url, pid, size, args.connections, args.inflight,
+                    runs.append(asyncio.run(measure(url, pid, size, args.connections, inflight,
                                                     args.warmup, args.duration, args.text)))
                 best = sorted(runs, key=lambda r: r["server_us_per_msg"])[len(runs) // 2]
                 best = dict(best, server=name, url=url, runs=runs,
@@ -239,17 +247,18 @@ def main() -> int:
             if server is not None:
                 server.stop()
 
-    by = {(r["server"], r["size"]): r for r in results}
+    by = {(r["server"], r["size"], r["inflight"]): r for r in results}
     peers = [n for n, _ in targets if n not in ("circle", "external")]
     if "circle" in [n for n, _ in targets] and peers:
         print("# Circle's CPU per message relative to each peer (below 1.00 = cheaper):")
-        for size in sizes:
-            c = by.get(("circle", size))
-            if not c:
-                continue
-            ratios = ", ".join(f"{p} {c['server_us_per_msg'] / by[(p, size)]['server_us_per_msg']:.2f}"
-                               for p in peers if (p, size) in by)
-            print(f"#   {size:>6} B: {ratios}")
+        for inflight in loads:
+            for size in sizes:
+                c = by.get(("circle", size, inflight))
+                if not c:
+                    continue
+                ratios = ", ".join(f"{p} {c['server_us_per_msg'] / by[(p, size, inflight)]['server_us_per_msg']:.2f}"
+                                   for p in peers if (p, size, inflight) in by)
+                print(f"#   {size:>6} B, {inflight:>2} in flight: {ratios}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"benchmark": "echo", "loop": loop_name, "args": vars(args), "results": results}, f, indent=2)

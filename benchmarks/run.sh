@@ -2,7 +2,7 @@
 # Runs Circle's benchmarks side by side with its peers on this machine, prints the tables and
 # draws the plots. Loopback only; every benchmark stops by itself. See docs/BENCHMARKS.md.
 #
-#   benchmarks/run.sh --all            # everything (about 20 min on 2 cores), the default
+#   benchmarks/run.sh --all            # everything (about 27 min on 2 cores), the default
 #   benchmarks/run.sh --smoke          # every script for a moment with small counts (about 80 s): do they work?
 #   benchmarks/run.sh echo fanout      # only these: echo client fanout idle recovery postpath nodes
 #   benchmarks/run.sh --build --all    # build circle and the Swift peers (release) first
