@@ -123,8 +123,10 @@ final class HubSubscriber: Sendable, Hashable {
 ///
 /// A post is encoded once and the same bytes are written to every subscriber; deliveries are
 /// grouped by event loop so that one batch costs one hop per loop, not one per subscriber.
-/// Posts of a circle are published in sequence order and each event loop runs its tasks in
-/// order, so every subscriber sees them in order.
+/// Everything the hub hands to sessions (posts, ephemeral events, user events, revocations)
+/// goes through the ``LoopInbox`` of the session's event loop, which runs it in the order it
+/// was handed over; posts of a circle are published in sequence order, so every subscriber
+/// sees them in order, and a revocation is never overtaken by a later post.
 final class Hub: Sendable {
     private let subscriptions = NIOLockedValueBox([String: Set<HubSubscriber>]())
     /// Every connection of this node, by user (for events addressed to a user: read markers).
@@ -134,6 +136,8 @@ final class Hub: Sendable {
     private let presence = NIOLockedValueBox([String: [String: Int]]())
     private let allocator = ByteBufferAllocator()
     private let deflaters = SharedDeflaters()
+    /// One inbox per event loop for post deliveries and the commit loop's answers.
+    private let inboxes = NIOLockedValueBox([ObjectIdentifier: LoopInbox]())
     /// Orders each circle's posts, whichever node stored them; its lock is also held while a
     /// circle's deliveries are handed to the event loops, so they leave in order.
     private let sequencer = NIOLockedValueBox(FeedSequencer())
@@ -321,13 +325,21 @@ final class Hub: Sendable {
             count += target.subscribers.count
         }
         for (_, group) in perLoop {
-            let deliveries = group.deliveries
-            group.loop.execute {
-                for (subscriber, event) in deliveries { subscriber.receive(event) }
-                for (subscriber, _) in deliveries { subscriber.flush() }
-            }
+            self.inbox(for: group.loop).post(.deliver(group.deliveries))
         }
         return count
+    }
+
+    /// `loop`'s inbox: post deliveries go through it, and so do the commit loop's answers, so
+    /// that a batch's acks, its deliveries and their flushes keep their order on each loop.
+    func inbox(for loop: any EventLoop) -> LoopInbox {
+        let key = ObjectIdentifier(loop)
+        return self.inboxes.withLockedValue { inboxes in
+            if let inbox = inboxes[key] { return inbox }
+            let inbox = LoopInbox(eventLoop: loop)
+            inboxes[key] = inbox
+            return inbox
+        }
     }
 
     /// Sends an ephemeral event to the circle's subscribers except `sender`, here and on the
@@ -351,13 +363,7 @@ final class Hub: Sendable {
         guard !perLoop.isEmpty else { return }
         let event = HubEvent.ephemeral(circle: circle, payload: payload)
         for (_, group) in perLoop {
-            let subscribers = group.subscribers
-            group.loop.execute {
-                for subscriber in subscribers {
-                    subscriber.receive(event)
-                    subscriber.flush()
-                }
-            }
+            self.inbox(for: group.loop).post(.deliver(group.subscribers.map { ($0, event) }))
         }
     }
 
@@ -372,7 +378,7 @@ final class Hub: Sendable {
     func revokeHere(user: String, from circle: String) {
         let targets = self.subscriptions.withLockedValue { $0[circle].map { Array($0) } ?? [] }
         for subscriber in targets where subscriber.user == user {
-            subscriber.eventLoop.execute { subscriber.receive(.revoke(circle: circle)) }
+            self.inbox(for: subscriber.eventLoop).post(.run { subscriber.receive(.revoke(circle: circle)) })
         }
     }
 
@@ -389,10 +395,7 @@ final class Hub: Sendable {
         let targets = self.connections.withLockedValue { $0[user].map { $0.filter { $0 !== sender } } ?? [] }
         let event = HubEvent.user(payload)
         for subscriber in targets {
-            subscriber.eventLoop.execute {
-                subscriber.receive(event)
-                subscriber.flush()
-            }
+            self.inbox(for: subscriber.eventLoop).post(.deliver([(subscriber, event)]))
         }
     }
 
@@ -417,6 +420,74 @@ final class Hub: Sendable {
             }
         }
         return payload
+    }
+}
+
+/// Work handed to one event loop by the hub and the commit loop, run there in the order it was
+/// posted. Work posted while an earlier drain is still waiting to run joins that drain, so a
+/// loop that falls behind (a large fan-out while commits keep coming) writes the deliveries of
+/// several batches and then flushes each connection once: one `writev` per connection for all
+/// of them instead of one per batch. A loop that keeps up drains each batch at once, as before.
+final class LoopInbox: Sendable {
+    enum Work: Sendable {
+        /// Post events for subscribers on this loop; each is flushed at the end of the drain.
+        case deliver([(HubSubscriber, HubEvent)])
+        /// Runs in order with the deliveries (the commit loop's answers, written unflushed).
+        case run(@Sendable () -> Void)
+        /// Runs at the end of the drain, after the deliveries' flushes (the answers' flushes).
+        case atEnd(@Sendable () -> Void)
+    }
+
+    private struct Queue {
+        var work: [Work] = []
+        /// A drain task is queued on the loop and has not yet taken the work.
+        var drainQueued = false
+    }
+
+    let eventLoop: any EventLoop
+    private let queue = NIOLockedValueBox(Queue())
+
+    init(eventLoop: any EventLoop) {
+        self.eventLoop = eventLoop
+    }
+
+    func post(_ work: Work) {
+        let queueDrain = self.queue.withLockedValue { queue -> Bool in
+            queue.work.append(work)
+            defer { queue.drainQueued = true }
+            return !queue.drainQueued
+        }
+        if queueDrain {
+            self.eventLoop.execute { self.drain() }
+        }
+    }
+
+    /// On the loop: everything posted so far, in order, then one flush per subscriber.
+    private func drain() {
+        let work = self.queue.withLockedValue { queue -> [Work] in
+            queue.drainQueued = false
+            defer { queue.work = [] }
+            return queue.work
+        }
+        var delivered: [[(HubSubscriber, HubEvent)]] = []
+        var atEnd: [@Sendable () -> Void] = []
+        for item in work {
+            switch item {
+            case .deliver(let deliveries):
+                for (subscriber, event) in deliveries { subscriber.receive(event) }
+                delivered.append(deliveries)
+            case .run(let body):
+                body()
+            case .atEnd(let body):
+                atEnd.append(body)
+            }
+        }
+        // A subscriber in several batches is flushed by the first call; the rest find nothing
+        // unflushed.
+        for deliveries in delivered {
+            for (subscriber, _) in deliveries { subscriber.flush() }
+        }
+        for body in atEnd { body() }
     }
 }
 

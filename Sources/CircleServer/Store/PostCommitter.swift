@@ -6,15 +6,16 @@ import NIOCore
 
 /// Group commit: posts from all connections queue here; one loop commits whatever has queued
 /// in a single durable transaction, publishes the stored posts to the hub in order, and
-/// answers each poster (for connections, one write task per event loop before the deliveries
-/// and one flush task after them). Under load the batches grow, so fsyncs per post fall.
+/// answers each poster (for connections, through the hub's inbox of their event loop: the acks
+/// written before the batch's deliveries, flushed after them). Under load the batches grow, so
+/// fsyncs per post fall.
 final class PostCommitter: Sendable {
     typealias Completion = @Sendable (Result<PostOutcome, any Error>) -> Void
 
-    /// A post's answer for a connection on `eventLoop`. The answers of one batch on one loop run
-    /// in one task there, queued before the batch's deliveries: `write` writes the ack without
-    /// flushing; `flush` runs in a second task after the deliveries, so an ack and the events of
-    /// the same batch usually leave in one write (the hub's flush sends both).
+    /// A post's answer for a connection on `eventLoop`. The answers of one batch on one loop go
+    /// to that loop's ``LoopInbox`` before the batch's deliveries: `write` writes the ack without
+    /// flushing; `flush` runs at the end of the inbox's drain, after the deliveries, so an ack
+    /// and the events of the same batch usually leave in one write.
     struct LoopAnswer: Sendable {
         var eventLoop: any EventLoop
         var write: Completion
@@ -169,7 +170,7 @@ final class PostCommitter: Sendable {
                     if case .stored(let post) = outcome { return post }
                     return nil
                 }
-                let answers = Self.answer(zip(batch.map(\.1), outcomes.map { Result<PostOutcome, any Error>.success($0) }))
+                let answers = self.answer(zip(batch.map(\.1), outcomes.map { Result<PostOutcome, any Error>.success($0) }))
                 let fanoutStarted = ContinuousClock.now
                 let deliveries = self.hub.publish(stored)
                 self.metrics.fanoutLatency.recordNanoseconds(fanoutStarted.elapsedNanoseconds)
@@ -178,30 +179,31 @@ final class PostCommitter: Sendable {
                 answers.finish()
             } catch {
                 self.logger.error("commit failed", metadata: ["error": "\(error)", "batch": "\(batch.count)"])
-                Self.answer(batch.map { ($0.1, .failure(error)) }).finish()
+                self.answer(batch.map { ($0.1, .failure(error)) }).finish()
             }
         }
     }
 
-    /// The answers of a batch on connections' event loops, written (one task per loop) but not
-    /// yet flushed; ``finish()`` flushes them and calls the other completions.
+    /// The answers of a batch on connections' event loops, posted to the loops' inboxes to be
+    /// written but not yet flushed; ``finish()`` posts their flushes and calls the other
+    /// completions.
     private struct PendingAnswers {
-        var flushes: [(loop: any EventLoop, flushes: [@Sendable () -> Void])] = []
+        var flushes: [(inbox: LoopInbox, flushes: [@Sendable () -> Void])] = []
         var completions: [(Completion, Result<PostOutcome, any Error>)] = []
 
         func finish() {
             for group in self.flushes {
                 let flushes = group.flushes
-                group.loop.execute {
+                group.inbox.post(.atEnd {
                     for flush in flushes { flush() }
-                }
+                })
             }
             for (completion, result) in self.completions { completion(result) }
         }
     }
 
-    /// Queues the loop answers' writes, one task per event loop, in batch order.
-    private static func answer(_ replies: some Sequence<(Reply, Result<PostOutcome, any Error>)>) -> PendingAnswers {
+    /// Posts the loop answers' writes, one piece of work per event loop, in batch order.
+    private func answer(_ replies: some Sequence<(Reply, Result<PostOutcome, any Error>)>) -> PendingAnswers {
         var pending = PendingAnswers()
         var perLoop: [ObjectIdentifier: Int] = [:]
         var writes: [[(Completion, Result<PostOutcome, any Error>)]] = []
@@ -217,7 +219,7 @@ final class PostCommitter: Sendable {
                 } else {
                     index = pending.flushes.count
                     perLoop[key] = index
-                    pending.flushes.append((answer.eventLoop, []))
+                    pending.flushes.append((self.hub.inbox(for: answer.eventLoop), []))
                     writes.append([])
                 }
                 writes[index].append((answer.write, result))
@@ -225,9 +227,9 @@ final class PostCommitter: Sendable {
             }
         }
         for (group, writes) in zip(pending.flushes, writes) {
-            group.loop.execute {
+            group.inbox.post(.run {
                 for (write, result) in writes { write(result) }
-            }
+            })
         }
         return pending
     }

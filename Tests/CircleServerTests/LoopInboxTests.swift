@@ -1,0 +1,92 @@
+@testable import CircleServer
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOEmbedded
+import Testing
+
+/// What the inbox did, in order, as the subscribers and closures saw it.
+private final class Journal: Sendable {
+    private let entries = NIOLockedValueBox([String]())
+
+    func add(_ entry: String) { self.entries.withLockedValue { $0.append(entry) } }
+    var all: [String] { self.entries.withLockedValue { $0 } }
+}
+
+private func subscriber(_ name: String, on loop: EmbeddedEventLoop, journal: Journal) -> HubSubscriber {
+    HubSubscriber(
+        eventLoop: loop,
+        user: name,
+        deliver: { event in
+            guard case .post(_, let seq, _) = event else { return journal.add("\(name) other") }
+            journal.add("\(name) post \(seq)")
+        },
+        endBatch: { journal.add("\(name) flush") },
+        goAway: {}
+    )
+}
+
+private func post(_ seq: Int64) -> HubEvent {
+    .post(circle: "c", seq: seq, payload: HubPayload(text: ByteBuffer(string: "post \(seq)")))
+}
+
+@Suite("LoopInbox")
+struct LoopInboxTests {
+    @Test("a loop that keeps up drains each batch on its own: answers, deliveries, then the flushes")
+    func oneBatchPerDrain() {
+        let loop = EmbeddedEventLoop()
+        let journal = Journal()
+        let alice = subscriber("alice", on: loop, journal: journal)
+        let inbox = LoopInbox(eventLoop: loop)
+
+        inbox.post(.run { journal.add("ack 1") })
+        inbox.post(.deliver([(alice, post(1))]))
+        inbox.post(.atEnd { journal.add("answer flush 1") })
+        #expect(journal.all.isEmpty, "nothing runs off the loop")
+        loop.run()
+        #expect(journal.all == ["ack 1", "alice post 1", "alice flush", "answer flush 1"])
+
+        inbox.post(.deliver([(alice, post(2))]))
+        loop.run()
+        #expect(journal.all.suffix(2) == ["alice post 2", "alice flush"], "a drain that ran leaves the next post a drain of its own")
+    }
+
+    @Test("batches handed over while a drain waits join it: every write in order, then one flush pass")
+    func laterBatchesJoinAWaitingDrain() {
+        let loop = EmbeddedEventLoop()
+        let journal = Journal()
+        let alice = subscriber("alice", on: loop, journal: journal)
+        let bob = subscriber("bob", on: loop, journal: journal)
+        let inbox = LoopInbox(eventLoop: loop)
+
+        for seq in Int64(1)...3 {
+            inbox.post(.run { journal.add("ack \(seq)") })
+            inbox.post(.deliver([(alice, post(seq)), (bob, post(seq))]))
+            inbox.post(.atEnd { journal.add("answer flush \(seq)") })
+        }
+        loop.run()
+        let entries = journal.all
+        let writes = entries.prefix { !$0.contains("flush") }
+        #expect(Array(writes) == [
+            "ack 1", "alice post 1", "bob post 1",
+            "ack 2", "alice post 2", "bob post 2",
+            "ack 3", "alice post 3", "bob post 3",
+        ])
+        let rest = entries.dropFirst(writes.count)
+        #expect(rest.allSatisfy { $0.contains("flush") }, "no write after the first flush: \(entries)")
+        #expect(Array(rest.suffix(3)) == ["answer flush 1", "answer flush 2", "answer flush 3"], "the answers' flushes come last")
+    }
+
+    @Test("a revocation keeps its place among the posts")
+    func runKeepsItsPlace() {
+        let loop = EmbeddedEventLoop()
+        let journal = Journal()
+        let alice = subscriber("alice", on: loop, journal: journal)
+        let inbox = LoopInbox(eventLoop: loop)
+
+        inbox.post(.deliver([(alice, post(1))]))
+        inbox.post(.run { alice.receive(.revoke(circle: "c")) })
+        inbox.post(.deliver([(alice, post(2))]))
+        loop.run()
+        #expect(Array(journal.all.prefix(3)) == ["alice post 1", "alice other", "alice post 2"])
+    }
+}
