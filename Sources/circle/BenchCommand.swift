@@ -287,6 +287,19 @@ struct BenchRecoveryCommand: AsyncParsableCommand {
                 return result
             }
         }
+        // Each client's connection state, followed through its state stream: counting connected
+        // clients is then a read of the tracker, not 1,000 actor calls every few milliseconds
+        // on the same core as the clients (which delayed "down" and "reconnected" by seconds).
+        let stateWatchers = Task {
+            await withTaskGroup(of: Void.self) { group in
+                for (index, client) in clients.enumerated() {
+                    let states = await client.states()
+                    group.addTask {
+                        for await state in states { tracker.connection(index, isConnected: state == .connected) }
+                    }
+                }
+            }
+        }
         for client in clients { await client.connect() }
         let publisherStream = await publisher.messages(in: circle)  // the publisher must join to post
         let drainPublisher = Task { for await _ in publisherStream {} }
@@ -330,11 +343,7 @@ struct BenchRecoveryCommand: AsyncParsableCommand {
             printJSONLine(["event": "timeout", "waiting_for": what, "t": wallClock()])
             return false
         }
-        func connectedCount() async -> Int {
-            var count = 0
-            for client in clients where await client.state == .connected { count += 1 }
-            return count
-        }
+        func connectedCount() -> Int { tracker.connectedCount }
 
         var phases: [String: Any] = ["started": started]
         if try await waitFor("ready", { tracker.everyoneHasAPost() }) {
@@ -342,12 +351,12 @@ struct BenchRecoveryCommand: AsyncParsableCommand {
             phases["ready"] = now
             printJSONLine(["event": "ready", "t": now, "subscribers": self.subscribers])
             // Wait for the outage (a subscriber disconnected), then for the way back.
-            if try await waitFor("down", { await connectedCount() < self.subscribers }) {
+            if try await waitFor("down", { connectedCount() < self.subscribers }) {
                 let down = wallClock()
                 let highWater = tracker.highWater()
                 phases["down"] = down
                 printJSONLine(["event": "down", "t": down, "high_water_seq": highWater])
-                if try await waitFor("reconnected", { await connectedCount() == self.subscribers }) {
+                if try await waitFor("reconnected", { connectedCount() == self.subscribers }) {
                     phases["reconnected"] = wallClock()
                     printJSONLine(["event": "reconnected", "t": phases["reconnected"]!])
                 }
@@ -370,6 +379,7 @@ struct BenchRecoveryCommand: AsyncParsableCommand {
         for client in clients { await client.shutdown() }
         await publisher.shutdown()
         drainPublisher.cancel()
+        stateWatchers.cancel()
         printJSONLine(["event": "shut_down", "t": wallClock()])
         // shutdown() does not finish the streams of messages(in:); cancelling their readers does.
         deliveries.cancel()
@@ -406,14 +416,27 @@ final class RecoveryTracker: Sendable {
     private struct State {
         var first: [Int64?]
         var latest: [Int64]
+        var connected: [Bool]
+        var connectedCount = 0
         var stopPosting = false
     }
     private let state: NIOLockedValueBox<State>
 
     init(subscribers: Int) {
         self.state = NIOLockedValueBox(State(first: Array(repeating: nil, count: subscribers),
-                                             latest: Array(repeating: 0, count: subscribers)))
+                                             latest: Array(repeating: 0, count: subscribers),
+                                             connected: Array(repeating: false, count: subscribers)))
     }
+
+    func connection(_ index: Int, isConnected: Bool) {
+        self.state.withLockedValue { state in
+            guard state.connected[index] != isConnected else { return }
+            state.connected[index] = isConnected
+            state.connectedCount += isConnected ? 1 : -1
+        }
+    }
+
+    var connectedCount: Int { self.state.withLockedValue { $0.connectedCount } }
 
     func delivered(_ index: Int, seq: Int64) {
         self.state.withLockedValue { state in
