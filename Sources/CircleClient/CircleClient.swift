@@ -222,6 +222,22 @@ public final class CircleClient: Sendable {
         await self.core.subscribe(circle)
     }
 
+    /// Like ``messages(in:)``, for a reader that already shows the circle up to `seq`, the
+    /// ``CircleHistoryPage/lastSeq`` of a page read before: when the client has no cursor of its
+    /// own for the circle (it never followed it), the stream starts with the entries after `seq`,
+    /// so what was committed between the page and the join is not missed, and nothing the page
+    /// reflects comes twice. With a cursor (the circle was followed before, or is cached), the
+    /// stream continues from the cursor as ``messages(in:)`` does.
+    ///
+    /// ```swift
+    /// let page = try await client.historyPage(of: "general")
+    /// show(page.posts)
+    /// for await event in await client.messages(in: "general", after: page.lastSeq ?? 0) { … }
+    /// ```
+    public func messages(in circle: String, after seq: Int64) async -> AsyncStream<CircleEvent> {
+        await self.core.subscribe(circle, after: seq)
+    }
+
     /// Leaves a circle: no more events, and its cursor is kept for a later join.
     public func leave(_ circle: String) async throws { try await self.core.leave(circle) }
 
@@ -233,8 +249,15 @@ public final class CircleClient: Sendable {
     /// cache when the client keeps one (`more` then says whether the cache holds older posts; a
     /// circle with nothing cached gives an empty page); without a cache it throws `not_connected`.
     public func history(of circle: String, before: Int64? = nil, limit: Int = 50) async throws -> (posts: [CirclePost], more: Bool) {
-        let page = try await self.core.history(circle, before: before, after: nil, limit: limit)
+        let page = try await self.historyPage(of: circle, before: before, limit: limit)
         return (page.posts, page.more)
+    }
+
+    /// ``history(of:before:limit:)`` with the stream position the page reflects
+    /// (``CircleHistoryPage/lastSeq``), to follow on from with ``messages(in:after:)``.
+    public func historyPage(of circle: String, before: Int64? = nil, limit: Int = 50) async throws -> CircleHistoryPage {
+        let page = try await self.core.history(circle, before: before, after: nil, limit: limit)
+        return CircleHistoryPage(posts: page.posts, more: page.more, lastSeq: page.lastSeq)
     }
 
     /// Paging forwards: the oldest `limit` posts with `seq > after`, oldest first, and whether

@@ -75,6 +75,24 @@ public enum ConnectionState: Sendable, Hashable {
     case closed(StopReason)
 }
 
+/// A page of a circle's posts and the point of the circle's stream it reflects.
+public struct CircleHistoryPage: Sendable, Hashable {
+    /// Oldest first, each in its current state (edits, deletes and reactions applied).
+    public var posts: [CirclePost]
+    /// Whether older posts exist (from the cache offline: whether it holds older ones).
+    public var more: Bool
+    /// The newest entry of the circle's stream (a post or a change) the page reflects: the
+    /// server's snapshot, or the offline cache's. `nil` from servers older than this field, and
+    /// offline without a cache.
+    public var lastSeq: Int64?
+
+    public init(posts: [CirclePost], more: Bool, lastSeq: Int64?) {
+        self.posts = posts
+        self.more = more
+        self.lastSeq = lastSeq
+    }
+}
+
 /// What a post resolved to.
 public struct PostReceipt: Sendable, Hashable {
     /// The post's request id (its idempotency key).

@@ -688,7 +688,12 @@ actor ClientCore {
 
     // MARK: Circles and requests
 
-    func subscribe(_ circle: String) -> AsyncStream<CircleEvent> {
+    /// `after`: where the reader's own view of the circle ends (a history page's `lastSeq`);
+    /// used as the cursor when the client has none for the circle and has not asked to join it.
+    func subscribe(_ circle: String, after: Int64? = nil) -> AsyncStream<CircleEvent> {
+        if let after, after >= 0, self.circles[circle]?.cursor == nil, self.circles[circle]?.joinRequested != true {
+            self.circles[circle, default: Circle()].cursor = after
+        }
         let (stream, continuation) = AsyncStream<CircleEvent>.makeStream(bufferingPolicy: .unbounded)
         let id = UUID()
         // The cache first, in current state, then what follows its cursor: no gap, no overlap.

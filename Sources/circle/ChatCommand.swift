@@ -68,12 +68,20 @@ struct ChatCommand: AsyncParsableCommand {
         defer { resize.cancel() }
         await screen.redraw()
 
-        // Newest page first, then everything live.
-        if let page = try? await client.history(of: self.circle, before: nil, limit: 50) {
+        // Newest page first, then the stream from where the page ends: a post committed between
+        // the two is not lost (nor an entry the page reflects shown twice).
+        var shownUpTo: Int64?
+        if let page = try? await client.historyPage(of: self.circle, limit: 50) {
             await screen.addHistory(page.posts, more: page.more)
+            shownUpTo = page.lastSeq ?? page.posts.last?.seq
             if let seq = await screen.unmarkedRead() { _ = try? await client.markRead(self.circle, upTo: seq) }
         }
-        let events = await client.messages(in: self.circle)
+        let events: AsyncStream<CircleEvent>
+        if let shownUpTo {
+            events = await client.messages(in: self.circle, after: shownUpTo)
+        } else {
+            events = await client.messages(in: self.circle)
+        }
         let circle = self.circle
         let states = await client.states()
         let outbox = await client.outboxEvents()

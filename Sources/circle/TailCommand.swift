@@ -76,7 +76,8 @@ struct TailCommand: AsyncParsableCommand {
             await client.shutdown()
             return
         }
-        for await event in await client.messages(in: self.circle) {
+        // From the last entry printed: a post committed after the last page is not missed.
+        for await event in await client.messages(in: self.circle, after: cursor) {
             if case .post(let post) = event, post.seq > cursor {
                 cursor = post.seq
                 self.print(post)

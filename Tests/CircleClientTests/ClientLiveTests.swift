@@ -410,4 +410,35 @@ struct ClientCrashTests {
         #expect(String(decoding: data, as: UTF8.self).contains("\"seq\":\(total)"))
         for client in clients { await client.shutdown() }
     }
+
+    @Test("a reader that shows a history page and then follows from its lastSeq misses nothing posted in between, and gets nothing twice")
+    func followOnFromAPage() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        try await server.start()
+        try await server.createCircle("general", owner: "alice")
+        let alice = try await makeClient(server, user: "alice")
+        let bob = try await makeClient(server, user: "bob")
+        await alice.connect()
+        await bob.connect()
+        #expect(await waitFor(bob) { $0 == .connected })
+        _ = try await alice.post("before the page", to: "general")
+        _ = try await alice.react("👍", to: 1, in: "general")
+
+        let page = try await bob.historyPage(of: "general")
+        #expect(page.posts.map(\.text) == ["before the page"])
+        #expect(page.posts.first?.reactions?.map(\.emoji) == ["👍"])
+        #expect(page.lastSeq == 2, "the page reflects the reaction, entry 2")
+        // Committed after the page and before bob follows: the race `circle chat` had.
+        let between = try await alice.post("between the page and the join", to: "general")
+        let events = await bob.messages(in: "general", after: page.lastSeq ?? 0)
+        let received = collect(events, count: 2)
+        let after = try await alice.post("after the join", to: "general")
+        let posts = await received.value
+        #expect(posts.map(\.seq) == [between.seq, after.seq], "entries 1 and 2 are in the page, not again in the stream")
+        #expect(posts.map(\.text) == ["between the page and the join", "after the join"])
+        await alice.shutdown()
+        await bob.shutdown()
+        await server.stop()
+    }
 }
