@@ -12,8 +12,11 @@ import NIOWebSocket
 enum FuzzTarget: String, CaseIterable {
     /// A `circle.v1` request frame's text: the strict JSON parser and the envelope checks.
     case request
-    /// Bytes from a WebSocket peer: NIO's frame decoder, then the connection's protocol state
-    /// (control frames, fragments, UTF-8, close codes), as a server.
+    /// Bytes from a WebSocket peer: CircleSocket's frame reader, checked against NIO's frame
+    /// decoder (the same frames and the same error, or the run traps), then the connection's
+    /// protocol state (control frames, fragments, UTF-8, close codes), as a server. The first
+    /// byte sets the size of the reads the frame reader gets (1–256 bytes), so frames are also
+    /// cut at every point.
     case frame
     /// A permessage-deflate message: the inflater with its size bound (a deflate bomb must stop
     /// at the limit), split into two fragments at a point the input chooses.
@@ -37,13 +40,43 @@ enum FuzzTarget: String, CaseIterable {
     }
 
     private static func frames(_ bytes: [UInt8]) {
-        let channel = EmbeddedChannel(handler: ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: 1 << 16)))
-        defer { _ = try? channel.finish() }
-        var state = WebSocketProtocolState(role: .server, maxMessageSize: 1 << 16, deflate: nil)
-        guard (try? channel.writeInbound(ByteBuffer(bytes: bytes))) != nil else { return }
-        while let frame = try? channel.readInbound(as: WebSocketFrame.self) {
-            if case .fail = state.receive(frame, allocator: channel.allocator) { return }
+        guard let first = bytes.first else { return }
+        let input = ByteBuffer(bytes: bytes.dropFirst())
+        let reference = Self.decode([input], with: ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: 1 << 16)))
+        var reads: [ByteBuffer] = []
+        var rest = input
+        while rest.readableBytes > 0 {
+            reads.append(rest.readSlice(length: min(Int(first) + 1, rest.readableBytes))!)
         }
+        let frames = Self.decode(reads, with: WebSocketFrameReader(maxFrameSize: 1 << 16))
+        precondition(
+            frames.frames == reference.frames && frames.error == reference.error,
+            "WebSocketFrameReader and NIO's WebSocketFrameDecoder disagree"
+        )
+        var state = WebSocketProtocolState(role: .server, maxMessageSize: 1 << 16, deflate: nil)
+        for frame in frames.frames {
+            if case .fail = state.receive(frame, allocator: ByteBufferAllocator()) { return }
+        }
+    }
+
+    /// The frames `handler` passes on for `reads`, and the error it raised, if any.
+    private static func decode(_ reads: [ByteBuffer], with handler: any ChannelHandler) -> (frames: [WebSocketFrame], error: NIOWebSocketError?) {
+        let channel = EmbeddedChannel(handler: handler)
+        defer { _ = try? channel.finish() }
+        var error: NIOWebSocketError?
+        for read in reads {
+            do {
+                try channel.writeInbound(read)
+            } catch let failure {
+                error = failure as? NIOWebSocketError
+                break
+            }
+        }
+        var frames: [WebSocketFrame] = []
+        while let frame = try? channel.readInbound(as: WebSocketFrame.self) {
+            frames.append(frame)
+        }
+        return (frames, error)
     }
 
     private static func deflate(_ bytes: [UInt8]) {

@@ -286,7 +286,7 @@ final class WebSocketClientHandshakeHandler: ChannelInboundHandler, RemovableCha
         try context.pipeline.syncOperations.addHandlers(
             [
                 MaskingFrameEncoder(),
-                ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: configuration.effectiveMaxFrameSize)),
+                WebSocketFrameReader(maxFrameSize: configuration.effectiveMaxFrameSize),
                 handler,
             ],
             position: .after(self)

@@ -48,6 +48,8 @@ package struct WebSocketProtocolState {
     package private(set) var closeState: CloseState = .open
     /// The code of the close frame this side sent, if any.
     package private(set) var sentCloseCode: WebSocketCloseCode?
+    /// The masking keys of this side's frames (client role only).
+    private var maskingKeys = MaskingKeySource()
 
     package init(role: Role, maxMessageSize: Int, deflate: PerMessageDeflate?) {
         self.role = role
@@ -259,7 +261,7 @@ package struct WebSocketProtocolState {
 
     /// A frame for a payload that was deflated elsewhere, once for many connections (see
     /// ``PerMessageDeflate/sharedCompression``); `nil` once the close handshake has begun.
-    package func frame(opcode: WebSocketOpcode, deflated payload: ByteBuffer) -> WebSocketFrame? {
+    package mutating func frame(opcode: WebSocketOpcode, deflated payload: ByteBuffer) -> WebSocketFrame? {
         guard self.canSend else { return nil }
         return self.makeFrame(fin: true, opcode: opcode, rsv1: true, data: payload)
     }
@@ -283,7 +285,7 @@ package struct WebSocketProtocolState {
         }
     }
 
-    private func fragment(_ payload: ByteBuffer, opcode: WebSocketOpcode, compressed: Bool, fragmentSize: Int?) -> [WebSocketFrame] {
+    private mutating func fragment(_ payload: ByteBuffer, opcode: WebSocketOpcode, compressed: Bool, fragmentSize: Int?) -> [WebSocketFrame] {
         var payload = payload
         guard let fragmentSize, fragmentSize > 0, payload.readableBytes > fragmentSize else {
             return [self.makeFrame(fin: true, opcode: opcode, rsv1: compressed, data: payload)]
@@ -307,7 +309,7 @@ package struct WebSocketProtocolState {
     }
 
     /// A ping frame, or `nil` once the close handshake has begun.
-    package func pingFrame(payload: ByteBuffer) -> WebSocketFrame? {
+    package mutating func pingFrame(payload: ByteBuffer) -> WebSocketFrame? {
         self.canSend ? self.makeFrame(fin: true, opcode: .ping, data: payload) : nil
     }
 
@@ -320,7 +322,7 @@ package struct WebSocketProtocolState {
         return self.makeCloseFrame(code: code, reason: reason)
     }
 
-    private func makeCloseFrame(code: WebSocketCloseCode?, reason: String) -> WebSocketFrame {
+    private mutating func makeCloseFrame(code: WebSocketCloseCode?, reason: String) -> WebSocketFrame {
         var buffer = ByteBuffer()
         if let code {
             buffer.writeInteger(code.rawValue)
@@ -332,12 +334,12 @@ package struct WebSocketProtocolState {
         return self.makeFrame(fin: true, opcode: .connectionClose, data: buffer)
     }
 
-    package func makeFrame(fin: Bool, opcode: WebSocketOpcode, rsv1: Bool = false, data: ByteBuffer) -> WebSocketFrame {
+    package mutating func makeFrame(fin: Bool, opcode: WebSocketOpcode, rsv1: Bool = false, data: ByteBuffer) -> WebSocketFrame {
         WebSocketFrame(
             fin: fin,
             rsv1: rsv1,
             opcode: opcode,
-            maskKey: self.role == .client ? .random() : nil,
+            maskKey: self.role == .client ? self.maskingKeys.nextKey() : nil,
             data: data
         )
     }

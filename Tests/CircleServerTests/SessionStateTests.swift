@@ -520,7 +520,8 @@ struct HubCompressionTests {
         // A client that agreed to these parameters inflates it to the JSON of the post.
         let client = try PerMessageDeflate(parameters: parameters, isClient: true, compressionLevel: 6, minimumCompressedSize: 64)
         var state = WebSocketProtocolState(role: .client, maxMessageSize: 1 << 20, deflate: client)
-        let frame = WebSocketProtocolState(role: .server, maxMessageSize: 1 << 20, deflate: nil).frame(opcode: .text, deflated: deflated)
+        var server = WebSocketProtocolState(role: .server, maxMessageSize: 1 << 20, deflate: nil)
+        let frame = server.frame(opcode: .text, deflated: deflated)
         let received = try #require(frame)
         #expect(received.rsv1)
         guard case .deliver(.text(let json)) = state.receive(received, allocator: .init()) else {
