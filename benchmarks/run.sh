@@ -93,7 +93,13 @@ echo "== summary"
 if [[ $publish == 1 && $smoke == 0 ]]; then
     mkdir -p "$repo/docs/bench/results"
     cp "$out"/*.json "$repo/docs/bench/results/"
-    cp "$out"/*.png "$out/tables.md" "$repo/docs/bench/"
+    cp "$out"/*.png "$repo/docs/bench/"
+    # The tables of every benchmark published so far, not only of this run's.
+    published=()
+    for name in echo client fanout idle recovery postpath nodes; do
+        [[ -s "$repo/docs/bench/results/$name.json" ]] && published+=("$repo/docs/bench/results/$name.json")
+    done
+    "$py" summary.py "${published[@]}" >"$repo/docs/bench/tables.md"
     echo "# published to docs/bench/"
 fi
 if [[ ${#failed[@]} -gt 0 ]]; then

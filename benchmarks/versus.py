@@ -4,7 +4,8 @@
     benchmarks/versus.py --base OLD/circle --new NEW/circle [--rounds 3]
 
 For each round it runs, alternating A and B so that drift on a shared machine hits both alike:
-  echo.py --servers circle   server CPU µs per echoed message, 64 B and 16 KiB (binary frames)
+  echo.py --servers circle   server CPU µs per echoed message, 64 B and 16 KiB (binary frames),
+                             16 and 1 messages in flight per connection
   idle.py                    server RSS KB per idle joined connection, at 1,000 and 10,000
 Then it prints the median of each figure per build and the ratio new / base (1.00 = the same;
 below 1 is better for both figures). Both binaries should be release builds.
@@ -55,7 +56,8 @@ def main() -> int:
                 echo = run_json("echo.py", ["--servers", "circle", "--circle", binary, "--sizes", "64,16384",
                                             "--duration", str(args.duration)])
                 for result in echo["results"]:
-                    figures.setdefault((f"echo µs/msg {result['size']} B", label), []).append(result["server_us_per_msg"])
+                    name = f"echo µs/msg {result['size']} B, {result['inflight']} in flight"
+                    figures.setdefault((name, label), []).append(result["server_us_per_msg"])
             if not args.skip_idle:
                 idle = run_json("idle.py", ["--circle", binary, "--counts", args.counts, "--idle-watch", "1"])
                 for stage in idle["stages"]:
@@ -63,7 +65,7 @@ def main() -> int:
     names = sorted({name for name, _ in figures}, key=lambda n: (not n.startswith("echo"), n))
     print()
     print(f"# {args.rounds} rounds, alternating; medians. base = {args.base}, new = {args.new}")
-    print(f"{'figure':<28} {'base':>10} {'new':>10} {'new/base':>9}   runs (base | new)")
+    print(f"{'figure':<38} {'base':>10} {'new':>10} {'new/base':>9}   runs (base | new)")
     for name in names:
         base = figures.get((name, "base"), [])
         new = figures.get((name, "new"), [])
@@ -71,7 +73,7 @@ def main() -> int:
             continue
         b, n = statistics.median(base), statistics.median(new)
         runs = f"{', '.join(f'{v:.2f}' for v in base)} | {', '.join(f'{v:.2f}' for v in new)}"
-        print(f"{name:<28} {b:>10.2f} {n:>10.2f} {n / b:>9.2f}   {runs}")
+        print(f"{name:<38} {b:>10.2f} {n:>10.2f} {n / b:>9.2f}   {runs}")
     return 0
 
 

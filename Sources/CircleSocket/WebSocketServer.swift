@@ -97,9 +97,8 @@ public final class WebSocketServer: Sendable {
                     if let sslContext {
                         try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: sslContext))
                     }
-                    let upgrader = NIOWebSocketServerUpgrader(
+                    let upgrader = WebSocketServerUpgrader<Void>(
                         maxFrameSize: min(configuration.maxMessageSize, Int(UInt32.max)),
-                        automaticErrorHandling: false,
                         shouldUpgrade: { channel, head in
                             channel.eventLoop.makeSucceededFuture(Self.responseHeaders(for: head, configuration, decide))
                         },

@@ -182,9 +182,8 @@ public struct CircleHTTPChannel: ServerChildChannel, HTTPChannelHandler {
         )
         let decision = NIOLoopBoundBox(UpgradeDecision(), eventLoop: channel.eventLoop)
         let loopBoundTimeout = NIOLoopBound(timeoutHandler, eventLoop: channel.eventLoop)
-        let upgrader = NIOTypedWebSocketServerUpgrader<Connection>(
+        let upgrader = WebSocketServerUpgrader<Connection>(
             maxFrameSize: limits.maxMessageBytes,
-            enableAutomaticErrorHandling: false,
             shouldUpgrade: { channel, head in
                 self.shouldUpgrade(channel: channel, head: head, decision: decision)
             },
