@@ -55,15 +55,15 @@ package struct WebSocketFrameParser {
             let needed: Int
             if buffer.readableBytes < 2 {
                 needed = 2
-            } else if buffer.readableBytes < Self.headerSize(firstTwo: buffer) {
-                needed = Self.headerSize(firstTwo: buffer)
-            } else {
-                // `frameSize` checks the header once it is whole, before the buffer grows to it.
-                needed = try self.frameSize(of: buffer)!
-                if buffer.readableBytes == needed {
+            } else if let size = try self.frameSize(of: buffer) {
+                // `frameSize` checked the header before the buffer grows to the frame's size.
+                if buffer.readableBytes == size {
                     return Self.readFrame(from: &buffer)
                 }
-                buffer.reserveCapacity(minimumWritableBytes: needed - buffer.readableBytes)
+                buffer.reserveCapacity(minimumWritableBytes: size - buffer.readableBytes)
+                needed = size
+            } else {
+                needed = Self.headerSize(firstTwo: buffer)
             }
             let take = min(needed - buffer.readableBytes, input.readableBytes)
             guard take > 0 else {
@@ -90,26 +90,32 @@ package struct WebSocketFrameParser {
     }
 
     /// The whole frame's size (header and payload) when `buffer` starts with a whole header,
-    /// `nil` when the header is not all there yet. Throws the errors NIO's decoder throws, for
-    /// the same frames: a payload over `maxFrameSize` (or over 2⁶³), a fragmented control frame,
-    /// a control frame over 125 bytes.
+    /// `nil` when the header is not all there yet. Throws, as soon as the length field is there
+    /// (before the masking key, as NIO's decoder does), the errors NIO's decoder throws for the
+    /// same frames: a payload over `maxFrameSize` (or over 2⁶³), a fragmented control frame, a
+    /// control frame over 125 bytes.
     private func frameSize(of buffer: ByteBuffer) throws -> Int? {
         guard buffer.readableBytes >= 2 else { return nil }
-        let headerSize = Self.headerSize(firstTwo: buffer)
-        guard buffer.readableBytes >= headerSize else { return nil }
         let start = buffer.readerIndex
         let first = buffer.getInteger(at: start, as: UInt8.self)!
         let second = buffer.getInteger(at: start + 1, as: UInt8.self)!
         let length: UInt64
         switch second & 0x7F {
-        case 126: length = UInt64(buffer.getInteger(at: start + 2, as: UInt16.self)!)
-        case 127: length = buffer.getInteger(at: start + 2, as: UInt64.self)!
-        case let short: length = UInt64(short)
+        case 126:
+            guard let word = buffer.getInteger(at: start + 2, as: UInt16.self) else { return nil }
+            length = UInt64(word)
+        case 127:
+            guard let word = buffer.getInteger(at: start + 2, as: UInt64.self) else { return nil }
+            length = word
+        case let short:
+            length = UInt64(short)
         }
         guard length <= UInt64(self.maxFrameSize) else { throw NIOWebSocketError.invalidFrameLength }
         let isControl = first & 0x08 != 0
         if isControl && first & 0x80 == 0 { throw NIOWebSocketError.fragmentedControlFrame }
         if isControl && length > 125 { throw NIOWebSocketError.multiByteControlFrameLength }
+        let headerSize = Self.headerSize(firstTwo: buffer)
+        guard buffer.readableBytes >= headerSize else { return nil }
         return headerSize + Int(length)
     }
 

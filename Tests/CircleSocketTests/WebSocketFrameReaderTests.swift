@@ -143,6 +143,24 @@ struct WebSocketFrameReaderTests {
         #expect(try self.reader(reads, maxFrameSize: 1024) == reference)
     }
 
+    @Test(
+        "a bad length or control frame fails as soon as the length is there, before the masking key",
+        arguments: [
+            [0x82, 0xFF, 0x80, 0, 0, 0, 0, 0, 0, 0],  // masked, over 2^63
+            [0x82, 0xFE, 0x04, 0x01],  // masked, over the limit
+            [0x09, 0x80],  // masked ping without fin
+            [0x89, 0xFE, 0x00, 0x7E, 1, 2],  // masked ping of 126 bytes, half a key
+        ] as [[UInt8]]
+    )
+    func errorBeforeMaskingKey(header: [UInt8]) throws {
+        let bytes = ByteBuffer(bytes: header)
+        let reference = try self.reference([bytes], maxFrameSize: 1024)
+        #expect(reference.error != nil)
+        #expect(try self.reader([bytes], maxFrameSize: 1024) == reference)
+        let reads = header.map { ByteBuffer(bytes: [$0]) }
+        #expect(try self.reader(reads, maxFrameSize: 1024) == reference)
+    }
+
     @Test("a partial frame at the end is kept for the next read, not passed on")
     func partialFrameWaits() throws {
         let bytes = try self.wire([WebSocketFrame(fin: true, opcode: .binary, data: self.payload(70_000))])
