@@ -11,9 +11,10 @@ import NIOWebSocket
 /// messages those copies and their page faults were about 11 % of the client's CPU per message
 /// in the client benchmark (`perf`, docs/BENCHMARKS.md section 2). Here a frame that lies whole in
 /// a read is passed on as a slice of it; only a frame cut by the end of a read is copied, once,
-/// into a buffer of exactly its size, which the next reads fill.
+/// into a buffer of exactly its size, which the next reads fill. Both sides use it: the client
+/// after its handshake, servers through ``WebSocketServerUpgrader``.
 ///
-/// A value without I/O: ``WebSocketFrameReaderHandler`` feeds it the channel's reads.
+/// A value without I/O: ``WebSocketFrameReader`` feeds it the channel's reads.
 package struct WebSocketFrameParser {
     private let maxFrameSize: Int
     /// The start of a frame cut by the end of a read: its header bytes so far, or its whole
