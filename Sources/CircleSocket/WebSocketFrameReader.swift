@@ -10,16 +10,22 @@ import NIOWebSocket
 /// on still share that storage, each reclaim copies the rest into fresh memory. With 16 KiB
 /// messages those copies and their page faults were about 11 % of the client's CPU per message
 /// in the client benchmark (`perf`, docs/BENCHMARKS.md section 2). Here a frame that lies whole in
-/// a read is passed on as a slice of it; only a frame cut by the end of a read is copied, once,
-/// into a buffer of exactly its size, which the next reads fill. Both sides use it: the client
+/// a read is passed on as a slice of it; only a frame cut by the end of a read is copied into a
+/// buffer of its own, which the next reads fill. That buffer grows with what has arrived (see
+/// ``WebSocketFrameParser/capacity(frameSize:holding:)``): a peer that sends a header announcing
+/// a large frame and then stalls holds a few KiB, not the announced size. When the next read
+/// completes the frame, the buffer grows once, to the frame's size. Both sides use it: the client
 /// after its handshake, servers through ``WebSocketServerUpgrader``.
 ///
 /// A value without I/O: ``WebSocketFrameReader`` feeds it the channel's reads.
 package struct WebSocketFrameParser {
     private let maxFrameSize: Int
     /// The start of a frame cut by the end of a read: its header bytes so far, or its whole
-    /// header and part of its payload (then with capacity for the whole frame).
+    /// header and part of its payload (see ``capacity(frameSize:holding:)``).
     private var pending: ByteBuffer?
+
+    /// The least capacity of a kept partial frame, unless the frame is smaller.
+    package static let pendingFloor = 4096
 
     package init(maxFrameSize: Int) {
         precondition(maxFrameSize <= UInt32.max, "invalid overlarge max frame size")
@@ -42,12 +48,26 @@ package struct WebSocketFrameParser {
         return Self.readFrame(from: &input)
     }
 
-    /// Moves the rest of `input` to `pending`, with room for the whole frame when its size is known.
+    /// Moves the rest of `input` to `pending`.
     private mutating func keep(_ input: inout ByteBuffer, frameSize: Int?) {
-        var buffer = ByteBufferAllocator().buffer(capacity: max(frameSize ?? 0, Self.maxHeaderSize))
+        let capacity = Self.capacity(frameSize: frameSize, holding: input.readableBytes)
+        var buffer = ByteBufferAllocator().buffer(capacity: capacity)
         buffer.writeBuffer(&input)
         self.pending = buffer
     }
+
+    /// The capacity to ask for a partial frame of `frameSize` bytes (`nil`: its header is not
+    /// complete yet) that must hold `count` bytes: `count`, at least ``pendingFloor``, at most the
+    /// frame (or the longest header). `ByteBuffer` rounds capacities up to a power of two, so the
+    /// buffer holds less than twice `max(count, pendingFloor)` (or than twice the frame), and it
+    /// grows in doublings: each received byte is copied a bounded number of times.
+    package static func capacity(frameSize: Int?, holding count: Int) -> Int {
+        let limit = frameSize ?? Self.maxHeaderSize
+        return max(count, min(limit, Self.pendingFloor))
+    }
+
+    /// The capacity of the partial frame kept now, if any (for tests).
+    package var pendingCapacity: Int? { self.pending?.capacity }
 
     private mutating func continuePending(from input: inout ByteBuffer) throws -> WebSocketFrame? {
         guard var buffer = self.pending else { return nil }
@@ -61,7 +81,6 @@ package struct WebSocketFrameParser {
                 if buffer.readableBytes == size {
                     return Self.readFrame(from: &buffer)
                 }
-                buffer.reserveCapacity(minimumWritableBytes: size - buffer.readableBytes)
                 needed = size
             } else {
                 needed = Self.headerSize(firstTwo: buffer)
@@ -70,6 +89,11 @@ package struct WebSocketFrameParser {
             guard take > 0 else {
                 self.pending = buffer
                 return nil
+            }
+            if buffer.writableBytes < take {
+                let total = buffer.readableBytes + take
+                let capacity = Self.capacity(frameSize: needed, holding: total)
+                buffer.reserveCapacity(minimumWritableBytes: capacity - buffer.readableBytes)
             }
             var part = input.readSlice(length: take)!
             buffer.writeBuffer(&part)

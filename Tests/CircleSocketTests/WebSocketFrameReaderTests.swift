@@ -172,4 +172,52 @@ struct WebSocketFrameReaderTests {
         #expect(frame.data == self.payload(70_000))
         _ = try channel.finish()
     }
+
+    @Test("a stalled frame holds memory in proportion to the bytes received, not to its announced size")
+    func stalledFrameHoldsLittle() throws {
+        let size = 1 << 20
+        let bytes = try self.wire([WebSocketFrame(fin: true, opcode: .binary, data: self.payload(size))])
+        var parser = WebSocketFrameParser(maxFrameSize: 1 << 21)
+
+        // Only the header (10 bytes) and a few payload bytes: a peer that announces 1 MiB and stalls.
+        var first = bytes.getSlice(at: 0, length: 16)!
+        #expect(try parser.next(from: &first) == nil)
+        #expect(try #require(parser.pendingCapacity) <= WebSocketFrameParser.pendingFloor)
+
+        // Trickled bytes grow the buffer with them: below twice what arrived (or the floor).
+        var received = 16
+        for count in [1, 100, 5_000, 20_000, 1] {
+            var part = bytes.getSlice(at: received, length: count)!
+            received += count
+            #expect(try parser.next(from: &part) == nil)
+            let capacity = try #require(parser.pendingCapacity)
+            #expect(capacity >= received)
+            #expect(capacity < 2 * max(received, WebSocketFrameParser.pendingFloor))
+        }
+
+        // The rest in one read completes the frame.
+        var rest = bytes.getSlice(at: received, length: bytes.readableBytes - received)!
+        let frame = try #require(try parser.next(from: &rest))
+        #expect(frame.data == self.payload(size))
+        #expect(parser.pendingCapacity == nil)
+        #expect(rest.readableBytes == 0)
+    }
+
+    @Test("a partial header waits in a buffer about the longest header's size")
+    func partialHeaderIsSmall() throws {
+        var parser = WebSocketFrameParser(maxFrameSize: 1 << 20)
+        var first = ByteBuffer(bytes: [0x82, 0xFF, 0, 0])  // 64-bit length, masked: a 14-byte header
+        #expect(try parser.next(from: &first) == nil)
+        #expect(try #require(parser.pendingCapacity) < 2 * 14)
+    }
+
+    @Test("the capacity asked for a partial frame: what it holds, at least the floor, at most the frame")
+    func partialCapacity() {
+        let floor = WebSocketFrameParser.pendingFloor
+        #expect(WebSocketFrameParser.capacity(frameSize: nil, holding: 3) == 14)
+        #expect(WebSocketFrameParser.capacity(frameSize: 100, holding: 50) == 100)
+        #expect(WebSocketFrameParser.capacity(frameSize: 1 << 20, holding: 10) == floor)
+        #expect(WebSocketFrameParser.capacity(frameSize: 1 << 20, holding: 10_000) == 10_000)
+        #expect(WebSocketFrameParser.capacity(frameSize: 16_398, holding: 16_398) == 16_398)
+    }
 }
