@@ -291,11 +291,16 @@ public final class CircleClient: Sendable {
     /// The last sequence number delivered for a circle.
     public func cursor(of circle: String) async -> Int64? { await self.core.cursor(of: circle) }
 
-    /// Stops and releases the state file.
+    /// Stops for good and releases the state file. Every stream the client handed out
+    /// (``messages(in:)``, ``states()``, ``outboxEvents()``, ``transferEvents()``) ends after the
+    /// events it already holds, so a `for await` over it returns; streams asked for afterwards
+    /// end at once. Use ``disconnect()`` to stop only for a while.
     public func shutdown() async {
         await self.transfers.stop()
         await self.pool.closeAll()
         await self.core.stop()
+        await self.core.finishStreams()
+        self.transfers.finishEvents()
         await self.core.closeStore()
     }
 }

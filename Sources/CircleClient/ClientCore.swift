@@ -49,6 +49,9 @@ actor ClientCore {
     private(set) var state: ConnectionState = .disconnected
     private var stateSubscribers: [UUID: AsyncStream<ConnectionState>.Continuation] = [:]
     private var outboxSubscribers: [UUID: AsyncStream<OutboxEvent>.Continuation] = [:]
+    /// Set by ``finishStreams()`` (the client shut down): every stream has ended, and streams
+    /// asked for later end at once.
+    private var streamsFinished = false
 
     private var socket: WebSocket?
     private var generation = 0
@@ -695,6 +698,10 @@ actor ClientCore {
             self.circles[circle, default: Circle()].cursor = after
         }
         let (stream, continuation) = AsyncStream<CircleEvent>.makeStream(bufferingPolicy: .unbounded)
+        guard !self.streamsFinished else {
+            continuation.finish()
+            return stream
+        }
         let id = UUID()
         // The cache first, in current state, then what follows its cursor: no gap, no overlap.
         for post in self.circles[circle]?.timeline?.posts ?? [] { continuation.yield(.post(post)) }
@@ -918,6 +925,10 @@ actor ClientCore {
         let (stream, continuation) = AsyncStream<ConnectionState>.makeStream(bufferingPolicy: .bufferingNewest(32))
         let id = UUID()
         continuation.yield(self.state)
+        guard !self.streamsFinished else {
+            continuation.finish()
+            return stream
+        }
         self.stateSubscribers[id] = continuation
         continuation.onTermination = { _ in Task { await self.removeStateSubscriber(id) } }
         return stream
@@ -927,6 +938,10 @@ actor ClientCore {
 
     func outboxStream() -> AsyncStream<OutboxEvent> {
         let (stream, continuation) = AsyncStream<OutboxEvent>.makeStream(bufferingPolicy: .unbounded)
+        guard !self.streamsFinished else {
+            continuation.finish()
+            return stream
+        }
         let id = UUID()
         self.outboxSubscribers[id] = continuation
         continuation.onTermination = { _ in Task { await self.removeOutboxSubscriber(id) } }
@@ -937,6 +952,20 @@ actor ClientCore {
 
     private func emit(_ event: OutboxEvent) {
         for continuation in self.outboxSubscribers.values { continuation.yield(event) }
+    }
+
+    /// Ends every stream handed out (messages, states, outbox events) after what they already
+    /// hold, and those asked for later: the client shut down, so a `for await` over them ends.
+    func finishStreams() {
+        self.streamsFinished = true
+        for circle in self.circles.keys {
+            for continuation in self.circles[circle]?.subscribers.values ?? [:].values { continuation.finish() }
+            self.circles[circle]?.subscribers = [:]
+        }
+        for continuation in self.stateSubscribers.values { continuation.finish() }
+        self.stateSubscribers = [:]
+        for continuation in self.outboxSubscribers.values { continuation.finish() }
+        self.outboxSubscribers = [:]
     }
 
     func closeStore() async {

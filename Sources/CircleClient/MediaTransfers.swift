@@ -35,6 +35,8 @@ actor MediaTransfers {
     private struct Listeners {
         var progress: [String: @Sendable (TransferProgress) -> Void] = [:]
         var subscribers: [UUID: AsyncStream<TransferEvent>.Continuation] = [:]
+        /// Set by ``finishEvents()``: streams made later end at once.
+        var finished = false
     }
     private nonisolated let listeners = NIOLockedValueBox(Listeners())
 
@@ -79,9 +81,27 @@ actor MediaTransfers {
     nonisolated func events() -> AsyncStream<TransferEvent> {
         let (stream, continuation) = AsyncStream<TransferEvent>.makeStream(bufferingPolicy: .bufferingNewest(1000))
         let id = UUID()
-        self.listeners.withLockedValue { $0.subscribers[id] = continuation }
+        let open = self.listeners.withLockedValue { listeners in
+            guard !listeners.finished else { return false }
+            listeners.subscribers[id] = continuation
+            return true
+        }
+        guard open else {
+            continuation.finish()
+            return stream
+        }
         continuation.onTermination = { [listeners] _ in listeners.withLockedValue { _ = $0.subscribers.removeValue(forKey: id) } }
         return stream
+    }
+
+    /// Ends every events stream, and those made later (the client shut down).
+    nonisolated func finishEvents() {
+        let subscribers = self.listeners.withLockedValue { listeners in
+            listeners.finished = true
+            defer { listeners.subscribers = [:] }
+            return Array(listeners.subscribers.values)
+        }
+        for continuation in subscribers { continuation.finish() }
     }
 
     private nonisolated func emit(_ event: TransferEvent) {

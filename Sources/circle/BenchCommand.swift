@@ -378,11 +378,10 @@ struct BenchRecoveryCommand: AsyncParsableCommand {
         printJSONLine(["event": "delivered", "t": wallClock()])
         for client in clients { await client.shutdown() }
         await publisher.shutdown()
-        drainPublisher.cancel()
-        stateWatchers.cancel()
         printJSONLine(["event": "shut_down", "t": wallClock()])
-        // shutdown() does not finish the streams of messages(in:); cancelling their readers does.
-        deliveries.cancel()
+        // shutdown() ended every stream, so the readers' loops have returned.
+        await drainPublisher.value
+        await stateWatchers.value
         let seen = await deliveries.value
 
         // Per subscriber: every acknowledged seq from its first delivery on must arrive once.

@@ -106,6 +106,42 @@ struct ClientLiveTests {
         await server.stop()
     }
 
+    @Test("shutdown ends every stream the client handed out, and streams asked for afterwards")
+    func shutdownEndsStreams() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        try await server.start()
+        try await server.createCircle("general", owner: "alice")
+        let alice = try await makeClient(server, user: "alice")
+        await alice.connect()
+        #expect(await waitFor(alice) { $0 == .connected })
+        let messages = await alice.messages(in: "general")
+        let states = await alice.states()
+        let outbox = await alice.outboxEvents()
+        let transfers = alice.transferEvents()
+        // Each reader runs its `for await` to the end and returns what it saw.
+        let readMessages = Task { await within(.seconds(30)) { await messages.reduce(into: [String]()) { if case .post(let post) = $1 { $0.append(post.text ?? "") } } } }
+        let readStates = Task { await within(.seconds(30)) { await states.reduce(0) { count, _ in count + 1 } } }
+        let readOutbox = Task { await within(.seconds(30)) { await outbox.reduce(0) { count, _ in count + 1 } } }
+        let readTransfers = Task { await within(.seconds(30)) { await transfers.reduce(0) { count, _ in count + 1 } } }
+        _ = try await alice.post("before shutdown", to: "general")
+        // The post reached the reader before the shutdown, so the stream must end after it.
+        #expect(await eventually { await alice.cursor(of: "general") == 1 })
+
+        await alice.shutdown()
+
+        #expect(await readMessages.value == ["before shutdown"])
+        #expect(try #require(await readStates.value) >= 1)
+        #expect(try #require(await readOutbox.value) >= 1)
+        #expect(await readTransfers.value == 0)
+        // Asked for after the shutdown: they end at once.
+        #expect(await within(.seconds(30)) { await alice.messages(in: "general").reduce(0) { count, _ in count + 1 } } == 0)
+        #expect(await within(.seconds(30)) { await alice.outboxEvents().reduce(0) { count, _ in count + 1 } } == 0)
+        #expect(await within(.seconds(30)) { await alice.transferEvents().reduce(0) { count, _ in count + 1 } } == 0)
+        #expect(await within(.seconds(30)) { await alice.states().reduce(0) { count, _ in count + 1 } } == 1)
+        await server.stop()
+    }
+
     @Test("posts made while the server restarts all resolve, are stored once, and reach the reader in order")
     func serverRestart() async throws {
         let server = TestServer(limits: .init(postsPerSecond: 10_000, postBurst: 10_000))
