@@ -89,4 +89,40 @@ struct LoopInboxTests {
         loop.run()
         #expect(Array(journal.all.prefix(3)) == ["alice post 1", "alice other", "alice post 2"])
     }
+
+    @Test("work posted with held wakes waits for the wake, then the whole batch drains once, in order")
+    func heldWakesDrainOnce() {
+        let loop = EmbeddedEventLoop()
+        let journal = Journal()
+        let alice = subscriber("alice", on: loop, journal: journal)
+        let inbox = LoopInbox(eventLoop: loop)
+        let other = LoopInbox(eventLoop: loop)
+
+        var wakes = InboxWakes()
+        inbox.post(.run { journal.add("ack 1") }, wakes: &wakes)
+        loop.run()
+        #expect(journal.all.isEmpty, "no drain before the wake, even when the loop runs in between")
+        inbox.post(.deliver([(alice, post(1))]), wakes: &wakes)
+        loop.run()
+        inbox.post(.atEnd { journal.add("answer flush 1") }, wakes: &wakes)
+        other.post(.run { journal.add("other loop") }, wakes: &wakes)
+        #expect(wakes.count == 2, "one wake per inbox, however much was posted to it")
+        loop.run()
+        #expect(journal.all.isEmpty)
+
+        wakes.wake()
+        #expect(wakes.count == 0)
+        loop.run()
+        #expect(journal.all == ["ack 1", "alice post 1", "alice flush", "answer flush 1", "other loop"])
+
+        // Work posted by others while a wake is held joins the held drain.
+        inbox.post(.deliver([(alice, post(2))]), wakes: &wakes)
+        inbox.post(.deliver([(alice, post(3))]))
+        loop.run()
+        #expect(journal.all.count == 5, "the plain post joined the drain that waits for the held wake")
+        wakes.wake()
+        loop.run()
+        // (The subscriber's flush is called once per delivery batch; the second finds nothing.)
+        #expect(Array(journal.all.dropFirst(5)) == ["alice post 2", "alice post 3", "alice flush", "alice flush"])
+    }
 }

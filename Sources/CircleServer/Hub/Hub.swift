@@ -211,12 +211,15 @@ final class Hub: Sendable {
     /// Fans out posts committed through this node; `posts` must be in commit order. Returns the
     /// number of deliveries made at once (posts held for a hole are delivered when it is filled).
     /// Other nodes sharing the store hear that the circles advanced.
+    ///
+    /// The loops' inboxes get the deliveries at once but are woken through `wakes`, so that the
+    /// caller can hand over the rest of its batch first (see ``InboxWakes``).
     @discardableResult
-    func publish(_ posts: [CirclePost]) -> Int {
+    func publish(_ posts: [CirclePost], wakes: inout InboxWakes) -> Int {
         guard !posts.isEmpty else { return 0 }
         var count = 0
         for run in Self.runs(of: posts) {
-            count += self.sequence(run[0].circle) { $0.stored(run) }
+            count += self.sequence(run[0].circle, wakes: &wakes) { $0.stored(run) }
             self.link.send(.posts(circle: run[0].circle, first: run[0].seq, last: run[run.count - 1].seq, posts: run))
         }
         return count
@@ -279,6 +282,12 @@ final class Hub: Sendable {
     /// so that deliveries of a circle leave in sequence order whoever publishes.
     @discardableResult
     private func sequence(_ circle: String, _ step: (inout FeedSequencer) -> [FeedSequencer.Action]) -> Int {
+        var wakes = InboxWakes()
+        defer { wakes.wake() }
+        return self.sequence(circle, wakes: &wakes, step)
+    }
+
+    private func sequence(_ circle: String, wakes: inout InboxWakes, _ step: (inout FeedSequencer) -> [FeedSequencer.Action]) -> Int {
         var reads: [(String, Int64)] = []
         let count = self.sequencer.withLockedValue { sequencer -> Int in
             // Circles are followed while they have subscribers here.
@@ -290,7 +299,7 @@ final class Hub: Sendable {
             var delivered = 0
             for action in step(&sequencer) {
                 switch action {
-                case .publish(let posts): delivered += self.deliver(posts)
+                case .publish(let posts): delivered += self.deliver(posts, wakes: &wakes)
                 case .read(let circle, let after): reads.append((circle, after))
                 }
             }
@@ -301,7 +310,7 @@ final class Hub: Sendable {
     }
 
     /// Hands posts to their circles' subscribers, one hop per event loop.
-    private func deliver(_ posts: [CirclePost]) -> Int {
+    private func deliver(_ posts: [CirclePost], wakes: inout InboxWakes) -> Int {
         // Under the lock only the lookup; encoding and compressing happen outside it.
         var targets: [(post: CirclePost, subscribers: Set<HubSubscriber>, shared: [PerMessageDeflate.SharedCompression])] = []
         self.subscriptions.withLockedValue { table in
@@ -325,7 +334,7 @@ final class Hub: Sendable {
             count += target.subscribers.count
         }
         for (_, group) in perLoop {
-            self.inbox(for: group.loop).post(.deliver(group.deliveries))
+            self.inbox(for: group.loop).post(.deliver(group.deliveries), wakes: &wakes)
         }
         return count
     }
@@ -452,14 +461,24 @@ final class LoopInbox: Sendable {
     }
 
     func post(_ work: Work) {
+        var wakes = InboxWakes()
+        self.post(work, wakes: &wakes)
+        wakes.wake()
+    }
+
+    /// Queues `work`; when no drain is queued yet, one will be once `wakes` is woken. Until then
+    /// later work joins the same drain, whoever posts it.
+    func post(_ work: Work, wakes: inout InboxWakes) {
         let queueDrain = self.queue.withLockedValue { queue -> Bool in
             queue.work.append(work)
             defer { queue.drainQueued = true }
             return !queue.drainQueued
         }
-        if queueDrain {
-            self.eventLoop.execute { self.drain() }
-        }
+        if queueDrain { wakes.inboxes.append(self) }
+    }
+
+    fileprivate func scheduleDrain() {
+        self.eventLoop.execute { self.drain() }
     }
 
     /// On the loop: everything posted so far, in order, then one flush per subscriber.
@@ -489,6 +508,28 @@ final class LoopInbox: Sendable {
         }
         for body in atEnd { body() }
     }
+}
+
+/// Inboxes that were handed work and must be woken: ``wake()`` queues one drain on each loop.
+///
+/// Why the wake is a separate step: the commit loop hands a batch's answers, its deliveries and
+/// the answers' flushes to the same loops one after the other. Woken at each hand-over, a loop
+/// on the committer's core preempts the committer at once (the wake-up is an `eventfd` write),
+/// drains what is there, and is woken again for the next part: three wake-ups, drains and
+/// context switches per loop and batch where one does (`perf` of `postpath.py`, docs/BENCHMARKS.md
+/// section 6). So the committer collects the wakes of the whole batch and wakes each loop once.
+/// Every `InboxWakes` that was posted through must be woken, or its inboxes stall.
+struct InboxWakes {
+    fileprivate var inboxes: [LoopInbox] = []
+
+    /// Queues a drain on each inbox's loop, once; later calls find nothing to wake.
+    mutating func wake() {
+        for inbox in self.inboxes { inbox.scheduleDrain() }
+        self.inboxes = []
+    }
+
+    /// How many inboxes wait for this wake (for tests).
+    var count: Int { self.inboxes.count }
 }
 
 /// One compressor per shared compression setting, reset after every message, for the hub's

@@ -170,40 +170,46 @@ final class PostCommitter: Sendable {
                     if case .stored(let post) = outcome { return post }
                     return nil
                 }
-                let answers = self.answer(zip(batch.map(\.1), outcomes.map { Result<PostOutcome, any Error>.success($0) }))
+                // The answers, the deliveries and the answers' flushes reach each loop with one
+                // wake-up (see `InboxWakes`).
+                var wakes = InboxWakes()
+                let answers = self.answer(zip(batch.map(\.1), outcomes.map { Result<PostOutcome, any Error>.success($0) }), wakes: &wakes)
                 let fanoutStarted = ContinuousClock.now
-                let deliveries = self.hub.publish(stored)
+                let deliveries = self.hub.publish(stored, wakes: &wakes)
                 self.metrics.fanoutLatency.recordNanoseconds(fanoutStarted.elapsedNanoseconds)
                 self.metrics.posts.increment(by: stored.count)
                 self.metrics.deliveries.increment(by: deliveries)
-                answers.finish()
+                answers.finish(wakes: &wakes)
             } catch {
                 self.logger.error("commit failed", metadata: ["error": "\(error)", "batch": "\(batch.count)"])
-                self.answer(batch.map { ($0.1, .failure(error)) }).finish()
+                var wakes = InboxWakes()
+                self.answer(batch.map { ($0.1, .failure(error)) }, wakes: &wakes).finish(wakes: &wakes)
             }
         }
     }
 
     /// The answers of a batch on connections' event loops, posted to the loops' inboxes to be
-    /// written but not yet flushed; ``finish()`` posts their flushes and calls the other
-    /// completions.
+    /// written but not yet flushed; ``finish(wakes:)`` posts their flushes, wakes the loops and
+    /// calls the other completions.
     private struct PendingAnswers {
         var flushes: [(inbox: LoopInbox, flushes: [@Sendable () -> Void])] = []
         var completions: [(Completion, Result<PostOutcome, any Error>)] = []
 
-        func finish() {
+        func finish(wakes: inout InboxWakes) {
             for group in self.flushes {
                 let flushes = group.flushes
                 group.inbox.post(.atEnd {
                     for flush in flushes { flush() }
-                })
+                }, wakes: &wakes)
             }
+            wakes.wake()
             for (completion, result) in self.completions { completion(result) }
         }
     }
 
-    /// Posts the loop answers' writes, one piece of work per event loop, in batch order.
-    private func answer(_ replies: some Sequence<(Reply, Result<PostOutcome, any Error>)>) -> PendingAnswers {
+    /// Posts the loop answers' writes, one piece of work per event loop, in batch order; the
+    /// loops wake when `wakes` does.
+    private func answer(_ replies: some Sequence<(Reply, Result<PostOutcome, any Error>)>, wakes: inout InboxWakes) -> PendingAnswers {
         var pending = PendingAnswers()
         var perLoop: [ObjectIdentifier: Int] = [:]
         var writes: [[(Completion, Result<PostOutcome, any Error>)]] = []
@@ -229,7 +235,7 @@ final class PostCommitter: Sendable {
         for (group, writes) in zip(pending.flushes, writes) {
             group.inbox.post(.run {
                 for (write, result) in writes { write(result) }
-            })
+            }, wakes: &wakes)
         }
         return pending
     }
