@@ -44,19 +44,11 @@ private actor Box {
 
 /// The first value of a stream, or `nil` when none came within `timeout`.
 private func firstValue<T: Sendable>(_ stream: AsyncStream<T>, timeout: Duration = .seconds(30)) async -> T? {
-    await withTaskGroup(of: T?.self) { group in
-        group.addTask {
-            for await value in stream { return value }
-            return nil
-        }
-        group.addTask {
-            try? await Task.sleep(for: timeout)
-            return nil
-        }
-        let first = await group.next() ?? nil
-        group.cancelAll()
-        return first
+    let first = await within(timeout) { () async -> T? in
+        for await value in stream { return value }
+        return nil
     }
+    return first ?? nil
 }
 
 @Suite("CircleClient chat features against a real server", .serialized)

@@ -42,27 +42,14 @@ private func waitFor(_ client: CircleClient, timeout: Duration = .seconds(10), _
 /// Collects a circle's posts in a task until `count` arrived or the time is up.
 func collect(_ stream: AsyncStream<CircleEvent>, count: Int, timeout: Duration = .seconds(60)) -> Task<[CirclePost], Never> {
     Task {
-        await withTaskGroup(of: [CirclePost]?.self) { group in
-            group.addTask {
-                var posts: [CirclePost] = []
-                for await event in stream {
-                    if case .post(let post) = event { posts.append(post) }
-                    if posts.count >= count { break }
-                }
-                return posts
+        await within(timeout) {
+            var posts: [CirclePost] = []
+            for await event in stream {
+                if case .post(let post) = event { posts.append(post) }
+                if posts.count >= count { break }
             }
-            group.addTask {
-                try? await Task.sleep(for: timeout)
-                return nil
-            }
-            var result: [CirclePost] = []
-            for await value in group {
-                if let value { result = value }
-                group.cancelAll()
-                break
-            }
-            return result
-        }
+            return posts
+        } ?? []
     }
 }
 
@@ -121,9 +108,9 @@ struct ClientLiveTests {
         let transfers = alice.transferEvents()
         // Each reader runs its `for await` to the end and returns what it saw.
         let readMessages = Task { await within(.seconds(30)) { await messages.reduce(into: [String]()) { if case .post(let post) = $1 { $0.append(post.text ?? "") } } } }
-        let readStates = Task { await within(.seconds(30)) { await states.reduce(0) { count, _ in count + 1 } } }
-        let readOutbox = Task { await within(.seconds(30)) { await outbox.reduce(0) { count, _ in count + 1 } } }
-        let readTransfers = Task { await within(.seconds(30)) { await transfers.reduce(0) { count, _ in count + 1 } } }
+        let readStates = Task { await countToEnd(states) }
+        let readOutbox = Task { await countToEnd(outbox) }
+        let readTransfers = Task { await countToEnd(transfers) }
         _ = try await alice.post("before shutdown", to: "general")
         // The post reached the reader before the shutdown, so the stream must end after it.
         #expect(await eventually { await alice.cursor(of: "general") == 1 })
@@ -135,10 +122,10 @@ struct ClientLiveTests {
         #expect(try #require(await readOutbox.value) >= 1)
         #expect(await readTransfers.value == 0)
         // Asked for after the shutdown: they end at once.
-        #expect(await within(.seconds(30)) { await alice.messages(in: "general").reduce(0) { count, _ in count + 1 } } == 0)
-        #expect(await within(.seconds(30)) { await alice.outboxEvents().reduce(0) { count, _ in count + 1 } } == 0)
-        #expect(await within(.seconds(30)) { await alice.transferEvents().reduce(0) { count, _ in count + 1 } } == 0)
-        #expect(await within(.seconds(30)) { await alice.states().reduce(0) { count, _ in count + 1 } } == 1)
+        #expect(await countToEnd(alice.messages(in: "general")) == 0)
+        #expect(await countToEnd(alice.outboxEvents()) == 0)
+        #expect(await countToEnd(alice.transferEvents()) == 0)
+        #expect(await countToEnd(alice.states()) == 1, "the last state, then the end")
         await server.stop()
     }
 

@@ -33,3 +33,8 @@ func within<T: Sendable>(_ timeout: Duration, _ body: @escaping @Sendable () asy
         return first
     }
 }
+
+/// How many elements `stream` yields before it ends, or `nil` when it has not ended within 30 s.
+func countToEnd<T: Sendable>(_ stream: AsyncStream<T>) async -> Int? {
+    await within(.seconds(30)) { await stream.reduce(0) { count, _ in count + 1 } }
+}
