@@ -32,7 +32,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.35.2"),
     ],
     targets: [
-        .target(name: "CircleWire"),
+        .target(name: "CircleWire", dependencies: [.product(name: "NIOCore", package: "swift-nio")]),
         // The one HTTP client stack (connections, pool, TLS and SPKI pins, URL targets) of the
         // SDK, the CLI and CircleSocket's WebSocket connects.
         .target(

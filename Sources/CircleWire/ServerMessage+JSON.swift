@@ -1,3 +1,5 @@
+import NIOCore
+
 /// The wire form of ``CircleServerMessage``, written by hand.
 ///
 /// The bytes are exactly those `JSONEncoder` makes with `[.sortedKeys, .withoutEscapingSlashes]`
@@ -10,7 +12,15 @@ extension CircleServerMessage {
     public func encodedJSON() -> String {
         var out = JSONTextWriter()
         self.writeJSON(to: &out)
-        return out.text
+        return String(buffer: out.buffer)
+    }
+
+    /// Appends the JSON text of this message to `buffer` (the bytes ``encodedJSON()`` returns).
+    public func writeJSON(into buffer: inout ByteBuffer) {
+        var out = JSONTextWriter(buffer: buffer)
+        buffer = ByteBuffer()  // so that the writer holds the only reference and grows it in place
+        self.writeJSON(to: &out)
+        buffer = out.buffer
     }
 
     func writeJSON(to out: inout JSONTextWriter) {
@@ -148,38 +158,51 @@ extension CircleSummary {
     }
 }
 
-/// Appends JSON to a `String`: objects opened and closed by the caller, fields written in the
-/// order given (the caller sorts them), strings escaped.
+/// Appends JSON to a `ByteBuffer`: objects opened and closed by the caller, fields written in
+/// the order given (the caller sorts them), strings escaped. A buffer rather than a `String`:
+/// the server sends the bytes as they are, in a frame whose header goes in front of them, so
+/// no copy into a `String` and back is made (docs/BENCHMARKS.md section 6).
 struct JSONTextWriter {
-    private(set) var text = ""
+    private(set) var buffer: ByteBuffer
     /// Whether the innermost open object has a field yet (a comma goes before the next one).
     private var hasField = false
 
     init() {
-        self.text.reserveCapacity(160)
+        self.buffer = ByteBuffer()
+        self.buffer.reserveCapacity(minimumWritableBytes: 160)
+    }
+
+    /// Writes after what `buffer` holds. Its storage should have no other owner, else the first
+    /// write copies it.
+    init(buffer: ByteBuffer) {
+        self.buffer = buffer
     }
 
     mutating func raw(_ literal: StaticString) {
-        literal.withUTF8Buffer { self.text.append(String(decoding: $0, as: UTF8.self)) }
+        self.buffer.writeStaticString(literal)
+    }
+
+    private mutating func byte(_ byte: UInt8) {
+        self.buffer.writeInteger(byte)
     }
 
     mutating func open() {
-        self.text.append("{")
+        self.byte(UInt8(ascii: "{"))
         self.hasField = false
     }
 
     mutating func close() {
-        self.text.append("}")
+        self.byte(UInt8(ascii: "}"))
         // An object is itself a value: what follows it in its container needs a comma.
         self.hasField = true
     }
 
     mutating func key(_ name: StaticString) {
-        if self.hasField { self.text.append(",") }
+        if self.hasField { self.byte(UInt8(ascii: ",")) }
         self.hasField = true
-        self.text.append("\"")
+        self.byte(UInt8(ascii: "\""))
         self.raw(name)
-        self.text.append("\":")
+        self.raw("\":")
     }
 
     mutating func field(_ name: StaticString, _ value: String) {
@@ -189,18 +212,18 @@ struct JSONTextWriter {
 
     mutating func field(_ name: StaticString, _ value: Int64) {
         self.key(name)
-        self.text.append(String(value))
+        self.buffer.writeString(String(value))
     }
 
     mutating func field(_ name: StaticString, _ value: Bool) {
         self.key(name)
-        self.text.append(value ? "true" : "false")
+        self.raw(value ? "true" : "false")
     }
 
     /// A quoted string, escaped as `JSONEncoder` escapes: `\"`, `\\`, `\b`, `\f`, `\n`, `\r`,
     /// `\t`, other bytes below 0x20 as `\u00xx` (lowercase hex); `/` and everything else as is.
     mutating func string(_ value: String) {
-        self.text.append("\"")
+        self.byte(UInt8(ascii: "\""))
         var value = value
         value.withUTF8 { bytes in
             var start = 0
@@ -208,31 +231,30 @@ struct JSONTextWriter {
                 let byte = bytes[index]
                 guard byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") else { continue }
                 if start < index {
-                    self.text.append(String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self))
+                    self.buffer.writeBytes(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(bytes)[start..<index]))
                 }
                 start = index + 1
                 switch byte {
-                case UInt8(ascii: "\""): self.text.append("\\\"")
-                case UInt8(ascii: "\\"): self.text.append("\\\\")
-                case 0x08: self.text.append("\\b")
-                case 0x0C: self.text.append("\\f")
-                case 0x0A: self.text.append("\\n")
-                case 0x0D: self.text.append("\\r")
-                case 0x09: self.text.append("\\t")
+                case UInt8(ascii: "\""): self.raw("\\\"")
+                case UInt8(ascii: "\\"): self.raw("\\\\")
+                case 0x08: self.raw("\\b")
+                case 0x0C: self.raw("\\f")
+                case 0x0A: self.raw("\\n")
+                case 0x0D: self.raw("\\r")
+                case 0x09: self.raw("\\t")
                 default:
-                    let hex: [Character] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "a", "b", "c", "d", "e", "f"]
-                    self.text.append("\\u00")
-                    self.text.append(hex[Int(byte >> 4)])
-                    self.text.append(hex[Int(byte & 0x0F)])
+                    let hex: StaticString = "0123456789abcdef"
+                    self.raw("\\u00")
+                    hex.withUTF8Buffer { digits in
+                        self.byte(digits[Int(byte >> 4)])
+                        self.byte(digits[Int(byte & 0x0F)])
+                    }
                 }
             }
-            if start == 0 {
-                // Nothing escaped: the common case, one append.
-                self.text.append(String(decoding: bytes, as: UTF8.self))
-            } else if start < bytes.count {
-                self.text.append(String(decoding: UnsafeBufferPointer(rebasing: bytes[start...]), as: UTF8.self))
+            if start < bytes.count {
+                self.buffer.writeBytes(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(bytes)[start...]))
             }
         }
-        self.text.append("\"")
+        self.byte(UInt8(ascii: "\""))
     }
 }

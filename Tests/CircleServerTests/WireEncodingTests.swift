@@ -1,4 +1,6 @@
+@testable import CircleServer
 import CircleWire
+import NIOCore
 import Testing
 
 /// The hand-written encoder of server messages against `JSONEncoder`, byte for byte.
@@ -66,6 +68,31 @@ import Testing
             }
         }
         #expect(compared > 3_000)
+    }
+
+    @Test("writeJSON(into:) appends the same bytes as encodedJSON(), after what the buffer holds")
+    func intoBuffer() {
+        for text in Self.strings.prefix(40) {
+            for message in Self.messages(text) {
+                var buffer = ByteBuffer(string: "prefix")
+                message.writeJSON(into: &buffer)
+                #expect(String(buffer: buffer) == "prefix" + message.encodedJSON(), "\(message)")
+            }
+        }
+    }
+
+    @Test(
+        "the hub's payload: the JSON, and the same bytes behind a frame header, as the copying path made them",
+        arguments: [0, 100, 126, 200, 70_000]
+    )
+    func hubFrame(textLength: Int) {
+        let message = CircleServerMessage.post(
+            CirclePost(circle: "room", seq: 1, author: "ana", text: String(repeating: "x", count: textLength), attachment: nil, time: 1, id: "p")
+        )
+        let payload = HubPayload.framed(message, allocator: ByteBufferAllocator())
+        let text = ByteBuffer(string: message.encodedJSON())
+        #expect(payload.text == text)
+        #expect(payload.framed == ServerFrame.text(text, compressed: false, allocator: ByteBufferAllocator()))
     }
 
     @Test func decodesBack() throws {

@@ -28,6 +28,22 @@ struct HubPayload: Sendable {
         HubPayload(text: text, framed: ServerFrame.text(text, compressed: false, allocator: allocator))
     }
 
+    /// `message` encoded once into a buffer with room for the frame's header in front: the text
+    /// and the frame are two views of the same bytes, with no copy.
+    static func framed(_ message: CircleServerMessage, allocator: ByteBufferAllocator) -> HubPayload {
+        let room = ServerFrame.maxHeaderSize
+        var buffer = allocator.buffer(capacity: 256)
+        buffer.moveWriterIndex(forwardBy: room)
+        buffer.moveReaderIndex(forwardBy: room)
+        message.writeJSON(into: &buffer)
+        let length = buffer.readableBytes
+        let start = room - ServerFrame.headerSize(length: length)
+        ServerFrame.setHeader(compressed: false, length: length, in: &buffer, at: start)
+        let text = buffer
+        buffer.moveReaderIndex(to: start)
+        return HubPayload(text: text, framed: buffer)
+    }
+
     /// The deflated copy made for `setting`, if the hub made one.
     func deflated(for setting: PerMessageDeflate.SharedCompression) -> ByteBuffer? {
         for copy in self.deflated where copy.setting == setting { return copy.payload }
@@ -44,21 +60,45 @@ struct HubPayload: Sendable {
 /// The bytes of a server's WebSocket frame (RFC 6455 §5.2): FIN, the opcode, RSV1 when the
 /// payload is deflated (RFC 7692), the length in 7, 16 or 64 bits, no mask.
 enum ServerFrame {
+    static let maxHeaderSize = 10
+
     static func text(_ payload: ByteBuffer, compressed: Bool, allocator: ByteBufferAllocator) -> ByteBuffer {
         let length = payload.readableBytes
-        var frame = allocator.buffer(capacity: length + 10)
-        frame.writeInteger(UInt8(compressed ? 0xC1 : 0x81))
-        if length < 126 {
-            frame.writeInteger(UInt8(length))
-        } else if length <= Int(UInt16.max) {
-            frame.writeInteger(UInt8(126))
-            frame.writeInteger(UInt16(length))
-        } else {
-            frame.writeInteger(UInt8(127))
-            frame.writeInteger(UInt64(length))
-        }
+        var frame = allocator.buffer(capacity: length + Self.maxHeaderSize)
+        Self.writeHeader(compressed: compressed, length: length, into: &frame)
         frame.writeImmutableBuffer(payload)
         return frame
+    }
+
+    /// The header of a final text frame of `length` payload bytes, written at the end.
+    static func writeHeader(compressed: Bool, length: Int, into frame: inout ByteBuffer) {
+        let size = Self.headerSize(length: length)
+        frame.reserveCapacity(minimumWritableBytes: size)
+        Self.setHeader(compressed: compressed, length: length, in: &frame, at: frame.writerIndex)
+        frame.moveWriterIndex(forwardBy: size)
+    }
+
+    static func headerSize(length: Int) -> Int {
+        length < 126 ? 2 : (length <= Int(UInt16.max) ? 4 : 10)
+    }
+
+    /// Sets the header of a final text frame of `length` payload bytes at `index` (within the
+    /// buffer's capacity); returns its size.
+    @discardableResult
+    static func setHeader(compressed: Bool, length: Int, in frame: inout ByteBuffer, at index: Int) -> Int {
+        frame.setInteger(UInt8(compressed ? 0xC1 : 0x81), at: index)
+        let size = Self.headerSize(length: length)
+        switch size {
+        case 2:
+            frame.setInteger(UInt8(length), at: index + 1)
+        case 4:
+            frame.setInteger(UInt8(126), at: index + 1)
+            frame.setInteger(UInt16(length), at: index + 2)
+        default:
+            frame.setInteger(UInt8(127), at: index + 1)
+            frame.setInteger(UInt64(length), at: index + 2)
+        }
+        return size
     }
 }
 
@@ -417,12 +457,14 @@ final class Hub: Sendable {
     }
 
     func encode(_ message: CircleServerMessage) -> ByteBuffer {
-        self.allocator.buffer(string: message.encodedJSON())
+        var buffer = self.allocator.buffer(capacity: 256)
+        message.writeJSON(into: &buffer)
+        return buffer
     }
 
     /// `message` encoded, and deflated once for each of `sharedCompression` whose threshold it reaches.
     func payload(for message: CircleServerMessage, sharedCompression: [PerMessageDeflate.SharedCompression]) -> HubPayload {
-        var payload = HubPayload.framing(self.encode(message), allocator: self.allocator)
+        var payload = HubPayload.framed(message, allocator: self.allocator)
         for setting in sharedCompression where payload.text.readableBytes >= setting.minimumCompressedSize {
             if let deflated = self.deflaters.deflate(payload.text, setting: setting, allocator: self.allocator) {
                 payload.deflated.append((setting, deflated, ServerFrame.text(deflated, compressed: true, allocator: self.allocator)))
