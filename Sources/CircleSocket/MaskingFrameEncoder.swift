@@ -8,57 +8,126 @@ import NIOWebSocket
 /// same job with `applyWebSocketMask` (eight bytes at a time) and otherwise behaves alike: the
 /// header is written into the payload buffer's headroom when it has some, else into a separate
 /// buffer. Frames without a masking key (server role) pass through unmasked.
+///
+/// A payload the app still holds (a message it received and sends back, a buffer it reuses)
+/// cannot be masked in place. NIO's encoder would copy it (copy-on-write) and then mask the
+/// copy; this one masks while copying, in one pass, into a buffer of its own. A small payload's
+/// copy also gets the header in front of it, so the frame is one buffer and one `write`
+/// (benchmarks/client.py, docs/BENCHMARKS.md section 2).
 final class MaskingFrameEncoder: ChannelOutboundHandler {
     typealias OutboundIn = WebSocketFrame
     typealias OutboundOut = ByteBuffer
 
     /// Largest header: 2 bytes, an 8-byte length, a 4-byte key.
     private static let maxHeaderSize = 14
+    /// A copied payload up to this size (header included) shares its buffer with the header.
+    /// Larger ones keep a buffer of exactly their size: `ByteBuffer` rounds capacities up to a
+    /// power of two, and 16 KiB plus a header would take 32 KiB, whose fresh pages cost more
+    /// (page faults) than the second `iovec` of a `writev`.
+    static let headerInCopyLimit = 4096
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         let frame = self.unwrapOutboundIn(data)
         var payload = frame.data
-        var extensionData = frame.extensionData
-        let extensionLength = extensionData?.readableBytes ?? 0
-        if let key = frame.maskKey {
-            extensionData?.withUnsafeMutableReadableBytes { applyWebSocketMask($0, key: key, offset: 0) }
-            payload.withUnsafeMutableReadableBytes { applyWebSocketMask($0, key: key, offset: extensionLength % 4) }
-        }
-        var header = context.channel.allocator.buffer(capacity: Self.maxHeaderSize)
-        Self.writeHeader(of: frame, length: extensionLength + payload.readableBytes, into: &header)
-        if let extensionData {
-            context.write(self.wrapOutboundOut(header), promise: nil)
+        let length = (frame.extensionData?.readableBytes ?? 0) + payload.readableBytes
+        let headerSize = Self.headerSize(length: length, masked: frame.maskKey != nil)
+        if var extensionData = frame.extensionData {
+            // Extension data (none of this library's extensions send any) takes the simple way.
+            if let key = frame.maskKey {
+                extensionData.withUnsafeMutableReadableBytes { applyWebSocketMask($0, key: key, offset: 0) }
+                payload.withUnsafeMutableReadableBytes { applyWebSocketMask($0, key: key, offset: extensionData.readableBytes % 4) }
+            }
+            context.write(self.wrapOutboundOut(Self.header(of: frame, length: length, allocator: context.channel.allocator)), promise: nil)
             context.write(self.wrapOutboundOut(extensionData), promise: nil)
-        } else if payload.readerIndex >= header.readableBytes {
+            context.write(self.wrapOutboundOut(payload), promise: promise)
+            return
+        }
+        if let key = frame.maskKey {
+            let maskedInPlace: Void? = payload.modifyIfUniquelyOwned { buffer in
+                buffer.withUnsafeMutableReadableBytes { applyWebSocketMask($0, key: key, offset: 0) }
+            }
+            if maskedInPlace == nil {
+                payload = Self.maskedCopy(of: payload, frame: frame, headerSize: headerSize, key: key, allocator: context.channel.allocator)
+                if payload.readerIndex == 0, payload.readableBytes == headerSize + length {
+                    // The copy starts with its header: one buffer.
+                    context.write(self.wrapOutboundOut(payload), promise: promise)
+                    return
+                }
+            }
+        }
+        if payload.readerIndex >= headerSize {
             // Enough headroom: one buffer, one write (as NIO's encoder does).
-            let start = payload.readerIndex - header.readableBytes
-            payload.setBuffer(header, at: start)
+            let start = payload.readerIndex - headerSize
+            Self.setHeader(of: frame, length: length, in: &payload, at: start)
             payload.moveReaderIndex(to: start)
         } else {
-            context.write(self.wrapOutboundOut(header), promise: nil)
+            context.write(self.wrapOutboundOut(Self.header(of: frame, length: length, allocator: context.channel.allocator)), promise: nil)
         }
         context.write(self.wrapOutboundOut(payload), promise: promise)
     }
 
-    static func writeHeader(of frame: WebSocketFrame, length: Int, into buffer: inout ByteBuffer) {
+    /// `payload` masked into a new buffer; for a small payload the header is written in front
+    /// (the returned buffer's readable bytes are then the whole frame).
+    private static func maskedCopy(
+        of payload: ByteBuffer,
+        frame: WebSocketFrame,
+        headerSize: Int,
+        key: WebSocketMaskingKey,
+        allocator: ByteBufferAllocator
+    ) -> ByteBuffer {
+        let length = payload.readableBytes
+        let withHeader = headerSize + length <= Self.headerInCopyLimit
+        var copy = allocator.buffer(capacity: withHeader ? headerSize + length : length)
+        if withHeader {
+            copy.moveWriterIndex(forwardBy: Self.setHeader(of: frame, length: length, in: &copy, at: 0))
+        }
+        copy.writeWithUnsafeMutableBytes(minimumWritableBytes: length) { target in
+            payload.withUnsafeReadableBytes { source in copyWebSocketMasked(source, to: target, key: key) }
+            return length
+        }
+        return copy
+    }
+
+    static func headerSize(length: Int, masked: Bool) -> Int {
+        let lengthBytes: Int
+        switch length {
+        case 0...125: lengthBytes = 0
+        case 126...Int(UInt16.max): lengthBytes = 2
+        default: lengthBytes = 8
+        }
+        return 2 + lengthBytes + (masked ? 4 : 0)
+    }
+
+    /// The frame's header in a buffer of its own.
+    static func header(of frame: WebSocketFrame, length: Int, allocator: ByteBufferAllocator) -> ByteBuffer {
+        var header = allocator.buffer(capacity: Self.maxHeaderSize)
+        header.moveWriterIndex(forwardBy: Self.setHeader(of: frame, length: length, in: &header, at: 0))
+        return header
+    }
+
+    /// Writes the header of `frame`, whose payload is `length` bytes, at `index`; returns its size.
+    @discardableResult
+    static func setHeader(of frame: WebSocketFrame, length: Int, in buffer: inout ByteBuffer, at index: Int) -> Int {
         var first: UInt8 = frame.fin ? 0x80 : 0
         if frame.rsv1 { first |= 0x40 }
         if frame.rsv2 { first |= 0x20 }
         if frame.rsv3 { first |= 0x10 }
         first |= UInt8(webSocketOpcode: frame.opcode)
-        buffer.writeInteger(first)
+        var at = index
+        at += buffer.setInteger(first, at: at)
         let maskBit: UInt8 = frame.maskKey == nil ? 0 : 0x80
         switch length {
         case 0...125:
-            buffer.writeInteger(UInt8(length) | maskBit)
+            at += buffer.setInteger(UInt8(length) | maskBit, at: at)
         case 126...Int(UInt16.max):
-            buffer.writeInteger(126 | maskBit)
-            buffer.writeInteger(UInt16(length))
+            at += buffer.setInteger(126 | maskBit, at: at)
+            at += buffer.setInteger(UInt16(length), at: at)
         default:
-            buffer.writeInteger(127 | maskBit)
-            buffer.writeInteger(UInt64(length))
+            at += buffer.setInteger(127 | maskBit, at: at)
+            at += buffer.setInteger(UInt64(length), at: at)
         }
-        if let key = frame.maskKey { buffer.writeBytes(key) }
+        if let key = frame.maskKey { at += buffer.setBytes(key, at: at) }
+        return at - index
     }
 }
 

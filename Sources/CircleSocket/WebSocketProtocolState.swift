@@ -346,18 +346,22 @@ package struct WebSocketProtocolState {
 }
 
 extension WebSocketFrame {
-    /// The payload unmasked eight bytes at a time. NIO's `unmaskedData` works byte by byte, which
-    /// the echo benchmark measured as two thirds of the server's CPU for 16 KiB messages
-    /// (benchmarks/README.md); this is the same transformation, a word at a time.
+    /// The payload unmasked, into a buffer of its own, a word or more at a time. NIO's
+    /// `unmaskedData` works byte by byte, which the echo benchmark measured as two thirds of the
+    /// server's CPU for 16 KiB messages (benchmarks/README.md). The frame's payload is a slice of
+    /// the read buffer, so unmasking it in place would copy it first (copy-on-write): this copies
+    /// and unmasks in one pass.
     package var fastUnmaskedData: ByteBuffer {
         guard let key = self.maskKey else { return self.data }
-        var data = self.data
         // The mask runs over extension data and application data together (RFC 6455 5.3).
         let offset = (self.extensionData?.readableBytes ?? 0) % 4
-        data.withUnsafeMutableReadableBytes { bytes in
-            applyWebSocketMask(bytes, key: key, offset: offset)
+        let length = self.data.readableBytes
+        var unmasked = ByteBufferAllocator().buffer(capacity: length)
+        unmasked.writeWithUnsafeMutableBytes(minimumWritableBytes: length) { target in
+            self.data.withUnsafeReadableBytes { copyWebSocketMasked($0, to: target, key: key, offset: offset) }
+            return length
         }
-        return data
+        return unmasked
     }
 }
 
@@ -366,22 +370,53 @@ extension WebSocketFrame {
 package func applyWebSocketMask(_ bytes: UnsafeMutableRawBufferPointer, key: WebSocketMaskingKey, offset: Int) {
     guard let base = bytes.baseAddress else { return }
     let count = bytes.count
-    // Memory byte i must be XORed with key[(i + offset) % 4]; as a little- or big-endian word the
-    // byte order in memory is what matters, so build the word from bytes in memory order.
-    var pattern: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) = (0, 0, 0, 0, 0, 0, 0, 0)
-    let key64: UInt64 = withUnsafeMutableBytes(of: &pattern) { raw in
-        for index in 0..<8 { raw[index] = key[(index + offset) % 4] }
-        return raw.loadUnaligned(as: UInt64.self)
+    let key64 = maskWord(key: key, offset: offset)
+    // A counted loop with wrapping arithmetic: the compiler vectorizes it (16 bytes or more per
+    // step). With `index += 8` its overflow check kept it to one word per step, five times
+    // slower on 16 KiB (docs/BENCHMARKS.md section 2).
+    let words = count / 8
+    for word in 0..<words {
+        let at = word &* 8
+        base.storeBytes(of: base.loadUnaligned(fromByteOffset: at, as: UInt64.self) ^ key64, toByteOffset: at, as: UInt64.self)
     }
-    var index = 0
-    while index + 8 <= count {
-        let word = base.loadUnaligned(fromByteOffset: index, as: UInt64.self)
-        base.storeBytes(of: word ^ key64, toByteOffset: index, as: UInt64.self)
-        index += 8
-    }
+    var index = words &* 8
     while index < count {
         let byte = base.load(fromByteOffset: index, as: UInt8.self)
         base.storeBytes(of: byte ^ key[(index + offset) % 4], toByteOffset: index, as: UInt8.self)
         index += 1
+    }
+}
+
+/// Writes `source` masked with `key` (byte 0 at key position `offset`) to the first
+/// `source.count` bytes of `target`: a copy and ``applyWebSocketMask(_:key:offset:)`` in one pass.
+/// Source and target must not overlap. In place, use ``applyWebSocketMask(_:key:offset:)``: the
+/// two loops stay separate because given the same memory twice, this one fails the vectorized
+/// loop's overlap check and runs a word at a time (0.80 against 0.53 µs per 16 KiB in a
+/// micro-benchmark of the two loops).
+package func copyWebSocketMasked(_ source: UnsafeRawBufferPointer, to target: UnsafeMutableRawBufferPointer, key: WebSocketMaskingKey, offset: Int = 0) {
+    let count = source.count
+    precondition(target.count >= count, "the target is smaller than the source")
+    guard let from = source.baseAddress, let to = target.baseAddress else { return }
+    let key64 = maskWord(key: key, offset: offset)
+    let words = count / 8  // vectorized, as in applyWebSocketMask
+    for word in 0..<words {
+        let at = word &* 8
+        to.storeBytes(of: from.loadUnaligned(fromByteOffset: at, as: UInt64.self) ^ key64, toByteOffset: at, as: UInt64.self)
+    }
+    var index = words &* 8
+    while index < count {
+        let byte = from.load(fromByteOffset: index, as: UInt8.self)
+        to.storeBytes(of: byte ^ key[(index + offset) % 4], toByteOffset: index, as: UInt8.self)
+        index += 1
+    }
+}
+
+/// Eight key bytes in memory order, starting at key position `offset`: XORed as a word, in
+/// either byte order, it masks eight bytes.
+private func maskWord(key: WebSocketMaskingKey, offset: Int) -> UInt64 {
+    var pattern: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) = (0, 0, 0, 0, 0, 0, 0, 0)
+    return withUnsafeMutableBytes(of: &pattern) { raw in
+        for index in 0..<8 { raw[index] = key[(index + offset) % 4] }
+        return raw.loadUnaligned(as: UInt64.self)
     }
 }

@@ -26,6 +26,31 @@ struct MaskingTests {
         }
     }
 
+    @Test("copyWebSocketMasked equals a copy masked in place, at every length and alignment", arguments: lengths)
+    func maskedCopyMatchesReference(length: Int) {
+        let key: WebSocketMaskingKey = [0x5A, 0x01, 0xC3, 0x80]
+        for skew in 0..<3 {
+            for offset in 0..<4 {
+                var reference = ByteBuffer(bytes: self.bytes(length))
+                reference.webSocketMask(key, indexOffset: offset)
+                let source = [UInt8](repeating: 0xEE, count: skew) + self.bytes(length)
+                var target = [UInt8](repeating: 0xEE, count: length + 3)
+                source.withUnsafeBytes { from in
+                    target.withUnsafeMutableBytes { to in
+                        copyWebSocketMasked(
+                            UnsafeRawBufferPointer(rebasing: from[skew...]),
+                            to: UnsafeMutableRawBufferPointer(rebasing: to[1...]),
+                            key: key,
+                            offset: offset
+                        )
+                    }
+                }
+                #expect(target[0] == 0xEE && target[length + 1] == 0xEE, "wrote outside its target")
+                #expect(Array(target[1..<(length + 1)]) == Array(reference.readableBytesView), "length \(length), skew \(skew), offset \(offset)")
+            }
+        }
+    }
+
     @Test("fastUnmaskedData equals unmaskedData, also at an unaligned reader index")
     func unmaskedData() {
         for length in Self.lengths {
@@ -33,6 +58,11 @@ struct MaskingTests {
             data.moveReaderIndex(forwardBy: 3)
             let frame = WebSocketFrame(fin: true, opcode: .binary, maskKey: .random(), data: data)
             #expect(frame.fastUnmaskedData == frame.unmaskedData)
+            #expect(frame.data == data, "the frame's own payload was changed")
+            let withExtension = WebSocketFrame(
+                fin: true, opcode: .binary, maskKey: .random(), data: data, extensionData: ByteBuffer(bytes: [1, 2, 3, 4, 5])
+            )
+            #expect(withExtension.fastUnmaskedData == withExtension.unmaskedData)
         }
     }
 
@@ -61,6 +91,31 @@ struct MaskingTests {
             #expect(decoded.maskKey == input.maskKey)
             #expect(decoded.unmaskedData == ByteBuffer(bytes: payload))
         }
+        _ = try channel.finish()
+        _ = try decoder.finish()
+    }
+
+    @Test("a payload the caller still holds is sent masked and left as it was; small ones go as one buffer", arguments: lengths)
+    func sharedPayload(length: Int) throws {
+        let channel = EmbeddedChannel()
+        try channel.pipeline.syncOperations.addHandler(MaskingFrameEncoder())
+        let decoder = EmbeddedChannel(handler: ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: 1 << 20)))
+        let payload = self.bytes(length, seed: 11)
+        // A slice of a larger buffer, as a received message is: shared, with bytes in front.
+        let received = ByteBuffer(bytes: [1, 2, 3, 4, 5, 6, 7, 8] + payload)
+        let held = received.getSlice(at: 8, length: length)!
+        try channel.writeOutbound(WebSocketFrame(fin: true, opcode: .binary, maskKey: .random(), data: held))
+        var chunks = 0
+        while let chunk = try channel.readOutbound(as: ByteBuffer.self) {
+            chunks += 1
+            try decoder.writeInbound(chunk)
+        }
+        let decoded = try #require(try decoder.readInbound(as: WebSocketFrame.self))
+        #expect(decoded.unmaskedData == ByteBuffer(bytes: payload))
+        #expect(held == ByteBuffer(bytes: payload), "the caller's buffer was masked")
+        #expect(received == ByteBuffer(bytes: [1, 2, 3, 4, 5, 6, 7, 8] + payload))
+        let headerSize = MaskingFrameEncoder.headerSize(length: length, masked: true)
+        #expect(chunks == (headerSize + length <= MaskingFrameEncoder.headerInCopyLimit ? 1 : 2))
         _ = try channel.finish()
         _ = try decoder.finish()
     }
