@@ -15,7 +15,7 @@ final class ServerServices: Sendable {
     let admission: ConnectionAdmission
     private let connectionsPerUser = NIOLockedValueBox([String: Int]())
     private let acceptingConnections = NIOLockedValueBox(true)
-    private let channels = ChannelRegistry()
+    private let channels: ChannelRegistry
 
     init(configuration: CircleServerConfiguration, store: any CircleStore, authority: TokenAuthority, logger: Logger) {
         self.configuration = configuration
@@ -30,6 +30,7 @@ final class ServerServices: Sendable {
             maxPerAddress: configuration.limits.maxPendingConnectionsPerAddress
         )
         self.committer = PostCommitter(store: store, hub: self.hub, metrics: metrics, logger: logger)
+        self.channels = ChannelRegistry(admission: self.admission)
     }
 
     /// The one token check, for the HTTP routes (``TokenAuthMiddleware``) and the WebSocket
@@ -68,9 +69,10 @@ final class ServerServices: Sendable {
         }
     }
 
-    /// Tracks every accepted connection (HTTP keep-alive ones too) so shutdown can close them.
-    func track(_ channel: any Channel) {
-        self.channels.add(channel)
+    /// Tracks every accepted connection (HTTP keep-alive ones too) so shutdown can close them;
+    /// holds its admission ticket until it closes or becomes a WebSocket.
+    func track(_ channel: any Channel, admitted ticket: ConnectionAdmission.Ticket) {
+        self.channels.add(channel, ticket: ticket)
     }
 
     /// Closes whatever is still open (idle HTTP keep-alive connections, WebSockets that did not
@@ -81,7 +83,8 @@ final class ServerServices: Sendable {
         }
     }
 
-    /// Marks an upgraded connection, which graceful shutdown lets finish its close handshake.
+    /// Marks an upgraded connection, which graceful shutdown lets finish its close handshake,
+    /// and releases its admission ticket (a WebSocket is bounded per user from here on).
     func markWebSocket(_ channel: any Channel) {
         self.channels.markWebSocket(channel)
     }
@@ -111,9 +114,18 @@ final class ChannelRegistry: Sendable {
         var continuation: CheckedContinuation<Void, Never>
     }
 
+    /// One open connection. Its admission ticket lives here rather than in a holder object
+    /// with a close callback of its own: an idle connection costs a few allocations less
+    /// (benchmarks/idle.py).
+    private struct Entry {
+        var channel: any Channel
+        var ticket: ConnectionAdmission.Ticket?
+        var isWebSocket = false
+    }
+
     private struct State {
-        var channels: [ObjectIdentifier: any Channel] = [:]
-        var webSockets: Set<ObjectIdentifier> = []
+        var channels: [ObjectIdentifier: Entry] = [:]
+        var webSocketCount = 0
         var waiters: [Int: Waiter] = [:]
         /// Waits whose deadline came before they were registered.
         var expired: Set<Int> = []
@@ -121,38 +133,54 @@ final class ChannelRegistry: Sendable {
 
         func holds(_ condition: Condition) -> Bool {
             switch condition {
-            case .noWebSockets: return self.webSockets.isEmpty
+            case .noWebSockets: return self.webSocketCount == 0
             case .noChannels: return self.channels.isEmpty
             }
         }
     }
 
     private let state = NIOLockedValueBox(State())
+    private let admission: ConnectionAdmission
 
-    func add(_ channel: any Channel) {
+    init(admission: ConnectionAdmission) {
+        self.admission = admission
+    }
+
+    func add(_ channel: any Channel, ticket: ConnectionAdmission.Ticket) {
         let id = ObjectIdentifier(channel)
-        self.state.withLockedValue { $0.channels[id] = channel }
+        self.state.withLockedValue { $0.channels[id] = Entry(channel: channel, ticket: ticket) }
         channel.closeFuture.whenComplete { _ in
-            let ready = self.state.withLockedValue { state -> [CheckedContinuation<Void, Never>] in
-                state.channels.removeValue(forKey: id)
-                state.webSockets.remove(id)
+            let (ticket, ready) = self.state.withLockedValue { state -> (ConnectionAdmission.Ticket?, [CheckedContinuation<Void, Never>]) in
+                let entry = state.channels.removeValue(forKey: id)
+                if entry?.isWebSocket == true { state.webSocketCount -= 1 }
                 let done = state.waiters.filter { state.holds($0.value.condition) }
                 for key in done.keys { state.waiters.removeValue(forKey: key) }
-                return done.values.map(\.continuation)
+                return (entry?.ticket, done.values.map(\.continuation))
             }
+            if let ticket { self.admission.release(ticket) }
             for waiter in ready { waiter.resume() }
         }
     }
 
-    /// The channel is a WebSocket now (it ends with a close handshake of its own).
+    /// The channel is a WebSocket now: it ends with a close handshake of its own, and its
+    /// admission ticket is released.
     func markWebSocket(_ channel: any Channel) {
         let id = ObjectIdentifier(channel)
-        self.state.withLockedValue { state in
-            if state.channels[id] != nil { state.webSockets.insert(id) }
+        let ticket = self.state.withLockedValue { state -> ConnectionAdmission.Ticket? in
+            guard var entry = state.channels[id] else { return nil }
+            let ticket = entry.ticket
+            entry.ticket = nil
+            if !entry.isWebSocket {
+                entry.isWebSocket = true
+                state.webSocketCount += 1
+            }
+            state.channels[id] = entry
+            return ticket
         }
+        if let ticket { self.admission.release(ticket) }
     }
 
-    func all() -> [any Channel] { self.state.withLockedValue { Array($0.channels.values) } }
+    func all() -> [any Channel] { self.state.withLockedValue { $0.channels.values.map(\.channel) } }
 
     /// Returns once `condition` holds, or at `deadline`.
     func wait(until condition: Condition, deadline: ContinuousClock.Instant) async {

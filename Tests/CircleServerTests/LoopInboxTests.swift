@@ -12,17 +12,24 @@ private final class Journal: Sendable {
     var all: [String] { self.entries.withLockedValue { $0 } }
 }
 
+/// A subscriber that writes what reaches it into the journal.
+private final class JournalSink: HubSubscriberSink {
+    let name: String
+    let journal: Journal
+    init(name: String, journal: Journal) {
+        self.name = name
+        self.journal = journal
+    }
+    func receive(_ event: HubEvent) {
+        guard case .post(_, let seq, _) = event else { return self.journal.add("\(self.name) other") }
+        self.journal.add("\(self.name) post \(seq)")
+    }
+    func flushDeliveries() { self.journal.add("\(self.name) flush") }
+    func shutDown() {}
+}
+
 private func subscriber(_ name: String, on loop: EmbeddedEventLoop, journal: Journal) -> HubSubscriber {
-    HubSubscriber(
-        eventLoop: loop,
-        user: name,
-        deliver: { event in
-            guard case .post(_, let seq, _) = event else { return journal.add("\(name) other") }
-            journal.add("\(name) post \(seq)")
-        },
-        endBatch: { journal.add("\(name) flush") },
-        goAway: {}
-    )
+    HubSubscriber(eventLoop: loop, user: name, sink: JournalSink(name: name, journal: journal))
 }
 
 private func post(_ seq: Int64) -> HubEvent {

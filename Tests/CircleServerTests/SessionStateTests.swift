@@ -490,6 +490,24 @@ struct SessionStateTests {
         #expect(Self.describe(state.shutDown()) == ["close 1001 server shutting down"])
         #expect(Self.describe(state.hubEvent(Self.live(1))).isEmpty)
     }
+
+    @Test("the joined circles keep join order, update in place and remove by name")
+    func joinedCircles() {
+        var joined = JoinedCircles<Int>()
+        #expect(joined["a"] == nil && joined.count == 0)
+        joined["b"] = 1
+        joined["a"] = 2
+        joined["c"] = 3
+        #expect(joined.circles == ["b", "a", "c"])
+        joined["a"] = 20
+        joined["a"]? += 1
+        #expect(joined["a"] == 21 && joined.count == 3)
+        #expect(joined.remove("b") == 1)
+        #expect(joined.remove("b") == nil)
+        joined["c"] = nil
+        joined["zz"] = nil
+        #expect(joined.map(\.circle) == ["a"] && joined.map(\.value) == [21])
+    }
 }
 
 @Suite("Hub: one compression per setting")

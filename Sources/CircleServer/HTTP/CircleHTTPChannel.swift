@@ -104,21 +104,19 @@ public struct CircleHTTPChannel: ServerChildChannel, HTTPChannelHandler {
     public func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         channel.eventLoop.makeCompletedFuture {
             let services = self.services
-            let ticket: AdmissionTicketHolder
             switch services.admission.admit(address: channel.remoteAddress) {
             case .failure(let refused):
                 services.metrics.limitHit(refused.reason.rawValue)
                 channel.close(promise: nil)
                 throw refused
-            case .success(let admitted):
-                ticket = AdmissionTicketHolder(admitted, admission: services.admission)
+            case .success(let ticket):
+                // Released when the channel closes, or at the upgrade (``ServerServices/markWebSocket(_:)``).
+                services.track(channel, admitted: ticket)
             }
-            channel.closeFuture.whenComplete { _ in ticket.release() }
             try Self.setOptions(channel, limits: services.configuration.limits)
-            services.track(channel)
             let sync = channel.pipeline.syncOperations
             guard let tls = self.tls else {
-                return Value(connection: try self.configureHTTP1(channel: channel, ticket: ticket, logger: logger), channel: channel)
+                return Value(connection: try self.configureHTTP1(channel: channel, logger: logger), channel: channel)
             }
             try sync.addHandler(NIOSSLServerHandler(context: tls))
             let alpn = NIOTypedApplicationProtocolNegotiationHandler<Negotiated> { result in
@@ -127,7 +125,7 @@ public struct CircleHTTPChannel: ServerChildChannel, HTTPChannelHandler {
                     return self.http2.setup(channel: channel, logger: logger).map { .http2($0) }
                 default:
                     return channel.eventLoop.makeCompletedFuture {
-                        .http1(try self.configureHTTP1(channel: channel, ticket: ticket, logger: logger))
+                        .http1(try self.configureHTTP1(channel: channel, logger: logger))
                     }
                 }
             }
@@ -167,7 +165,7 @@ public struct CircleHTTPChannel: ServerChildChannel, HTTPChannelHandler {
     }
 
     /// The HTTP/1.1 pipeline with the WebSocket upgrade.
-    func configureHTTP1(channel: any Channel, ticket: AdmissionTicketHolder, logger: Logger) throws -> EventLoopFuture<Connection> {
+    func configureHTTP1(channel: any Channel, logger: Logger) throws -> EventLoopFuture<Connection> {
         let services = self.services
         let limits = services.configuration.limits
         let metrics = services.metrics
@@ -191,10 +189,10 @@ public struct CircleHTTPChannel: ServerChildChannel, HTTPChannelHandler {
                 channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
                     sync.removeHandler(loopBoundTimeout.value, promise: nil)
-                    // A WebSocket is bounded per user (and by its own timeouts) from here on.
-                    ticket.release()
-                    try Self.trimReceiveBuffers(channel)
+                    // A WebSocket is bounded per user (and by its own timeouts) from here on:
+                    // marking it releases its admission ticket.
                     services.markWebSocket(channel)
+                    try Self.trimReceiveBuffers(channel)
                     let endpoint: WebSocketSessionInstaller.Endpoint
                     if URI(head.uri).path == self.paths.echo {
                         endpoint = .echo

@@ -65,22 +65,6 @@ struct ConnectionAdmissionRefused: Error {
     var reason: ConnectionAdmission.Refusal
 }
 
-/// Releases a connection's admission ticket once: at the upgrade, or when the channel closes.
-final class AdmissionTicketHolder: Sendable {
-    private let ticket: NIOLockedValueBox<ConnectionAdmission.Ticket?>
-    private let admission: ConnectionAdmission
-
-    init(_ ticket: ConnectionAdmission.Ticket, admission: ConnectionAdmission) {
-        self.ticket = NIOLockedValueBox(ticket)
-        self.admission = admission
-    }
-
-    func release() {
-        guard let ticket = self.ticket.withLockedValue({ ticket in defer { ticket = nil }; return ticket }) else { return }
-        self.admission.release(ticket)
-    }
-}
-
 extension Optional where Wrapped == SocketAddress {
     /// `192.0.2.1:51234` or `[2001:db8::1]:51234` for log lines.
     var logDescription: String {

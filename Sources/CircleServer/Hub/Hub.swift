@@ -114,42 +114,43 @@ enum HubEvent: Sendable {
     case user(HubPayload)
 }
 
+/// What a subscriber's deliveries go to: the session, called on its event loop only.
+protocol HubSubscriberSink: AnyObject {
+    /// One event; what it writes may stay unflushed until ``flushDeliveries()``.
+    func receive(_ event: HubEvent)
+    /// After every batch of `receive` calls (more than once is harmless): flush. One flush per
+    /// batch instead of one per event saves a syscall per event when a group commit publishes
+    /// several posts at once.
+    func flushDeliveries()
+    /// Close with 1001 (server shutting down).
+    func shutDown()
+}
+
 /// A session as the hub sees it: where it runs and how to reach it there.
+///
+/// It holds its session as one protocol reference rather than three closures: that is about
+/// 300 bytes less for every connection (benchmarks/idle.py, docs/BENCHMARKS.md section 4).
 final class HubSubscriber: Sendable, Hashable {
     let eventLoop: any EventLoop
     let user: String
     /// Set when the session compresses each message on its own: the hub then deflates posts for
     /// it once per setting, shared with every subscriber that has the same.
     let sharedCompression: PerMessageDeflate.SharedCompression?
-    private let deliver: NIOLoopBound<(HubEvent) -> Void>
-    private let endBatch: NIOLoopBound<() -> Void>
-    private let goAway: NIOLoopBound<() -> Void>
+    private let sink: NIOLoopBound<any HubSubscriberSink>
 
-    /// `deliver` may leave what it writes unflushed; `endBatch` runs after every batch of
-    /// deliveries and flushes. One flush per batch instead of one per event saves a syscall per
-    /// event when a group commit publishes several posts at once.
-    init(
-        eventLoop: any EventLoop,
-        user: String,
-        sharedCompression: PerMessageDeflate.SharedCompression? = nil,
-        deliver: @escaping (HubEvent) -> Void,
-        endBatch: @escaping () -> Void,
-        goAway: @escaping () -> Void
-    ) {
+    init(eventLoop: any EventLoop, user: String, sharedCompression: PerMessageDeflate.SharedCompression? = nil, sink: any HubSubscriberSink) {
         self.eventLoop = eventLoop
         self.user = user
         self.sharedCompression = sharedCompression
-        self.deliver = NIOLoopBound(deliver, eventLoop: eventLoop)
-        self.endBatch = NIOLoopBound(endBatch, eventLoop: eventLoop)
-        self.goAway = NIOLoopBound(goAway, eventLoop: eventLoop)
+        self.sink = NIOLoopBound(sink, eventLoop: eventLoop)
     }
 
     /// Call on `eventLoop` only.
-    func receive(_ event: HubEvent) { self.deliver.value(event) }
+    func receive(_ event: HubEvent) { self.sink.value.receive(event) }
     /// Call on `eventLoop` only, after a batch of `receive` calls (more than once is harmless).
-    func flush() { self.endBatch.value() }
+    func flush() { self.sink.value.flushDeliveries() }
     /// Call on `eventLoop` only: close with 1001 (server shutting down).
-    func shutDown() { self.goAway.value() }
+    func shutDown() { self.sink.value.shutDown() }
 
     static func == (lhs: HubSubscriber, rhs: HubSubscriber) -> Bool { lhs === rhs }
     func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }

@@ -14,7 +14,7 @@ import NIOWebSocket
 /// A reply that finds more than `slowConsumerFactor` × `outboundQueueBytes` still unsent closes
 /// the connection as a slow consumer (1013), as live posts do, so that a client that does not
 /// read cannot grow the server.
-final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, SessionTicker.Session {
+final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, SessionTicker.Session, HubSubscriberSink {
     typealias InboundIn = WebSocketFrame
     typealias OutboundIn = WebSocketFrame
     typealias OutboundOut = WebSocketFrame
@@ -67,14 +67,11 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, Sessi
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
-        let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
         let subscriber = HubSubscriber(
             eventLoop: context.eventLoop,
             user: self.user.name,
             sharedCompression: self.framing.sharedCompression,
-            deliver: { loopBound.value.receive($0) },
-            endBatch: { loopBound.value.flushDeliveries() },
-            goAway: { loopBound.value.feed { $0.shutDown() } }
+            sink: self
         )
         self.subscriber = subscriber
         self.services.hub.register(subscriber)
@@ -171,7 +168,7 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, Sessi
     }
 
     /// From the hub, on this event loop.
-    private func receive(_ event: HubEvent) {
+    func receive(_ event: HubEvent) {
         guard let context else { return }
         // Deliveries of a batch wait for one flush at its end, but a large batch must not look
         // like a slow consumer: hand what is buffered to the socket first.
@@ -179,10 +176,15 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, Sessi
         self.feed { $0.hubEvent(event) }
     }
 
-    private func flushDeliveries() {
+    func flushDeliveries() {
         guard self.unflushed else { return }
         self.unflushed = false
         self.context?.flush()
+    }
+
+    /// From the hub: the server is shutting down.
+    func shutDown() {
+        self.feed { $0.shutDown() }
     }
 
     // MARK: Performing actions
