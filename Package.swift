@@ -75,11 +75,14 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // glibc's mallinfo2 and malloc_trim, which Swift's Glibc module does not export.
+        .target(name: "CCircleHeap"),
         .target(
             name: "CircleServer",
             dependencies: [
                 "CircleWire",
                 "CircleSocket",
+                "CCircleHeap",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

@@ -244,8 +244,9 @@ public final class CircleServer: Service, Sendable {
         }
     }
 
-    /// The commit loop, the upload sweeper and the hub's link (store reads for holes; with a
-    /// shared store, the other nodes' signals and the poll), until cancelled.
+    /// The commit loop, the upload sweeper, the hub's link (store reads for holes; with a
+    /// shared store, the other nodes' signals and the poll) and the heap trimmer when
+    /// configured, until cancelled.
     func runBackgroundWork() async {
         let media = self.media
         let services = self.services
@@ -262,6 +263,11 @@ public final class CircleServer: Service, Sendable {
                     metrics: services.metrics,
                     logger: services.logger
                 )
+            }
+            if let interval = services.configuration.heapTrimInterval {
+                group.addTask {
+                    await HeapTrimmer(interval: interval, minimumThreshold: 1 << 20, trims: services.metrics.heapTrims, logger: services.logger).run()
+                }
             }
             await group.next()
             group.cancelAll()

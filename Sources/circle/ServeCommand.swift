@@ -119,6 +119,9 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "With --postgres: how often to ask the database which circles advanced through other nodes, a net under their signals, e.g. 1s or 500ms.")
     var pollInterval: String = "1s"
 
+    @Option(help: "How often to check whether memory freed after a burst can go back to the kernel (malloc_trim), e.g. 1s; off never trims.")
+    var heapTrimInterval: String = "1s"
+
     @Flag(name: .shortAndLong, help: "When the server cannot start, print the technical details too.")
     var verbose = false
 
@@ -164,6 +167,14 @@ struct ServeCommand: AsyncParsableCommand {
         guard let pollInterval = parseDuration(self.pollInterval), pollInterval >= .milliseconds(10) else {
             throw ValidationError("--poll-interval must be a duration of at least 10ms, such as 1s or 500ms")
         }
+        let heapTrimInterval: Duration?
+        if self.heapTrimInterval == "off" {
+            heapTrimInterval = nil
+        } else if let interval = parseDuration(self.heapTrimInterval), interval >= .milliseconds(100) {
+            heapTrimInterval = interval
+        } else {
+            throw ValidationError("--heap-trim-interval must be off or a duration of at least 100ms, such as 1s")
+        }
         var logger = Logger(label: "circle.server", factory: ServerLogHandler.init)
         logger.logLevel = level
         var tls: TLSConfiguration?
@@ -205,7 +216,8 @@ struct ServeCommand: AsyncParsableCommand {
             compression: self.compression,
             compressionMinimumBytes: self.compressionMinBytes,
             corsOrigin: self.corsOrigin ?? ProcessInfo.processInfo.environment["CIRCLE_CORS_ORIGIN"],
-            nodePollInterval: pollInterval
+            nodePollInterval: pollInterval,
+            heapTrimInterval: heapTrimInterval
         )
         guard let postgresURL = self.postgres ?? ProcessInfo.processInfo.environment["CIRCLE_POSTGRES_URL"] else {
             try await self.serve(configuration: configuration, store: nil, logger: logger)

@@ -247,7 +247,7 @@ struct FirstHourTests {
         let metrics = String(decoding: metricsData, as: UTF8.self)
         for line in [
             "# HELP circle_connections Open WebSocket chat connections.", "# HELP process_cpu_seconds_total", "process_resident_memory_bytes ",
-            "process_open_fds ", "circle_build_info{version=\"",
+            "process_open_fds ", "circle_build_info{version=\"", "# HELP circle_heap_trims_total",
         ] {
             #expect(metrics.contains(line), "/metrics lacks \(line):\n\(metrics)")
         }

@@ -67,6 +67,13 @@ public struct CircleServerConfiguration: Sendable {
     /// good any signal from another node that was lost. The longest a post stored through
     /// another node can take to reach this node's subscribers when its signal is lost.
     public var nodePollInterval: Duration
+    /// How often the server checks whether the C allocator (glibc's malloc) holds memory freed
+    /// after a burst, and returns its free pages to the kernel (`malloc_trim`) when the resident
+    /// size has grown since the last trim by 1 MiB or 1/32 of itself and at least that much is
+    /// free. `nil` (the default) never trims: the heap is the whole process's, so an app that
+    /// mounts Circle decides; `circle serve` sets one second. No effect where the allocator is
+    /// not glibc.
+    public var heapTrimInterval: Duration?
 
     public struct Limits: Sendable {
         /// Largest post text, in UTF-8 bytes (`too_large`).
@@ -183,7 +190,8 @@ public struct CircleServerConfiguration: Sendable {
         compression: Bool = false,
         compressionMinimumBytes: Int = 64,
         corsOrigin: String? = nil,
-        nodePollInterval: Duration = .seconds(1)
+        nodePollInterval: Duration = .seconds(1),
+        heapTrimInterval: Duration? = nil
     ) {
         self.host = host
         self.port = port
@@ -197,5 +205,6 @@ public struct CircleServerConfiguration: Sendable {
         self.compressionMinimumBytes = compressionMinimumBytes
         self.corsOrigin = corsOrigin
         self.nodePollInterval = nodePollInterval
+        self.heapTrimInterval = heapTrimInterval
     }
 }

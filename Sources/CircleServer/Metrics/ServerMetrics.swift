@@ -30,6 +30,7 @@ final class ServerMetrics: Sendable {
     let nodeSignalsSent: CoreMetrics.Counter
     let nodeSignalsReceived: CoreMetrics.Counter
     let nodeReads: CoreMetrics.Counter
+    let heapTrims: CoreMetrics.Counter
 
     init() {
         _ = ProcessMetrics.processStart
@@ -59,6 +60,7 @@ final class ServerMetrics: Sendable {
         self.nodeSignalsSent = CoreMetrics.Counter(label: "circle_node_signals_sent_total", factory: factory)
         self.nodeSignalsReceived = CoreMetrics.Counter(label: "circle_node_signals_received_total", factory: factory)
         self.nodeReads = CoreMetrics.Counter(label: "circle_node_reads_total", factory: factory)
+        self.heapTrims = CoreMetrics.Counter(label: "circle_heap_trims_total", factory: factory)
     }
 
     /// Counts an error reply or refusal by its code.
@@ -115,6 +117,7 @@ final class ServerMetrics: Sendable {
         "circle_node_signals_sent_total": "Signals sent to the other nodes sharing the store.",
         "circle_node_signals_received_total": "Signals received from the other nodes sharing the store.",
         "circle_node_reads_total": "Store reads for posts this node learned of without their content (holes, lost signals).",
+        "circle_heap_trims_total": "Times the server returned the allocator's free pages to the kernel (heapTrimInterval).",
         "circle_errors_total": "Error replies and refusals, by error code.",
         "circle_http_requests_total": "HTTP requests, by route and status.",
     ]
@@ -147,18 +150,27 @@ struct ProcessMetrics {
         let cpu = Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6 + Double(usage.ru_stime.tv_sec) + Double(usage.ru_stime.tv_usec) / 1e6
         var metrics = ProcessMetrics(cpuSeconds: cpu, startTime: Self.processStart)
         #if os(Linux)
-        // statm: sizes in pages; the first is the virtual size, the second the resident set.
-        if let statm = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) {
-            let fields = statm.split(separator: " ").compactMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
-            let page = Int(sysconf(Int32(_SC_PAGESIZE)))
-            if fields.count >= 2 {
-                metrics.virtualBytes = fields[0] * page
-                metrics.residentBytes = fields[1] * page
-            }
+        if let sizes = Self.memorySizes() {
+            metrics.virtualBytes = sizes.virtual
+            metrics.residentBytes = sizes.resident
         }
         metrics.openFileDescriptors = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd"))?.count
         #endif
         return metrics
+    }
+
+    /// The process's virtual and resident sizes in bytes, from `/proc/self/statm` (Linux only).
+    static func memorySizes() -> (virtual: Int, resident: Int)? {
+        #if os(Linux)
+        // statm: sizes in pages; the first is the virtual size, the second the resident set.
+        guard let statm = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return nil }
+        let fields = statm.split(separator: " ").compactMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+        guard fields.count >= 2 else { return nil }
+        let page = Int(sysconf(Int32(_SC_PAGESIZE)))
+        return (fields[0] * page, fields[1] * page)
+        #else
+        return nil
+        #endif
     }
 
     init(cpuSeconds: Double, startTime: Double) {
