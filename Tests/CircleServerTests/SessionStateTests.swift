@@ -49,7 +49,20 @@ struct SessionStateTests {
 
     /// A live post as the hub delivers it; its payload text is `live <seq>`.
     static func live(_ seq: Int64, _ circle: String = "general") -> HubEvent {
-        .post(circle: circle, seq: seq, payload: HubPayload(text: ByteBuffer(string: "live \(seq)")))
+        .post(circle: circle, seq: seq, payload: Self.livePayload(seq))
+    }
+
+    /// Live posts the hub delivers together (one commit); each payload's text is `live <seq>`.
+    static func liveRun(_ seqs: [Int64], _ circle: String = "general") -> HubEvent {
+        guard let run = HubPostRun(seqs.map { ($0, Self.livePayload($0)) }, allocator: ByteBufferAllocator()) else {
+            Issue.record("no run for \(seqs)")
+            return Self.live(seqs[0], circle)
+        }
+        return .posts(circle: circle, run: run)
+    }
+
+    static func livePayload(_ seq: Int64) -> HubPayload {
+        HubPayload.framing(ByteBuffer(string: "live \(seq)"), allocator: ByteBufferAllocator())
     }
 
     /// Actions as short strings, so that a test states the exact sequence it expects.
@@ -60,6 +73,7 @@ struct SessionStateTests {
             case .fail(let id, let code, let message): return "error \(id ?? "-") \(code.rawValue): \(message)"
             case .writePost(let post): return "replay \(post.seq)"
             case .write(let payload): return "write \(String(buffer: payload.text))"
+            case .writeRun(let run): return "write " + run.posts.map { String(buffer: $0.payload.text) }.joined(separator: ", ")
             case .flush: return "flush"
             case .subscribe(let circle): return "subscribe \(circle)"
             case .unsubscribe(let circle): return "unsubscribe \(circle)"
@@ -160,6 +174,76 @@ struct SessionStateTests {
         #expect(Self.describe(state.replayRead(circle: "general", after: 5, .success([Self.post(6), Self.post(7)])))
             == ["replay 6", "replay 7", "flush", "flush"])
         #expect(Self.describe(state.hubEvent(Self.live(8))) == ["write live 8"])
+    }
+
+    @Test("a commit's posts reach a live connection as one write; out of step they go one by one, never skipped or repeated")
+    func postRuns() {
+        var state = Self.makeState()
+        Self.joinConfirmed(&state, lastSeq: 5)
+        _ = state.replayRead(circle: "general", after: 5, .success([]))
+        let whole = state.hubEvent(Self.liveRun([6, 7, 8]))
+        #expect(Self.describe(whole) == ["write live 6, live 7, live 8"])
+        guard case .writeRun(let run)? = whole.first else { Issue.record("not a run: \(whole)"); return }
+        var frames = ByteBuffer()
+        for seq: Int64 in [6, 7, 8] { frames.writeImmutableBuffer(Self.livePayload(seq).framed ?? ByteBuffer()) }
+        #expect(run.framed == frames, "the run's frames back to back")
+        // The state moved past the run: the next post follows it, and a repeat of the run sends nothing.
+        #expect(Self.describe(state.hubEvent(Self.live(9))) == ["write live 9"])
+        #expect(Self.describe(state.hubEvent(Self.liveRun([8, 9]))).isEmpty)
+        // Overlapping what was sent: only the new posts, one by one.
+        #expect(Self.describe(state.hubEvent(Self.liveRun([9, 10, 11]))) == ["write live 10", "write live 11"])
+        // A run after a gap: the hole is read from the store, and the run waits for it.
+        #expect(Self.describe(state.hubEvent(Self.liveRun([13, 14]))) == ["read general after 11 limit 256"])
+        #expect(Self.describe(state.replayRead(circle: "general", after: 11, .success([Self.post(12), Self.post(13)])))
+            == ["replay 12", "replay 13", "flush", "write live 14", "flush"])
+        #expect(Self.describe(state.hubEvent(Self.liveRun([15, 16]))) == ["write live 15, live 16"])
+    }
+
+    @Test("a run during a replay is held post by post and sent after it; a run that finds the socket full closes as a slow consumer")
+    func postRunsHeldOrRefused() {
+        var state = Self.makeState()
+        Self.joinConfirmed(&state, since: 1, lastSeq: 3)
+        #expect(Self.describe(state.hubEvent(Self.liveRun([4, 5]))).isEmpty)
+        #expect(Self.describe(state.replayRead(circle: "general", after: 1, .success([Self.post(2), Self.post(3), Self.post(4)])))
+            == ["replay 2", "replay 3", "replay 4", "flush", "write live 5", "flush"])
+        #expect(Self.describe(state.hubEvent(Self.liveRun([7, 8], "elsewhere"))).isEmpty, "a circle not joined")
+        state.isWritable = false
+        #expect(Self.describe(state.hubEvent(Self.liveRun([6, 7]))) == ["count slowConsumer", "close 1013 too slow to keep up; reconnect with since"])
+    }
+
+    @Test("a run is made only of two or more posts in sequence, each with its frame, up to 16 KiB of frames")
+    func runShape() {
+        let allocator = ByteBufferAllocator()
+        #expect(HubPostRun([(1, Self.livePayload(1))], allocator: allocator) == nil, "one post goes as a post")
+        #expect(HubPostRun([(1, Self.livePayload(1)), (3, Self.livePayload(3))], allocator: allocator) == nil, "a gap")
+        #expect(HubPostRun([(1, Self.livePayload(1)), (2, HubPayload(text: ByteBuffer(string: "x")))], allocator: allocator) == nil, "no frame")
+        let big = HubPayload.framing(ByteBuffer(repeating: UInt8(ascii: "z"), count: HubPostRun.maxBytes / 2), allocator: allocator)
+        #expect(HubPostRun([(1, big), (2, big)], allocator: allocator) == nil, "more than maxBytes")
+        let run = HubPostRun([(4, Self.livePayload(4)), (5, Self.livePayload(5))], allocator: allocator)
+        #expect(run?.firstSeq == 4 && run?.lastSeq == 5)
+    }
+
+    @Test("the hub sends a small commit batch to each subscriber as one run, a large one post by post")
+    func hubRuns() throws {
+        let hub = Hub()
+        let loop = EmbeddedEventLoop()
+        let sink = EventSink()
+        hub.subscribe(HubSubscriber(eventLoop: loop, user: "ann", sink: sink), to: "general")
+        func posts(_ seqs: ClosedRange<Int64>, text: String) -> [CirclePost] {
+            seqs.map { CirclePost(circle: "general", seq: $0, author: "bob", text: text, attachment: nil, time: $0, id: "c\($0)") }
+        }
+        func publish(_ posts: [CirclePost]) -> Int {
+            var wakes = InboxWakes()
+            defer { wakes.wake() }
+            return hub.publish(posts, wakes: &wakes)
+        }
+        #expect(publish(posts(1...3, text: "small")) == 3)
+        loop.run()
+        #expect(sink.events == ["run 1-3", "flush"])
+        #expect(publish(posts(4...6, text: String(repeating: "b", count: 8000))) == 3)
+        loop.run()
+        #expect(sink.events == ["run 1-3", "flush", "post 4", "post 5", "post 6", "flush"])
+        try loop.syncShutdownGracefully()
     }
 
     @Test("a failed replay closes with 1011 so the client resumes elsewhere")
@@ -508,6 +592,26 @@ struct SessionStateTests {
         joined["zz"] = nil
         #expect(joined.map(\.circle) == ["a"] && joined.map(\.value) == [21])
     }
+}
+
+/// Records what the hub hands to a session; like a session, it flushes only what it wrote.
+private final class EventSink: HubSubscriberSink, @unchecked Sendable {
+    var events: [String] = []
+    private var unflushed = false
+    func receive(_ event: HubEvent) {
+        self.unflushed = true
+        switch event {
+        case .post(_, let seq, _): self.events.append("post \(seq)")
+        case .posts(_, let run): self.events.append("run \(run.firstSeq)-\(run.lastSeq)")
+        default: self.events.append("other")
+        }
+    }
+    func flushDeliveries() {
+        guard self.unflushed else { return }
+        self.unflushed = false
+        self.events.append("flush")
+    }
+    func shutDown() {}
 }
 
 @Suite("Hub: one compression per setting")

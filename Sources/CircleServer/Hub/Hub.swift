@@ -102,10 +102,47 @@ enum ServerFrame {
     }
 }
 
+/// Posts of one circle that a commit (or another node) published together, in sequence order,
+/// each encoded once, with their frames back to back in one buffer.
+///
+/// A subscriber that is live in the circle and has every post before the run gets the whole run
+/// as that one buffer: one write, one `iovec`, one state update per subscriber and batch, instead
+/// of one per post (`perf` of `benchmarks/fanout.py`: the per-delivery handling, retains and
+/// pending-write entries were most of the server's user time). Others take the posts one by one.
+///
+/// Only small runs are made (at most ``maxBytes`` of frames, with no gap in the sequence
+/// numbers): a session checks its socket's writability once per event, so a run may overshoot
+/// the outbound queue's mark by that much. Larger batches go out as one event per post.
+final class HubPostRun: Sendable {
+    static let maxBytes = 16 * 1024
+
+    let posts: [(seq: Int64, payload: HubPayload)]
+    /// Every post's uncompressed frame, in order.
+    let framed: ByteBuffer
+
+    /// Nil for fewer than two posts, a gap in the sequence numbers, a post without its frame or
+    /// more than ``maxBytes`` of frames.
+    init?(_ posts: [(seq: Int64, payload: HubPayload)], allocator: ByteBufferAllocator) {
+        guard posts.count > 1, zip(posts, posts.dropFirst()).allSatisfy({ $1.seq == $0.seq + 1 }) else { return nil }
+        let frames = posts.compactMap(\.payload.framed)
+        let size = frames.reduce(0) { $0 + $1.readableBytes }
+        guard frames.count == posts.count, size <= Self.maxBytes else { return nil }
+        var buffer = allocator.buffer(capacity: size)
+        for frame in frames { buffer.writeImmutableBuffer(frame) }
+        self.posts = posts
+        self.framed = buffer
+    }
+
+    var firstSeq: Int64 { self.posts[0].seq }
+    var lastSeq: Int64 { self.posts[self.posts.count - 1].seq }
+}
+
 /// What the hub hands to a subscribed session, on the session's event loop.
 enum HubEvent: Sendable {
     /// A committed post, already encoded as the payload of a text frame.
     case post(circle: String, seq: Int64, payload: HubPayload)
+    /// Committed posts of one circle, published together (see ``HubPostRun``).
+    case posts(circle: String, run: HubPostRun)
     /// An ephemeral event (typing, joined, left), already encoded.
     case ephemeral(circle: String, payload: HubPayload)
     /// The user lost access to the circle (removed from a private circle).
@@ -353,26 +390,35 @@ final class Hub: Sendable {
     /// Hands posts to their circles' subscribers, one hop per event loop.
     private func deliver(_ posts: [CirclePost], wakes: inout InboxWakes) -> Int {
         // Under the lock only the lookup; encoding and compressing happen outside it.
-        var targets: [(post: CirclePost, subscribers: Set<HubSubscriber>, shared: [PerMessageDeflate.SharedCompression])] = []
+        var targets: [(posts: [CirclePost], subscribers: Set<HubSubscriber>, shared: [PerMessageDeflate.SharedCompression])] = []
+        let runs = Self.runs(of: posts)
         self.subscriptions.withLockedValue { table in
-            for post in posts {
-                guard let subscribers = table[post.circle], !subscribers.isEmpty else { continue }
+            for run in runs {
+                guard let subscribers = table[run[0].circle], !subscribers.isEmpty else { continue }
                 var shared: [PerMessageDeflate.SharedCompression] = []
                 for subscriber in subscribers {
                     if let setting = subscriber.sharedCompression, !shared.contains(setting) { shared.append(setting) }
                 }
-                targets.append((post, subscribers, shared))
+                targets.append((run, subscribers, shared))
             }
         }
         var perLoop: [ObjectIdentifier: (loop: any EventLoop, deliveries: [(HubSubscriber, HubEvent)])] = [:]
         var count = 0
         for target in targets {
-            let payload = self.payload(for: .post(target.post), sharedCompression: target.shared)
-            let event = HubEvent.post(circle: target.post.circle, seq: target.post.seq, payload: payload)
-            for subscriber in target.subscribers {
-                perLoop[ObjectIdentifier(subscriber.eventLoop), default: (subscriber.eventLoop, [])].deliveries.append((subscriber, event))
+            let circle = target.posts[0].circle
+            let payloads = target.posts.map { ($0.seq, self.payload(for: .post($0), sharedCompression: target.shared)) }
+            let events: [HubEvent]
+            if let run = HubPostRun(payloads, allocator: self.allocator) {
+                events = [.posts(circle: circle, run: run)]
+            } else {
+                events = payloads.map { .post(circle: circle, seq: $0.0, payload: $0.1) }
             }
-            count += target.subscribers.count
+            for subscriber in target.subscribers {
+                for event in events {
+                    perLoop[ObjectIdentifier(subscriber.eventLoop), default: (subscriber.eventLoop, [])].deliveries.append((subscriber, event))
+                }
+            }
+            count += target.subscribers.count * target.posts.count
         }
         for (_, group) in perLoop {
             self.inbox(for: group.loop).post(.deliver(group.deliveries), wakes: &wakes)

@@ -164,6 +164,13 @@ final class ServerWebSocketFraming {
         self.write(text: payload.text, flush: flush, context: context)
     }
 
+    /// Writes a run of posts from the hub, unflushed: on a connection that does not compress,
+    /// the run's frames as the one buffer the hub made for every subscriber; otherwise post by post.
+    func write(_ run: HubPostRun, context: ChannelHandlerContext) {
+        if !self.compresses, self.writeFramed(run.framed, flush: false, context: context) { return }
+        for post in run.posts { self.write(post.payload, flush: false, context: context) }
+    }
+
     /// Writes a whole frame's bytes below the frame encoder; `false` when there is no encoder to
     /// write below (then the caller writes a frame). Nothing is written once the close began.
     private func writeFramed(_ frame: ByteBuffer, flush: Bool, context: ChannelHandlerContext) -> Bool {

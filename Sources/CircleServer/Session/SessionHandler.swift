@@ -211,6 +211,9 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, Sessi
             case .write(let payload):
                 self.framing.write(payload, flush: false, context: context)
                 self.unflushed = true
+            case .writeRun(let run):
+                self.framing.write(run, context: context)
+                self.unflushed = true
             case .flush:
                 self.unflushed = false
                 context.flush()

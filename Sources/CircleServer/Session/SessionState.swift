@@ -93,6 +93,8 @@ struct SessionState {
         case writePost(CirclePost)
         /// Write an event the hub delivered, without flushing.
         case write(HubPayload)
+        /// Write every post of a run the hub delivered, without flushing.
+        case writeRun(HubPostRun)
         case flush
         case subscribe(String)
         case unsubscribe(String)
@@ -399,33 +401,58 @@ struct SessionState {
             guard self.memberships[circle] != nil, self.isWritable else { return actions }
             actions.append(.write(payload))
         case .post(let circle, let seq, let payload):
-            guard var membership = self.memberships[circle] else { return actions }
-            if membership.replaying {
-                membership.pending.append((seq, payload))
-                self.memberships[circle] = membership
-                if membership.pending.count > self.settings.maxPendingDuringReplay {
-                    self.slowConsumer(into: &actions)
+            self.livePost(circle: circle, seq: seq, payload: payload, into: &actions)
+        case .posts(let circle, let run):
+            // The usual case first: live in the circle and the run follows what was sent. Then
+            // the whole run is one write, and the membership is updated in place.
+            let isWritable = self.isWritable
+            let whole = self.memberships.update(circle) { membership -> Bool in
+                guard !membership.replaying, isWritable, run.firstSeq == membership.lastSent + 1 else { return false }
+                membership.lastSent = run.lastSeq
+                return true
+            }
+            switch whole {
+            case nil:
+                break
+            case true?:
+                actions.append(.writeRun(run))
+            case false?:
+                for (seq, payload) in run.posts where !self.isClosing {
+                    self.livePost(circle: circle, seq: seq, payload: payload, into: &actions)
                 }
-                return actions
             }
-            guard seq > membership.lastSent else { return actions }
-            guard self.isWritable else {
-                self.slowConsumer(into: &actions)
-                return actions
-            }
-            guard seq == membership.lastSent + 1 else {
-                // Should not happen (posts are published in order), but never skip: fill the hole.
-                membership.pending.append((seq, payload))
-                membership.replaying = true
-                self.memberships[circle] = membership
-                self.replay(circle, into: &actions)
-                return actions
-            }
-            membership.lastSent = seq
-            self.memberships[circle] = membership
-            actions.append(.write(payload))
         }
         return actions
+    }
+
+    /// One post from the hub for a joined circle: written when it is the next one, held while
+    /// the circle replays, and a hole (which should not happen) starts a replay.
+    private mutating func livePost(circle: String, seq: Int64, payload: HubPayload, into actions: inout [Action]) {
+        guard var membership = self.memberships[circle] else { return }
+        if membership.replaying {
+            membership.pending.append((seq, payload))
+            self.memberships[circle] = membership
+            if membership.pending.count > self.settings.maxPendingDuringReplay {
+                self.slowConsumer(into: &actions)
+            }
+            return
+        }
+        guard seq > membership.lastSent else { return }
+        guard self.isWritable else {
+            self.slowConsumer(into: &actions)
+            return
+        }
+        guard seq == membership.lastSent + 1 else {
+            // Should not happen (posts are published in order), but never skip: fill the hole.
+            membership.pending.append((seq, payload))
+            membership.replaying = true
+            self.memberships[circle] = membership
+            self.replay(circle, into: &actions)
+            return
+        }
+        membership.lastSent = seq
+        self.memberships[circle] = membership
+        actions.append(.write(payload))
     }
 
     // MARK: Requests
@@ -729,6 +756,12 @@ struct JoinedCircles<Value>: Sequence {
             case (nil, nil): break
             }
         }
+    }
+
+    /// Runs `body` on `circle`'s value in place; nil when the circle was not joined.
+    mutating func update<Result>(_ circle: String, _ body: (inout Value) -> Result) -> Result? {
+        guard let index = self.index(of: circle) else { return nil }
+        return body(&self.entries[index].value)
     }
 
     /// Removes `circle`; returns its value, nil when it was not joined.
