@@ -211,6 +211,23 @@ struct SessionStateTests {
         #expect(Self.describe(state.hubEvent(Self.liveRun([6, 7]))) == ["count slowConsumer", "close 1013 too slow to keep up; reconnect with since"])
     }
 
+    @Test("at most seven writes wait for a batch's flush, so NIO's pending-writes queue of 15 never grows")
+    func unflushedWritesBounded() {
+        var unflushed = UnflushedWrites()
+        var flushes = 0
+        for _ in 0..<20 {
+            if unflushed.wrote() {
+                flushes += 1
+                #expect(unflushed.count == UnflushedWrites.limit)
+                unflushed.flushed()
+            }
+            #expect(unflushed.count * 2 < 15, "two buffers a write must fit NIO's first queue")
+        }
+        #expect(flushes == 2 && unflushed.count == 6)
+        unflushed.flushed()
+        #expect(unflushed.count == 0)
+    }
+
     @Test("a run is made only of two or more posts in sequence, each with its frame, up to 16 KiB of frames")
     func runShape() {
         let allocator = ByteBufferAllocator()

@@ -43,9 +43,9 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, Sessi
     /// When the token expires (nil: not during the connection); a timer is set once it is near.
     private var expiry: NIODeadline?
     private var expiryTimer: Scheduled<Void>?
-    /// Hub deliveries written but not yet flushed (see `HubSubscriber`).
-    private var unflushed = false
-    /// While set, replies are written without a flush and leave `unflushed` set (post answers
+    /// Hub deliveries (and held answers) written but not yet flushed (see `HubSubscriber`).
+    private var unflushed = UnflushedWrites()
+    /// While set, replies are written without a flush and counted in `unflushed` (post answers
     /// from the committer, flushed by its flush task).
     private var holdingFlush = false
 
@@ -177,9 +177,16 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, Sessi
     }
 
     func flushDeliveries() {
-        guard self.unflushed else { return }
-        self.unflushed = false
+        guard self.unflushed.count > 0 else { return }
+        self.unflushed.flushed()
         self.context?.flush()
+    }
+
+    /// After a write that waits for the batch's flush: flushes now when too many wait.
+    private func wroteUnflushed(context: ChannelHandlerContext) {
+        guard self.unflushed.wrote() else { return }
+        self.unflushed.flushed()
+        context.flush()
     }
 
     /// From the hub: the server is shutting down.
@@ -210,12 +217,12 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, Sessi
                 self.framing.write(text: self.services.hub.encode(.post(post)), flush: false, context: context)
             case .write(let payload):
                 self.framing.write(payload, flush: false, context: context)
-                self.unflushed = true
+                self.wroteUnflushed(context: context)
             case .writeRun(let run):
                 self.framing.write(run, context: context)
-                self.unflushed = true
+                self.wroteUnflushed(context: context)
             case .flush:
-                self.unflushed = false
+                self.unflushed.flushed()
                 context.flush()
             case .subscribe(let circle):
                 if let subscriber { self.services.hub.subscribe(subscriber, to: circle) }
@@ -279,7 +286,7 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, Sessi
             }
         }
         self.framing.write(text: self.services.hub.encode(message), flush: !self.holdingFlush, context: context)
-        if self.holdingFlush { self.unflushed = true }
+        if self.holdingFlush { self.wroteUnflushed(context: context) }
     }
 
     /// Tells the circle's other members that this user joined or left (already subscribed or
@@ -400,5 +407,26 @@ extension TimeAmount {
     init?(clampedSeconds seconds: Double, horizon: TimeAmount) {
         guard seconds.isFinite, seconds <= Double(horizon.nanoseconds) / 1e9 else { return nil }
         self = .nanoseconds(Int64(max(seconds, 0) * 1e9))
+    }
+}
+
+/// Writes that wait for a batch's flush. At most ``limit`` wait: NIO's queue of a channel's
+/// pending writes has room for 15 buffers (a write is one or two) and doubles, for good, when a
+/// burst fills it. The presence storm of many joins did that on many connections (134–296 bytes
+/// each on average at 1,000 idle connections, heaptrack; docs/BENCHMARKS.md section 4). A
+/// commit's posts reach a subscriber as one write (``HubPostRun``), so fan-out seldom gets here.
+struct UnflushedWrites {
+    static let limit = 7
+
+    private(set) var count = 0
+
+    /// One more write; true when the owner must flush now.
+    mutating func wrote() -> Bool {
+        self.count += 1
+        return self.count >= Self.limit
+    }
+
+    mutating func flushed() {
+        self.count = 0
     }
 }
