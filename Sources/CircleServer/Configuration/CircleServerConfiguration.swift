@@ -69,8 +69,8 @@ public struct CircleServerConfiguration: Sendable {
     public var nodePollInterval: Duration
     /// How often the server checks whether the C allocator (glibc's malloc) holds memory freed
     /// after a burst, and returns its free pages to the kernel (`malloc_trim`) when the resident
-    /// size has grown since the last trim by 1 MiB or 1/32 of itself and at least that much is
-    /// free. `nil` (the default) never trims: the heap is the whole process's, so an app that
+    /// size has settled, has grown since the last trim by 1 MiB or 1/32 of itself, and at least
+    /// that much is free (`HeapTrimState`). `nil` (the default) never trims: the heap is the whole process's, so an app that
     /// mounts Circle decides; `circle serve` sets one second. No effect where the allocator is
     /// not glibc.
     public var heapTrimInterval: Duration?
