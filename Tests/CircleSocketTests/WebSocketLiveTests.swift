@@ -108,7 +108,8 @@ struct WebSocketLiveTests {
             let socket = try await WebSocket.connect(to: "ws://127.0.0.1:\(server.port)/")
             let rtt = try await socket.ping()
             #expect(rtt > .zero)
-            #expect(rtt < .seconds(5))
+            // A sanity bound only: on a loaded machine a task may resume seconds late.
+            #expect(rtt < .seconds(60))
             await socket.close()
         }
     }
@@ -194,14 +195,15 @@ struct WebSocketLiveTests {
         defer { silent.close(promise: nil) }
         var configuration = WebSocketConfiguration()
         configuration.connectTimeout = .milliseconds(300)
-        let started = ContinuousClock.now
         do {
             _ = try await WebSocket.connect(to: "ws://127.0.0.1:\(silent.localAddress!.port!)/", configuration: configuration)
             Issue.record("connect should have timed out")
         } catch let error as WebSocketError {
             #expect(error.code == .connectTimeout)
+            // The configured timeout fired, not the 10 s default. (The elapsed time is no proof:
+            // on a loaded machine the task that sees the error may resume seconds later.)
+            #expect(error.message.hasSuffix("within 300 ms"), "\(error.message)")
         }
-        #expect(ContinuousClock.now - started < .seconds(5))
     }
 
     @Test("a refused TCP connection throws connectionFailed, a bad URL invalidURL")
