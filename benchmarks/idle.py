@@ -15,6 +15,7 @@ N^2/2 events; the clients read and count them (they are part of what the server 
     python idle.py --counts 1000 --users 10 --settle 3
     python idle.py --memprobe            # also read the server's live heap (glibc mallinfo2)
     python idle.py --circles 1000        # analysis: each connection in its own circle (no presence fan-out)
+    python idle.py --history 256         # each join resumes with since=0: 256 stored posts replayed first
 
 Only 127.0.0.1 is contacted; every phase has a time limit (--phase-timeout).
 """
@@ -44,10 +45,11 @@ class Stats:
 
 
 class IdleClient(WSListener):
-    __slots__ = ("stats", "transport", "pending", "pending_id")
+    __slots__ = ("stats", "transport", "pending", "pending_id", "posts")
 
     def __init__(self, stats: Stats) -> None:
         self.stats = stats
+        self.posts = 0
         self.transport: WSTransport | None = None
         self.pending: asyncio.Future | None = None
         self.pending_id = b""
@@ -61,6 +63,9 @@ class IdleClient(WSListener):
         msg_type = frame.msg_type
         if msg_type is WSMsgType.TEXT:
             data = frame.get_payload_as_bytes()
+            if data.endswith(b'"type":"post"}'):  # a stored post replayed on join (--history)
+                self.posts += 1
+                return
             if data.startswith(b'{"circle"'):  # an event (joined/left/typing/post), not a reply
                 stats.events += 1
                 if b'"type":"joined"' in data:
@@ -90,6 +95,25 @@ class IdleClient(WSListener):
             return await asyncio.wait_for(self.pending, timeout)
         finally:
             self.pending = None
+
+
+async def post_history(port: int, token: str, circles: list[str], count: int, timeout: float) -> None:
+    """Stores `count` posts of 100 bytes in each circle, one at a time, through one connection."""
+    stats = Stats()
+    _, client = await ws_connect(lambda: IdleClient(stats), f"ws://127.0.0.1:{port}/v1/ws?token={token}",
+                                 extra_headers={"Sec-WebSocket-Protocol": "circle.v1"}, websocket_handshake_timeout=30)
+    try:
+        for circle in circles:
+            reply = await client.request({"action": "join", "id": f"h-{circle}", "circle": circle}, timeout)
+            if reply.get("type") != "ack":
+                raise RuntimeError(f"join answered {reply}")
+            for n in range(count):
+                reply = await client.request({"action": "post", "id": f"h-{circle}-{n}", "circle": circle,
+                                              "text": f"history {n:05d} " + "x" * 86}, timeout)
+                if reply.get("type") != "ack":
+                    raise RuntimeError(f"history post answered {reply}")
+    finally:
+        client.transport.disconnect()
 
 
 async def gather_limited(coros, limit: int, deadline: float, what: str):
@@ -141,16 +165,16 @@ async def run(args) -> dict:
             sys.exit("--memprobe needs a C compiler (cc)")
         probe_out = probe_so + ".txt"
         env = {"LD_PRELOAD": probe_so, "MEMPROBE_OUT": probe_out}
-    server = benchlib.circle_server(args.circle, env=env, wrapper=args.server_wrapper.split() or None, extra=[
-        "--max-connections-per-user", str(per_user),
-        "--idle-timeout", args.idle_timeout,
-    ])
+    extra = ["--max-connections-per-user", str(per_user), "--idle-timeout", args.idle_timeout]
+    if args.history:
+        extra += ["--posts-per-second", "1000000", "--post-burst", "1000000"]
+    server = benchlib.circle_server(args.circle, env=env, wrapper=args.server_wrapper.split() or None, extra=extra)
     server.start(args.server_cpu)
     pid = server.pid
     stats = Stats()
     clients: list[IdleClient] = []
     report: dict = {"benchmark": "idle", "users": args.users, "max_connections_per_user": per_user,
-                    "idle_timeout": args.idle_timeout, "server_argv": server.argv, "stages": []}
+                    "idle_timeout": args.idle_timeout, "history": args.history, "server_argv": server.argv, "stages": []}
     try:
         users = [f"user{i:03d}" for i in range(args.users)]
         tokens = [benchlib.dev_token(server.port, u) for u in users]
@@ -159,6 +183,8 @@ async def run(args) -> dict:
             status, body = benchlib.http_json("POST", server.port, "/v1/circles", tokens[0], {"name": name})
             if status not in (200, 201):
                 raise RuntimeError(f"POST /v1/circles: {status} {body}")
+        if args.history:
+            await post_history(server.port, tokens[0], circles, args.history, args.phase_timeout)
         await asyncio.sleep(args.settle)
         if probe_out:
             report["baseline_probe"] = benchlib.memprobe(pid, probe_out)
@@ -199,8 +225,10 @@ async def run(args) -> dict:
             join_started = time.monotonic()
 
             async def join(client: IdleClient, n: int):
-                reply = await client.request({"action": "join", "id": f"j{n}", "circle": circles[n % len(circles)]},
-                                             timeout=max(1.0, deadline - time.monotonic()))
+                action = {"action": "join", "id": f"j{n}", "circle": circles[n % len(circles)]}
+                if args.history:
+                    action["since"] = 0
+                reply = await client.request(action, timeout=max(1.0, deadline - time.monotonic()))
                 if reply.get("type") != "ack":
                     raise RuntimeError(f"join answered {reply}")
 
@@ -213,6 +241,10 @@ async def run(args) -> dict:
             joins_acked_s = time.monotonic() - join_started
             waited = await quiesce(stats, 2.0, max(5.0, deadline - time.monotonic()))
             join_s = time.monotonic() - join_started
+            wrong = [c.posts for c in fresh if c.posts != args.history]
+            if wrong:
+                raise RuntimeError(f"{len(wrong)} connections got other than {args.history} replayed posts, "
+                                   f"first counts: {wrong[:5]}")
             await asyncio.sleep(args.settle)
             joined = snapshot(pid)
             if stats.disconnected:
@@ -302,6 +334,9 @@ def main() -> int:
     parser.add_argument("--phase-timeout", type=float, default=900.0, help="time limit per stage, seconds")
     parser.add_argument("--circles", type=int, default=1,
                         help="spread the joins over this many circles (1: all in \"general\", as specified)")
+    parser.add_argument("--history", type=int, default=0,
+                        help="store this many posts in each circle first, and join with since=0, so that every "
+                             "connection replays them before it idles (the server replays 256 per page)")
     parser.add_argument("--memprobe", action="store_true",
                         help="preload tools/memprobe.c into the server to read its live heap (mallinfo2) after each "
                              "stage; it then calls malloc_trim(0), so later RSS readings start from a trimmed heap")
@@ -328,7 +363,7 @@ def main() -> int:
     benchlib.exit_on_sigterm()
     print(f"# idle: {', '.join(f'{c:,}' for c in counts)} connections over {args.users} users, joined to "
           f"\"general\"; server on CPU {args.server_cpu}, clients on CPU {args.client_cpu} (picows on {loop_name}); "
-          f"KB = 1024 bytes", flush=True)
+          f"KB = 1024 bytes" + (f"; each join replays {args.history} stored posts" if args.history else ""), flush=True)
     report = asyncio.run(run(args))
     if args.json:
         with open(args.json, "w") as f:

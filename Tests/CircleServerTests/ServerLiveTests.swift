@@ -206,6 +206,51 @@ struct ServerLiveTests {
         await server.stop()
     }
 
+    @Test("a resume across three replay pages sends every post once, in order, compressed or not, and the connection stays live")
+    func replayPagesCompressedOrNot() async throws {
+        let server = TestServer(limits: .init(postsPerSecond: 100_000, postBurst: 100_000))
+        server.configuration.compression = true
+        defer { server.remove() }
+        try await server.start()
+        try await server.createCircle("long", owner: "w")
+        let writer = try await TestClient.connect(server, user: "w")
+        _ = try await writer.request { .join("long", id: $0) }
+        let stored = 600  // pages of 256: two full pages and a part
+        for index in 1...stored {
+            let text = index % 50 == 0 ? String(repeating: "long post \(index) ", count: 400) : "post \(index)"
+            #expect(try await writer.request { .post(text, to: "long", id: $0) }.ackSeq == Int64(index))
+        }
+        var total = Int64(stored)
+        for compression in [false, true] {
+            let reader = try await TestClient(url: server.wsURL, token: try await server.token("r"), compression: compression)
+            #expect((reader.socket.compression != nil) == compression)
+            try await reader.send(.join("long", id: "join", since: 0))
+            var seqs: [Int64] = []
+            while seqs.count < total {
+                guard let message = try await reader.next(timeout: .seconds(30)) else { break }
+                if let post = message.post {
+                    seqs.append(post.seq)
+                    let expected = post.seq > stored ? "after \(post.seq)" : post.seq % 50 == 0 ? "long post \(post.seq) " : "post \(post.seq)"
+                    #expect(post.text?.hasPrefix(expected) == true, "seq \(post.seq)")
+                }
+            }
+            #expect(seqs == Array(1...total), "compression \(compression)")
+            // Live after the replay: the next post follows at once.
+            total += 1
+            let next = total
+            #expect(try await writer.request { .post("after \(next)", to: "long", id: $0) }.ackSeq == next)
+            var live: CirclePost?
+            while live == nil {
+                guard let message = try await reader.next(timeout: .seconds(30)) else { break }
+                live = message.post
+            }
+            #expect(live?.seq == next)
+            await reader.close()
+        }
+        await writer.close()
+        await server.stop()
+    }
+
     @Test("bad input gets a documented error and the connection stays open")
     func badInput() async throws {
         let server = TestServer(limits: .init(maxPostBytes: 100, maxMessageBytes: 4096, postsPerSecond: 1, postBurst: 3))

@@ -67,33 +67,33 @@ struct SessionStateTests {
 
     /// Actions as short strings, so that a test states the exact sequence it expects.
     static func describe(_ actions: [SessionState.Action]) -> [String] {
-        actions.map { action in
+        actions.flatMap { action -> [String] in
             switch action {
-            case .send(let message): return "send " + describe(message)
-            case .fail(let id, let code, let message): return "error \(id ?? "-") \(code.rawValue): \(message)"
-            case .writePost(let post): return "replay \(post.seq)"
-            case .write(let payload): return "write \(String(buffer: payload.text))"
-            case .writeRun(let run): return "write " + run.posts.map { String(buffer: $0.payload.text) }.joined(separator: ", ")
-            case .flush: return "flush"
-            case .subscribe(let circle): return "subscribe \(circle)"
-            case .unsubscribe(let circle): return "unsubscribe \(circle)"
-            case .arrive(let circle): return "arrive \(circle)"
-            case .depart(let circle): return "depart \(circle)"
-            case .broadcastTyping(let circle): return "typing \(circle)"
-            case .checkAccess(let request): return "check \(request.id)"
-            case .readReplay(let circle, let after, let limit): return "read \(circle) after \(after) limit \(limit)"
-            case .readHistory(let request): return "history \(request.id)"
+            case .send(let message): return ["send " + describe(message)]
+            case .fail(let id, let code, let message): return ["error \(id ?? "-") \(code.rawValue): \(message)"]
+            case .writePosts(let posts): return posts.map { "replay \($0.seq)" }
+            case .write(let payload): return ["write \(String(buffer: payload.text))"]
+            case .writeRun(let run): return ["write " + run.posts.map { String(buffer: $0.payload.text) }.joined(separator: ", ")]
+            case .flush: return ["flush"]
+            case .subscribe(let circle): return ["subscribe \(circle)"]
+            case .unsubscribe(let circle): return ["unsubscribe \(circle)"]
+            case .arrive(let circle): return ["arrive \(circle)"]
+            case .depart(let circle): return ["depart \(circle)"]
+            case .broadcastTyping(let circle): return ["typing \(circle)"]
+            case .checkAccess(let request): return ["check \(request.id)"]
+            case .readReplay(let circle, let after, let limit): return ["read \(circle) after \(after) limit \(limit)"]
+            case .readHistory(let request): return ["history \(request.id)"]
             case .submit(let post):
                 let change = post.change.map { " \($0.rawValue) \(post.target ?? 0)" } ?? ""
-                return "submit \(post.clientID) at \(post.time)" + change
-            case .markRead(let request): return "mark \(request.circle) \(request.seq ?? -1)"
-            case .listCircles(let request): return "circles \(request.id)"
-            case .broadcastRead(let circle, let seq): return "tell read \(circle) \(seq)"
-            case .read: return "read"
-            case .close(let code, let reason): return "close \(code.rawValue) \(reason)"
-            case .count(let metric): return "count \(metric)"
-            case .logReplayFailure(let circle, _): return "log replay failure \(circle)"
-            case .unregister(let circles): return "unregister \(circles.sorted())"
+                return ["submit \(post.clientID) at \(post.time)" + change]
+            case .markRead(let request): return ["mark \(request.circle) \(request.seq ?? -1)"]
+            case .listCircles(let request): return ["circles \(request.id)"]
+            case .broadcastRead(let circle, let seq): return ["tell read \(circle) \(seq)"]
+            case .read: return ["read"]
+            case .close(let code, let reason): return ["close \(code.rawValue) \(reason)"]
+            case .count(let metric): return ["count \(metric)"]
+            case .logReplayFailure(let circle, _): return ["log replay failure \(circle)"]
+            case .unregister(let circles): return ["unregister \(circles.sorted())"]
             }
         }
     }
@@ -153,6 +153,23 @@ struct SessionStateTests {
             == ["replay 3", "replay 4", "flush", "read general after 4 limit 2"])
         #expect(Self.describe(state.replayRead(circle: "general", after: 4, .success([Self.post(5)]))) == ["replay 5", "flush", "flush"])
         #expect(Self.describe(state.hubEvent(Self.live(6))) == ["write live 6"])
+    }
+
+    @Test("a replay page is one write of its posts in order, without the ones already sent")
+    func replayPageIsOneWrite() throws {
+        var state = Self.makeState()
+        _ = Self.joinConfirmed(&state, since: 1, lastSeq: 4)
+        let actions = state.replayRead(circle: "general", after: 1, .success([Self.post(1), Self.post(2), Self.post(3), Self.post(4)]))
+        guard case .writePosts(let page) = try #require(actions.first) else {
+            Issue.record("expected one write of the page first, got \(Self.describe(actions))")
+            return
+        }
+        #expect(page.map(\.seq) == [2, 3, 4])
+        #expect(Self.describe(Array(actions.dropFirst())) == ["flush", "flush"])
+        // A page with nothing new writes nothing.
+        var again = Self.makeState()
+        _ = Self.joinConfirmed(&again, since: 3, lastSeq: 4)
+        #expect(Self.describe(again.replayRead(circle: "general", after: 3, .success([Self.post(2), Self.post(3)]))) == ["flush", "flush"])
     }
 
     @Test("a live-only join starts after the newest stored post; a cursor from the future too")
@@ -692,6 +709,28 @@ struct HubCompressionTests {
         #expect(made.framed == ServerFrame.text(made.text, compressed: false, allocator: .init()))
         let deflated = try #require(made.deflated(for: setting))
         #expect(made.framedDeflated(for: setting) == ServerFrame.text(deflated, compressed: true, allocator: .init()))
+    }
+
+    @Test("stored posts framed back to back: each decodes as its own text frame; buffers split at the size, a large post alone")
+    func storedFrames() throws {
+        let texts = ["a", String(repeating: "b", count: 200), String(repeating: "c", count: 3_000), "d", String(repeating: "e", count: 70_000), "f"]
+        let messages = texts.enumerated().map { CircleServerMessage.post(
+            CirclePost(circle: "general", seq: Int64($0.offset + 1), author: "ann", text: $0.element, attachment: nil, time: 1, id: "c\($0.offset)")
+        ) }
+        let buffers = ServerFrame.frames(of: messages, maxBytes: 2_048, allocator: .init())
+        // "a" and the 200-byte post share a buffer; each larger one starts its own; "d" fits
+        // nowhere after the 3,000-byte post; "f" follows the 70,000-byte one in a new buffer.
+        #expect(buffers.count == 5)
+        let channel = EmbeddedChannel(handler: ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: 1 << 20)))
+        for buffer in buffers { try channel.writeInbound(buffer) }
+        for message in messages {
+            let frame = try #require(try channel.readInbound(as: WebSocketFrame.self))
+            #expect(frame.fin && frame.opcode == .text && !frame.rsv1 && frame.maskKey == nil)
+            #expect(String(buffer: frame.data) == message.encodedJSON())
+        }
+        #expect(try channel.readInbound(as: WebSocketFrame.self) == nil)
+        _ = try channel.finish()
+        #expect(ServerFrame.frames(of: [CircleServerMessage](), maxBytes: 2_048, allocator: .init()).isEmpty)
     }
 
     @Test("small payloads and context-takeover connections get no shared copy")

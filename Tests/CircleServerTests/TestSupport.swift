@@ -21,9 +21,10 @@ final class TestClient: @unchecked Sendable {
     /// when its requests must not be taken for retries of the earlier connection's.
     var idPrefix = "r"
 
-    init(url: String, token: String?, subprotocol: Bool = true) async throws {
+    init(url: String, token: String?, subprotocol: Bool = true, compression: Bool = false) async throws {
         var configuration = WebSocketConfiguration()
         if subprotocol { configuration.subprotocols = [circleSubprotocol] }
+        if compression { configuration.compression = .init() }
         if let token { configuration.headers.add(name: "Authorization", value: "Bearer \(token)") }
         self.socket = try await WebSocket.connect(to: url, configuration: configuration)
         self.iterator = self.socket.messages.makeAsyncIterator()

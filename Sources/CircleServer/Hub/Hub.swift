@@ -78,6 +78,33 @@ enum ServerFrame {
         frame.moveWriterIndex(forwardBy: size)
     }
 
+    /// `messages` as uncompressed text frames back to back, in buffers of at most about
+    /// `maxBytes` each (a larger message gets a buffer of its own).
+    ///
+    /// For a replay page: its posts go to the socket as a few buffers rather than one frame (and
+    /// NIO pending-write entry) each. NIO's pending-writes queue never shrinks, so a page of 256
+    /// posts written one by one left every resumed connection holding a 512-entry queue (about
+    /// 20 KB) for the rest of its life (`benchmarks/idle.py --history`).
+    static func frames(of messages: some Sequence<CircleServerMessage>, maxBytes: Int, allocator: ByteBufferAllocator) -> [ByteBuffer] {
+        var buffers: [ByteBuffer] = []
+        var scratch = allocator.buffer(capacity: 512)
+        var batch = allocator.buffer(capacity: 0)
+        for message in messages {
+            scratch.clear()
+            message.writeJSON(into: &scratch)
+            let size = Self.headerSize(length: scratch.readableBytes) + scratch.readableBytes
+            if batch.readableBytes > 0, batch.readableBytes + size > maxBytes {
+                buffers.append(batch)
+                batch = allocator.buffer(capacity: 0)
+            }
+            if batch.capacity == 0 { batch.reserveCapacity(min(maxBytes, max(size, 4096))) }
+            Self.writeHeader(compressed: false, length: scratch.readableBytes, into: &batch)
+            batch.writeImmutableBuffer(scratch)
+        }
+        if batch.readableBytes > 0 { buffers.append(batch) }
+        return buffers
+    }
+
     static func headerSize(length: Int) -> Int {
         length < 126 ? 2 : (length <= Int(UInt16.max) ? 4 : 10)
     }
@@ -442,9 +469,9 @@ final class Hub: Sendable {
     /// other nodes sharing the store. With `limit`, nothing is sent where the circle has more
     /// subscribers than that (on each node, counting that node's subscribers).
     func broadcast(_ message: CircleServerMessage, in circle: String, except sender: HubSubscriber?, limit: Int? = nil) {
-        let text = self.encode(message)
-        self.broadcastHere(.framing(text, allocator: self.allocator), in: circle, except: sender, limit: limit)
-        self.link.send(.ephemeral(circle: circle, json: String(buffer: text), limit: limit))
+        let payload = HubPayload.framed(message, allocator: self.allocator)
+        self.broadcastHere(payload, in: circle, except: sender, limit: limit)
+        self.link.send(.ephemeral(circle: circle, json: String(buffer: payload.text), limit: limit))
     }
 
     /// ``broadcast(_:in:except:limit:)`` on this node only, one hop per event loop.
@@ -481,9 +508,9 @@ final class Hub: Sendable {
     /// Sends `message` to every connection of `user` except `sender`, here and on the other
     /// nodes sharing the store.
     func send(_ message: CircleServerMessage, toUser user: String, except sender: HubSubscriber?) {
-        let text = self.encode(message)
-        self.sendHere(.framing(text, allocator: self.allocator), toUser: user, except: sender)
-        self.link.send(.user(user: user, json: String(buffer: text)))
+        let payload = HubPayload.framed(message, allocator: self.allocator)
+        self.sendHere(payload, toUser: user, except: sender)
+        self.link.send(.user(user: user, json: String(buffer: payload.text)))
     }
 
     /// ``send(_:toUser:except:)`` on this node only.
@@ -501,12 +528,6 @@ final class Hub: Sendable {
         for subscriber in all {
             subscriber.eventLoop.execute { subscriber.shutDown() }
         }
-    }
-
-    func encode(_ message: CircleServerMessage) -> ByteBuffer {
-        var buffer = self.allocator.buffer(capacity: 256)
-        message.writeJSON(into: &buffer)
-        return buffer
     }
 
     /// `message` encoded, and deflated once for each of `sharedCompression` whose threshold it reaches.

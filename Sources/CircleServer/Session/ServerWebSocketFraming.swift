@@ -32,7 +32,7 @@ final class ServerWebSocketFraming {
     private(set) var endReason = "connection lost"
 
     /// permessage-deflate was agreed: messages may be compressed here.
-    private let compresses: Bool
+    let compresses: Bool
     /// The frame encoder's context, found on the first write of a hub frame: writes made through
     /// it enter the pipeline below the encoder, in order with the frames the encoder writes.
     private var encoderContext: ChannelHandlerContext?
@@ -169,6 +169,16 @@ final class ServerWebSocketFraming {
     func write(_ run: HubPostRun, context: ChannelHandlerContext) {
         if !self.compresses, self.writeFramed(run.framed, flush: false, context: context) { return }
         for post in run.posts { self.write(post.payload, flush: false, context: context) }
+    }
+
+    /// Writes buffers of whole uncompressed frames (``ServerFrame/frames(of:maxBytes:allocator:)``)
+    /// below the frame encoder, unflushed; `false` when there is no encoder to write below (then
+    /// nothing was written).
+    func write(frames buffers: [ByteBuffer], context: ChannelHandlerContext) -> Bool {
+        for buffer in buffers {
+            guard self.writeFramed(buffer, flush: false, context: context) else { return false }
+        }
+        return true
     }
 
     /// Writes a whole frame's bytes below the frame encoder; `false` when there is no encoder to

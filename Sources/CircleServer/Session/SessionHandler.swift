@@ -21,6 +21,8 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, Sessi
 
     /// Replies are written past the writability mark, up to this many times the outbound queue bound.
     private static let slowConsumerFactor = 4
+    /// The largest buffer of replayed frames (``writeStored(_:context:)``).
+    private static let storedWriteBytes = 64 * 1024
     /// Tokens that expire later than this are treated as not expiring during the connection.
     private static let expiryHorizon: TimeAmount = .hours(24 * 365)
 
@@ -213,8 +215,8 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, Sessi
             case .fail(let id, let code, let message):
                 self.services.metrics.error(code.rawValue)
                 self.reply(.error(id: id, code: code, message: message), context: context)
-            case .writePost(let post):
-                self.framing.write(text: self.services.hub.encode(.post(post)), flush: false, context: context)
+            case .writePosts(let posts):
+                self.writeStored(posts, context: context)
             case .write(let payload):
                 self.framing.write(payload, flush: false, context: context)
                 self.wroteUnflushed(context: context)
@@ -285,8 +287,26 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, Sessi
                 return
             }
         }
-        self.framing.write(text: self.services.hub.encode(message), flush: !self.holdingFlush, context: context)
+        // Encoded with room for the frame's header in front, so that the frame is one buffer
+        // (and one pending write) instead of a header buffer and the payload.
+        let payload = HubPayload.framed(message, allocator: context.channel.allocator)
+        self.framing.write(payload, flush: !self.holdingFlush, context: context)
         if self.holdingFlush { self.wroteUnflushed(context: context) }
+    }
+
+    /// Writes posts read from the store (a replay page), unflushed: on a connection that does
+    /// not compress, their frames back to back in a few buffers; otherwise post by post, with a
+    /// flush after every few (``UnflushedWrites``).
+    private func writeStored(_ posts: [CirclePost], context: ChannelHandlerContext) {
+        let allocator = context.channel.allocator
+        if !self.framing.compresses {
+            let buffers = ServerFrame.frames(of: posts.lazy.map { .post($0) }, maxBytes: Self.storedWriteBytes, allocator: allocator)
+            if self.framing.write(frames: buffers, context: context) { return }
+        }
+        for post in posts {
+            self.framing.write(HubPayload.framed(.post(post), allocator: allocator), flush: false, context: context)
+            self.wroteUnflushed(context: context)
+        }
     }
 
     /// Tells the circle's other members that this user joined or left (already subscribed or

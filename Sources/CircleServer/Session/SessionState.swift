@@ -89,8 +89,8 @@ struct SessionState {
         case send(CircleServerMessage)
         /// Count an error in the metrics, then send it and flush.
         case fail(id: String?, code: CircleErrorCode, message: String)
-        /// Write a post read from the store, without flushing.
-        case writePost(CirclePost)
+        /// Write posts read from the store, in order, without flushing.
+        case writePosts([CirclePost])
         /// Write an event the hub delivered, without flushing.
         case write(HubPayload)
         /// Write every post of a run the hub delivered, without flushing.
@@ -297,10 +297,13 @@ struct SessionState {
             actions.append(.logReplayFailure(circle: circle, error: "\(error)"))
             self.close(.internalError, "could not replay the circle; reconnect with since", into: &actions)
         case .success(let posts):
+            var page: [CirclePost] = []
+            page.reserveCapacity(posts.count)
             for post in posts where post.seq == membership.lastSent + 1 {
-                actions.append(.writePost(post))
+                page.append(post)
                 membership.lastSent = post.seq
             }
+            if !page.isEmpty { actions.append(.writePosts(page)) }
             actions.append(.flush)
             self.memberships[circle] = membership
             if posts.count == self.settings.replayPage {
