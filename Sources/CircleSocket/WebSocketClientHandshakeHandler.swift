@@ -285,7 +285,7 @@ final class WebSocketClientHandshakeHandler: ChannelInboundHandler, RemovableCha
         let messages = handler.makeInboundSequence(eventLoop: context.eventLoop, bufferLimit: configuration.inboundBufferLimit)
         try context.pipeline.syncOperations.addHandlers(
             [
-                MaskingFrameEncoder(),
+                WebSocketFrameWriter(),
                 WebSocketFrameReader(maxFrameSize: configuration.effectiveMaxFrameSize),
                 handler,
             ],

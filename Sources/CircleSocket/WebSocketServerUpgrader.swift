@@ -3,12 +3,14 @@ import NIOHTTP1
 import NIOWebSocket
 
 /// NIO's WebSocket server upgrade (`NIOTypedWebSocketServerUpgrader`) with CircleSocket's
-/// ``WebSocketFrameReader`` in place of NIO's `ByteToMessageHandler(WebSocketFrameDecoder)`.
+/// ``WebSocketFrameReader`` and ``WebSocketFrameWriter`` in place of NIO's
+/// `ByteToMessageHandler(WebSocketFrameDecoder)` and `WebSocketFrameEncoder`.
 ///
 /// The handshake is NIO's: the checks of `Sec-WebSocket-Key` and `-Version`, `shouldUpgrade`, the
-/// `Sec-WebSocket-Accept` value. Only the pipeline after the 101 differs: NIO's frame encoder,
-/// then the frame reader (which passes frames whole in a read on as slices of it, and throws the
-/// same `NIOWebSocketError`s as NIO's decoder), then `upgradePipelineHandler`. No automatic error
+/// `Sec-WebSocket-Accept` value. Only the pipeline after the 101 differs: the frame writer
+/// (stateless, where NIO's encoder keeps a header buffer per connection), then the frame reader
+/// (which passes frames whole in a read on as slices of it, and throws the same
+/// `NIOWebSocketError`s as NIO's decoder), then `upgradePipelineHandler`. No automatic error
 /// handling: the handlers behind decide what a protocol error closes with.
 package struct WebSocketServerUpgrader<UpgradeResult: Sendable>: NIOTypedHTTPServerProtocolUpgrader {
     package let supportedProtocol = "websocket"
@@ -49,7 +51,7 @@ package struct WebSocketServerUpgrader<UpgradeResult: Sendable>: NIOTypedHTTPSer
         let maxFrameSize = self.maxFrameSize
         return channel.eventLoop.makeCompletedFuture {
             try channel.pipeline.syncOperations.addHandlers(
-                WebSocketFrameEncoder(),
+                WebSocketFrameWriter(),
                 WebSocketFrameReader(maxFrameSize: maxFrameSize)
             )
         }.flatMap {

@@ -66,10 +66,10 @@ struct MaskingTests {
         }
     }
 
-    @Test("frames from MaskingFrameEncoder decode to the same frames", arguments: lengths)
+    @Test("frames from WebSocketFrameWriter decode to the same frames", arguments: lengths)
     func encoderRoundTrip(length: Int) throws {
         let channel = EmbeddedChannel()
-        try channel.pipeline.syncOperations.addHandler(MaskingFrameEncoder())
+        try channel.pipeline.syncOperations.addHandler(WebSocketFrameWriter())
         let decoder = EmbeddedChannel(handler: ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: 1 << 20)))
         let payload = self.bytes(length, seed: 3)
         var headroom = channel.allocator.buffer(capacity: length + 20)
@@ -98,7 +98,7 @@ struct MaskingTests {
     @Test("a payload the caller still holds is sent masked and left as it was; small ones go as one buffer", arguments: lengths)
     func sharedPayload(length: Int) throws {
         let channel = EmbeddedChannel()
-        try channel.pipeline.syncOperations.addHandler(MaskingFrameEncoder())
+        try channel.pipeline.syncOperations.addHandler(WebSocketFrameWriter())
         let decoder = EmbeddedChannel(handler: ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: 1 << 20)))
         let payload = self.bytes(length, seed: 11)
         // A slice of a larger buffer, as a received message is: shared, with bytes in front.
@@ -114,8 +114,8 @@ struct MaskingTests {
         #expect(decoded.unmaskedData == ByteBuffer(bytes: payload))
         #expect(held == ByteBuffer(bytes: payload), "the caller's buffer was masked")
         #expect(received == ByteBuffer(bytes: [1, 2, 3, 4, 5, 6, 7, 8] + payload))
-        let headerSize = MaskingFrameEncoder.headerSize(length: length, masked: true)
-        #expect(chunks == (headerSize + length <= MaskingFrameEncoder.headerInCopyLimit ? 1 : 2))
+        let headerSize = WebSocketFrameWriter.headerSize(length: length, masked: true)
+        #expect(chunks == (headerSize + length <= WebSocketFrameWriter.headerInCopyLimit ? 1 : 2))
         _ = try channel.finish()
         _ = try decoder.finish()
     }

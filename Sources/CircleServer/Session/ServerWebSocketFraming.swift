@@ -186,7 +186,7 @@ final class ServerWebSocketFraming {
     private func writeFramed(_ frame: ByteBuffer, flush: Bool, context: ChannelHandlerContext) -> Bool {
         guard self.protocolState.canSend else { return true }
         if self.encoderContext == nil {
-            self.encoderContext = try? context.pipeline.syncOperations.context(handlerType: WebSocketFrameEncoder.self)
+            self.encoderContext = try? context.pipeline.syncOperations.context(handlerType: WebSocketFrameWriter.self)
         }
         guard let encoder = self.encoderContext else { return false }
         encoder.write(NIOAny(frame), promise: nil)

@@ -1,7 +1,7 @@
 import NIOCore
 import NIOWebSocket
 
-/// The client's frame encoder: writes the frame header and the masked payload.
+/// The frame encoder of both sides: writes the frame header and the (masked) payload.
 ///
 /// NIO's `WebSocketFrameEncoder` masks a client's payload one byte at a time; for 16 KiB messages
 /// that loop was most of the client's CPU per message in the echo benchmark. This encoder does the
@@ -9,14 +9,20 @@ import NIOWebSocket
 /// header is written into the payload buffer's headroom when it has some, else into a separate
 /// buffer. Frames without a masking key (server role) pass through unmasked.
 ///
+/// Servers use it too (``WebSocketServerUpgrader``): it keeps no state, where NIO's encoder
+/// holds a header buffer per connection, so an idle connection costs that much less
+/// (`benchmarks/idle.py --memprobe`, docs/BENCHMARKS.md section 4).
+///
 /// A payload the app still holds (a message it received and sends back, a buffer it reuses)
 /// cannot be masked in place. NIO's encoder would copy it (copy-on-write) and then mask the
 /// copy; this one masks while copying, in one pass, into a buffer of its own. A small payload's
 /// copy also gets the header in front of it, so the frame is one buffer and one `write`
 /// (benchmarks/client.py, docs/BENCHMARKS.md section 2).
-final class MaskingFrameEncoder: ChannelOutboundHandler {
-    typealias OutboundIn = WebSocketFrame
-    typealias OutboundOut = ByteBuffer
+package final class WebSocketFrameWriter: ChannelOutboundHandler {
+    package typealias OutboundIn = WebSocketFrame
+    package typealias OutboundOut = ByteBuffer
+
+    package init() {}
 
     /// Largest header: 2 bytes, an 8-byte length, a 4-byte key.
     private static let maxHeaderSize = 14
@@ -26,7 +32,7 @@ final class MaskingFrameEncoder: ChannelOutboundHandler {
     /// (page faults) than the second `iovec` of a `writev`.
     static let headerInCopyLimit = 4096
 
-    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+    package func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         let frame = self.unwrapOutboundIn(data)
         var payload = frame.data
         let length = (frame.extensionData?.readableBytes ?? 0) + payload.readableBytes
@@ -132,4 +138,4 @@ final class MaskingFrameEncoder: ChannelOutboundHandler {
 }
 
 @available(*, unavailable)
-extension MaskingFrameEncoder: Sendable {}
+extension WebSocketFrameWriter: Sendable {}
