@@ -81,10 +81,11 @@ enum ServerFrame {
     /// `messages` as uncompressed text frames back to back, in buffers of at most about
     /// `maxBytes` each (a larger message gets a buffer of its own).
     ///
-    /// For a replay page: its posts go to the socket as a few buffers rather than one frame (and
-    /// NIO pending-write entry) each. NIO's pending-writes queue never shrinks, so a page of 256
-    /// posts written one by one left every resumed connection holding a 512-entry queue (about
-    /// 20 KB) for the rest of its life (`benchmarks/idle.py --history`).
+    /// For a replay page: its posts go to the socket as a few buffers rather than one frame each
+    /// (two NIO pending writes each: the header's buffer and the JSON). NIO's pending-writes
+    /// queue grows to what waits for a flush and never shrinks, so a page of 256 posts written
+    /// one by one left every resumed connection about 32 KB larger for the rest of its life
+    /// (`benchmarks/idle.py --history 256`: 38 KB per connection, 6 KB with this).
     static func frames(of messages: some Sequence<CircleServerMessage>, maxBytes: Int, allocator: ByteBufferAllocator) -> [ByteBuffer] {
         var buffers: [ByteBuffer] = []
         var scratch = allocator.buffer(capacity: 512)
