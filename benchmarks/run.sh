@@ -93,7 +93,8 @@ echo "== summary"
 if [[ $publish == 1 && $smoke == 0 ]]; then
     mkdir -p "$repo/docs/bench/results"
     cp "$out"/*.json "$repo/docs/bench/results/"
-    cp "$out"/*.png "$repo/docs/bench/"
+    # Not every benchmark draws a plot (nodes does not).
+    compgen -G "$out/*.png" >/dev/null && cp "$out"/*.png "$repo/docs/bench/"
     # The tables of every benchmark published so far, not only of this run's.
     published=()
     for name in echo client fanout idle recovery postpath nodes; do
