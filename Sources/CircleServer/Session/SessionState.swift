@@ -149,7 +149,7 @@ struct SessionState {
     }
 
     let settings: Settings
-    /// Whether the socket takes more writes; the owner sets it before feeding an event.
+    /// Whether the socket takes more writes; the owner keeps it current.
     var isWritable = true
     private(set) var isClosing = false
     private var memberships = JoinedCircles<Membership>()
