@@ -67,6 +67,16 @@ def rss_kb(pid: int) -> int:
     return status_kb(pid, "VmRSS")
 
 
+def write_calls(pid: int) -> int:
+    """How many write-family system calls (write, writev, sendmsg, …) every thread of `pid` has
+    made: `syscw` of /proc/PID/io."""
+    with open(f"/proc/{pid}/io") as f:
+        for line in f:
+            if line.startswith("syscw:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no syscw in /proc/{pid}/io")
+
+
 def smaps_rollup(pid: int) -> dict[str, int]:
     """/proc/PID/smaps_rollup as {field: kB}."""
     out: dict[str, int] = {}

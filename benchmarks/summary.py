@@ -87,7 +87,9 @@ def client(doc: dict) -> None:
 
 def fanout(doc: dict) -> None:
     args = doc["args"]
-    print(f"\n### Chat fan-out\n\nOne circle, one publisher, N subscribers (real circle.v1 clients on picows, "
+    subscribers = {"lean": "lean circle.v1 clients that count the posts of each read at once",
+                   "picows": "circle.v1 clients on picows"}[args.get("subscriber", "picows")]
+    print(f"\n### Chat fan-out\n\nOne circle, one publisher, N subscribers ({subscribers}, "
           f"100 users); server on CPU {args['server_cpu']}, load generator on CPU {args['client_cpu']}; "
           f"{args['duration']:g} s measured per phase. `max`: closed loop, {args['window']:,} deliveries outstanding "
           f"({args['window']:,} ÷ N posts in flight); `rate`: open loop at {args['rate']:,.0f} deliveries/s.\n")
