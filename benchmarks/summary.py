@@ -94,13 +94,14 @@ def fanout(doc: dict) -> None:
           f"{args['duration']:g} s measured per phase. `max`: closed loop, {args['window']:,} deliveries outstanding "
           f"({args['window']:,} ÷ N posts in flight); `rate`: open loop at {args['rate']:,.0f} deliveries/s.\n")
     print("| subscribers | phase | deliveries/s | posts/s | p50 ms | p99 ms | p99.9 ms | server CPU | µs CPU/delivery | "
-          "deliveries/s at 100 % of the core | generator CPU | peak RSS MB | target |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+          "deliveries/s at 100 % of the core | deliveries per server write | generator CPU | peak RSS MB | target |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for run in doc["results"]:
         for ph in run["phases"]:
             lat = ph["latency"]
             us = ph["server_us_per_delivery"] or 0
             capacity = f"{1e6 / us:,.0f}" if us else "–"
+            per_write = f"{ph['deliveries_per_server_write']:.1f}" if ph.get("deliveries_per_server_write") else "–"
             if ph["mode"] == "max":
                 d = ph["deliveries_per_s"]
                 target = ""
@@ -111,7 +112,7 @@ def fanout(doc: dict) -> None:
                 target = f"p99 ≤ 50 ms: {verdict(p99 <= TARGET_P99_MS, f'by {p99 - TARGET_P99_MS:.1f} ms')}"
             print(f"| {run['subscribers']:,} | {ph['mode']} | {ph['deliveries_per_s']:,.0f} | {ph['posts_per_s']:,.1f} | "
                   f"{lat['p50_us'] / 1000:.2f} | {lat['p99_us'] / 1000:.2f} | {lat['p99_9_us'] / 1000:.2f} | "
-                  f"{ph['server_cpu_pct']:.0f} % | {us:.2f} | {capacity} | {ph['client_cpu_pct']:.0f} % | "
+                  f"{ph['server_cpu_pct']:.0f} % | {us:.2f} | {capacity} | {per_write} | {ph['client_cpu_pct']:.0f} % | "
                   f"{run['peak_rss_kb'] / 1024:.0f} | {target} |")
     for run in doc["results"]:
         print(f"\n{run['subscribers']:,} subscribers: joins took {run['join_s']:.1f} s, the presence events of the "
