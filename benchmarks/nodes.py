@@ -19,7 +19,8 @@ Sections (all by default, or name them with --sections):
             (same node) and on node B (cross node) record post sent → delivered (the text is
             the send time on this process's monotonic clock); p50/p99/p99.9 for each.
 - fanout:   one circle, --subscribers spread over 1, 2, 3 nodes, a publisher on node A keeps
-            --window deliveries outstanding; deliveries/s and CPU µs per delivery.
+            --window deliveries outstanding; deliveries/s and CPU µs per delivery. The subscribers
+            are circlev1.LeanSubscribers (--subscriber lean, as in fanout.py), or picows.
 - recovery: 3 nodes; `circle bench recovery` runs --recovery-clients CircleClient subscribers
             and a publisher with servers [A, B, C], so all start on A; A is SIGKILLed once every
             subscriber has a post and not restarted: time until every client is connected to
@@ -37,6 +38,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import secrets
 import select
 import shutil
@@ -244,6 +246,7 @@ async def posts(args, pg: Postgres | None, nodes: int, writers: int) -> dict:
 # ---------------------------------------------------------------- latency and fan-out
 
 MARK = b'"text":"'
+TEXT = re.compile(rb'"text":"(\d+)"')
 
 
 class Subscribers:
@@ -266,10 +269,26 @@ class Subscribers:
         if self.on_delivery is not None:
             self.on_delivery()
 
+    def on_posts(self, conn, count: int, chunk: bytes) -> None:
+        """The posts of one read of a ``circlev1.LeanSubscriber`` (see fanout.py)."""
+        if not count:
+            return
+        self.delivered += count
+        if self.record:
+            now = time.monotonic_ns()
+            self.latencies.extend([now - int(sent) for sent in TEXT.findall(chunk)])
+        if self.on_delivery is not None:
+            self.on_delivery()
 
-async def subscribe(port: int, users: int, count: int, circle: str, group: Subscribers) -> list[circlev1.Conn]:
+
+async def subscribe(port: int, users: int, count: int, circle: str, group: Subscribers, lean: bool = False) -> list:
+    """`count` subscribers joined to `circle`: ``circlev1.Conn``s, or ``circlev1.LeanSubscriber``s
+    with `lean` (the fan-out section's, so that this generator is not the limit)."""
     tokens = [benchlib.dev_token(port, f"sub{i}") for i in range(min(users, count))]
-    conns = await circlev1.connect_many(port, tokens, count, group.on_event)
+    if lean:
+        conns = await circlev1.connect_many(port, tokens, count, group.on_posts, connector=circlev1.connect_lean)
+    else:
+        conns = await circlev1.connect_many(port, tokens, count, group.on_event)
     await circlev1.join_all(conns, circle)
     return conns
 
@@ -346,7 +365,7 @@ async def fanout(args, pg: Postgres | None, nodes: int) -> dict:
         subs: list[circlev1.Conn] = []
         for i, port in enumerate(cluster.ports):
             share = args.subscribers // nodes + (1 if i < args.subscribers % nodes else 0)
-            subs += await subscribe(port, 50, share, circle, group)
+            subs += await subscribe(port, 50, share, circle, group, lean=args.subscriber == "lean")
         n = len(subs)
         publisher, errors = await publisher_on(cluster.ports[0], circle)
         window = max(4, args.window // n)
@@ -357,7 +376,10 @@ async def fanout(args, pg: Postgres | None, nodes: int) -> dict:
             while running[0] and sent[0] - group.delivered / n < window:
                 sent[0] += 1
                 publisher.send({"action": "post", "id": f"f{sent[0]}", "circle": circle, "text": str(time.monotonic_ns())})
-        group.on_delivery = lambda: pump() if group.delivered % n == 0 else None
+        if args.subscriber == "lean":
+            group.on_delivery = pump  # once per read: a read holds several posts
+        else:
+            group.on_delivery = lambda: pump() if group.delivered % n == 0 else None
         pump()
         await asyncio.sleep(args.warmup)
         group.latencies = []
@@ -377,6 +399,7 @@ async def fanout(args, pg: Postgres | None, nodes: int) -> dict:
             h.record_value(max(1, ns // 1000))
         per = (lambda seconds: 1e6 * seconds / deliveries if deliveries else None)
         return {"store": "postgres" if pg else "sqlite", "nodes": nodes, "subscribers": n, "window": window,
+                "subscriber_client": args.subscriber,
                 "seconds": wall, "deliveries_per_s": deliveries / wall, "posts_per_s": deliveries / wall / n,
                 "publisher_errors": errors[0],
                 "node_cpu_pct": 100 * (node1 - node0) / wall, "postgres_cpu_pct": 100 * (pg1 - pg0) / wall,
@@ -463,6 +486,8 @@ def main() -> int:
     parser.add_argument("--latency-subscribers", type=int, default=10, help="subscribers on each of A and B")
     parser.add_argument("--subscribers", type=int, default=300, help="fan-out subscribers, spread over the nodes")
     parser.add_argument("--window", type=int, default=6000, help="fan-out deliveries outstanding")
+    parser.add_argument("--subscriber", choices=("lean", "picows"), default="lean",
+                        help="fan-out's subscriber client, as in fanout.py (picows: the runs before 2026-11-26 18:00 UTC)")
     parser.add_argument("--recovery-clients", type=int, default=1000)
     parser.add_argument("--recovery-rate", type=float, default=20)
     parser.add_argument("--warmup", type=float, default=2.0)
