@@ -13,6 +13,8 @@ import base64
 import hashlib
 import json
 import os
+import re
+import time
 from typing import Callable
 
 from hdrh.histogram import HdrHistogram
@@ -21,7 +23,21 @@ from picows import WSFrame, WSListener, WSMsgType, WSTransport, ws_connect
 import benchlib
 
 
-class Conn(WSListener):
+class Requests:
+    """`request()` for a connection class with `send(dict)`, `pending` and `next_id`: sends a
+    request with an id and returns the future its reply resolves."""
+
+    def request(self, request: dict) -> asyncio.Future:
+        if "id" not in request:
+            self.next_id += 1
+            request["id"] = f"r{self.next_id}"
+        future = asyncio.get_event_loop().create_future()
+        self.pending[request["id"]] = future
+        self.send(request)
+        return future
+
+
+class Conn(Requests, WSListener):
     """One circle.v1 connection. `on_event(conn, payload: bytes)` gets every server message
     except the replies to requests sent with `request()`, which resolve their futures."""
 
@@ -63,15 +79,6 @@ class Conn(WSListener):
     def send(self, request: dict) -> None:
         self.transport.send(WSMsgType.TEXT, json.dumps(request, separators=(",", ":")).encode())
 
-    def request(self, request: dict) -> asyncio.Future:
-        if "id" not in request:
-            self.next_id += 1
-            request["id"] = f"r{self.next_id}"
-        future = asyncio.get_event_loop().create_future()
-        self.pending[request["id"]] = future
-        self.send(request)
-        return future
-
     def close(self) -> None:
         if self.transport is not None:
             try:
@@ -79,6 +86,53 @@ class Conn(WSListener):
                 self.transport.disconnect()
             except Exception:
                 pass
+
+
+class Deliveries:
+    """Counts the post deliveries to a group of subscribers and, while `record`, their latency
+    (now − the send time that the publisher put in the post's text, as time.monotonic_ns()).
+    `on_event` takes one message of a ``Conn``; `on_posts` one read of a ``LeanSubscriber``.
+    `on_delivery`, if set, runs after each (once per read for lean subscribers)."""
+
+    MARK = b'"text":"'
+    TEXT = re.compile(rb'"text":"(\d+)"')
+
+    def __init__(self) -> None:
+        self.delivered = 0
+        self.record = False
+        self.latencies: list[int] = []  # ns, appended while recording
+        self.on_delivery: Callable[[], None] | None = None
+
+    def on_event(self, conn, payload: bytes) -> None:
+        i = payload.find(self.MARK)
+        if i < 0 or b'"type":"post"' not in payload:
+            return
+        self.delivered += 1
+        if self.record:
+            start = i + len(self.MARK)
+            self.latencies.append(time.monotonic_ns() - int(payload[start:payload.index(b'"', start)]))
+        if self.on_delivery is not None:
+            self.on_delivery()
+
+    def on_posts(self, conn, count: int, chunk: bytes) -> None:
+        if not count:
+            return
+        self.delivered += count
+        if self.record:
+            now = time.monotonic_ns()
+            self.latencies.extend([now - int(sent) for sent in self.TEXT.findall(chunk)])
+        if self.on_delivery is not None:
+            self.on_delivery()
+
+    async def subscribe(self, port: int, tokens: list[str], count: int, circle: str, lean: bool) -> list:
+        """`count` subscribers (token i % len(tokens)) joined to `circle` and counted here:
+        ``LeanSubscriber``s with `lean`, else ``Conn``s."""
+        if lean:
+            conns = await connect_many(port, tokens, count, self.on_posts, connector=connect_lean)
+        else:
+            conns = await connect_many(port, tokens, count, self.on_event)
+        await join_all(conns, circle)
+        return conns
 
 
 async def connect(port: int, token: str, on_event=None) -> Conn:
@@ -102,7 +156,7 @@ async def connect_many(port: int, tokens: list[str], count: int, on_event=None, 
     return list(await asyncio.gather(*(one(i) for i in range(count))))
 
 
-class LeanSubscriber(asyncio.Protocol):
+class LeanSubscriber(Requests, asyncio.Protocol):
     """A `circle.v1` connection for a subscriber that only counts posts, with far less CPU per
     delivery than ``Conn``: it reads whole TCP chunks and hands each run of complete frames to
     `on_posts(conn, count, chunk)` at once, with `count` the post events in it.
@@ -263,15 +317,6 @@ class LeanSubscriber(asyncio.Protocol):
 
     def send(self, request: dict) -> None:
         self._send(0x1, json.dumps(request, separators=(",", ":")).encode())
-
-    def request(self, request: dict) -> asyncio.Future:
-        if "id" not in request:
-            self.next_id += 1
-            request["id"] = f"r{self.next_id}"
-        future = asyncio.get_event_loop().create_future()
-        self.pending[request["id"]] = future
-        self.send(request)
-        return future
 
     def close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():

@@ -32,54 +32,29 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import sys
 import time
 
 import benchlib
 import circlev1
 
-MARK = b'"text":"'
-
-
-TEXT = re.compile(rb'"text":"(\d+)"')
-
-
-class FanOut:
-    def __init__(self, subscribers: int) -> None:
+class FanOut(circlev1.Deliveries):
+    def __init__(self, subscribers: int, lean: bool) -> None:
+        super().__init__()
         self.n = subscribers
-        self.delivered = 0
+        self.lean = lean
         self.sent = 0
         self.acked = 0
         self.errors = 0
-        self.record = False
-        self.latencies: list[int] = []  # ns, appended while recording
         self.window = 0
-        self.pump = None  # set in closed-loop mode
 
-    def on_event(self, conn, payload: bytes) -> None:
-        """One message, from a ``circlev1.Conn`` subscriber (--subscriber picows)."""
-        i = payload.find(MARK)
-        if i < 0 or b'"type":"post"' not in payload:
-            return
-        self.delivered += 1
-        if self.record:
-            start = i + len(MARK)
-            self.latencies.append(time.monotonic_ns() - int(payload[start:payload.index(b'"', start)]))
-        if self.pump is not None and self.delivered % self.n == 0:
-            self.pump()
-
-    def on_posts(self, conn, count: int, chunk: bytes) -> None:
-        """A run of whole frames holding `count` posts, from a ``circlev1.LeanSubscriber``
-        (--subscriber lean): every post in it arrived with this read."""
-        if not count:
-            return
-        self.delivered += count
-        if self.record:
-            now = time.monotonic_ns()
-            self.latencies.extend([now - int(sent) for sent in TEXT.findall(chunk)])
-        if self.pump is not None:
-            self.pump()
+    def set_pump(self, pump) -> None:
+        """Runs `pump` (or nothing, with `None`) as deliveries arrive: after each read of a
+        lean subscriber, after every N-th delivery of picows ones."""
+        if pump is None or self.lean:
+            self.on_delivery = pump
+        else:
+            self.on_delivery = lambda: pump() if self.delivered % self.n == 0 else None
 
 
 async def run_phase(state: FanOut, publisher: circlev1.Conn, mode: str, warmup: float, duration: float,
@@ -99,7 +74,7 @@ async def run_phase(state: FanOut, publisher: circlev1.Conn, mode: str, warmup: 
         def pump() -> None:
             while running[0] and state.sent - state.delivered / state.n < window:
                 post()
-        state.pump = pump
+        state.set_pump(pump)
         pump()
     else:
         posts_per_s = rate / state.n
@@ -126,7 +101,7 @@ async def run_phase(state: FanOut, publisher: circlev1.Conn, mode: str, warmup: 
     m1 = benchlib.circle_metrics(server.port)
     state.record = False
     running[0] = False
-    state.pump = None
+    state.set_pump(None)
     if pacer is not None:
         await pacer
     # let the phase drain before the next one
@@ -164,15 +139,10 @@ async def run(args, subscribers: int) -> dict:
     circle = "bench"
     server, tokens, publisher_token = circlev1.setup_server(cpu=args.server_cpu, circles=[circle])
     try:
-        state = FanOut(subscribers)
+        state = FanOut(subscribers, lean=args.subscriber == "lean")
         base_rss = benchlib.rss_kb(server.pid)
         t = time.monotonic()
-        if args.subscriber == "lean":
-            subs = await circlev1.connect_many(server.port, tokens, subscribers, state.on_posts,
-                                               connector=circlev1.connect_lean)
-        else:
-            subs = await circlev1.connect_many(server.port, tokens, subscribers, state.on_event)
-        await circlev1.join_all(subs, circle)
+        subs = await state.subscribe(server.port, tokens, subscribers, circle, lean=state.lean)
         join_s = time.monotonic() - t
         settle_s = await circlev1.wait_quiet(subs, 1.0, args.phase_timeout)
         presence_events = sum(c.frames for c in subs)

@@ -38,7 +38,6 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import secrets
 import select
 import shutil
@@ -245,52 +244,13 @@ async def posts(args, pg: Postgres | None, nodes: int, writers: int) -> dict:
 
 # ---------------------------------------------------------------- latency and fan-out
 
-MARK = b'"text":"'
-TEXT = re.compile(rb'"text":"(\d+)"')
-
-
-class Subscribers:
-    """Counts deliveries; records latency (now - the send time in the text) while `record`."""
-
-    def __init__(self) -> None:
-        self.delivered = 0
-        self.record = False
-        self.latencies: list[int] = []
-        self.on_delivery = None
-
-    def on_event(self, conn, payload: bytes) -> None:
-        i = payload.find(MARK)
-        if i < 0 or b'"type":"post"' not in payload:
-            return
-        self.delivered += 1
-        if self.record:
-            start = i + len(MARK)
-            self.latencies.append(time.monotonic_ns() - int(payload[start:payload.index(b'"', start)]))
-        if self.on_delivery is not None:
-            self.on_delivery()
-
-    def on_posts(self, conn, count: int, chunk: bytes) -> None:
-        """The posts of one read of a ``circlev1.LeanSubscriber`` (see fanout.py)."""
-        if not count:
-            return
-        self.delivered += count
-        if self.record:
-            now = time.monotonic_ns()
-            self.latencies.extend([now - int(sent) for sent in TEXT.findall(chunk)])
-        if self.on_delivery is not None:
-            self.on_delivery()
-
-
-async def subscribe(port: int, users: int, count: int, circle: str, group: Subscribers, lean: bool = False) -> list:
-    """`count` subscribers joined to `circle`: ``circlev1.Conn``s, or ``circlev1.LeanSubscriber``s
-    with `lean` (the fan-out section's, so that this generator is not the limit)."""
+async def subscribe(port: int, users: int, count: int, circle: str, group: circlev1.Deliveries,
+                    lean: bool = False) -> list:
+    """`count` subscribers joined to `circle`, counted by `group`: ``circlev1.Conn``s, or
+    ``circlev1.LeanSubscriber``s with `lean` (the fan-out section's, so that this generator is
+    not the limit)."""
     tokens = [benchlib.dev_token(port, f"sub{i}") for i in range(min(users, count))]
-    if lean:
-        conns = await circlev1.connect_many(port, tokens, count, group.on_posts, connector=circlev1.connect_lean)
-    else:
-        conns = await circlev1.connect_many(port, tokens, count, group.on_event)
-    await circlev1.join_all(conns, circle)
-    return conns
+    return await group.subscribe(port, tokens, count, circle, lean)
 
 
 async def publisher_on(port: int, circle: str) -> tuple[circlev1.Conn, list[int]]:
@@ -313,7 +273,7 @@ async def latency(args, pg: Postgres) -> dict:
     try:
         circle = "latency"
         create_circles(cluster.ports[0], [circle])
-        same, cross = Subscribers(), Subscribers()
+        same, cross = circlev1.Deliveries(), circlev1.Deliveries()
         subs = (await subscribe(cluster.ports[0], 10, args.latency_subscribers, circle, same)
                 + await subscribe(cluster.ports[1], 10, args.latency_subscribers, circle, cross))
         publisher, errors = await publisher_on(cluster.ports[0], circle)
@@ -361,7 +321,7 @@ async def fanout(args, pg: Postgres | None, nodes: int) -> dict:
     try:
         circle = "fanout"
         create_circles(cluster.ports[0], [circle])
-        group = Subscribers()
+        group = circlev1.Deliveries()
         subs: list[circlev1.Conn] = []
         for i, port in enumerate(cluster.ports):
             share = args.subscribers // nodes + (1 if i < args.subscribers % nodes else 0)
