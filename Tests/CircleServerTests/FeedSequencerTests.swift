@@ -134,11 +134,20 @@ import Testing
             .ephemeral(circle: "general", json: "{}", limit: nil),
             .revoke(circle: "lab", user: "bob"),
         ]
-        for kind in kinds {
-            let signal = NodeSignal(node: "n1", kind: kind)
-            let text = try #require(signal.encoded())
-            #expect(NodeSignal(notification: text) == signal)
+        for node in ["n1", #"a "quoted" / ü node"#] {
+            let prefix = try #require(NodeSignal.prefix(of: node))
+            for kind in kinds {
+                let signal = NodeSignal(node: node, kind: kind)
+                let text = try #require(signal.encoded())
+                #expect(NodeSignal(notification: text) == signal)
+                // A node tells its own signals by their start, without decoding them.
+                #expect(text.utf8.starts(with: prefix.utf8), "\(text)")
+            }
         }
+        let other = try #require(NodeSignal(node: "n2", kind: .revoke(circle: "lab", user: "bob")).encoded())
+        #expect(!other.utf8.starts(with: try #require(NodeSignal.prefix(of: "n1")).utf8))
+        // nor is a node whose id merely begins like another's taken for it
+        #expect(!other.utf8.starts(with: try #require(NodeSignal.prefix(of: "n")).utf8))
         #expect(NodeSignal(notification: "not json") == nil)
         #expect(NodeSignal(notification: #"{"n":"x","k":"z","c":"c"}"#) == nil)
     }

@@ -24,6 +24,8 @@ final class NodeLink: Sendable {
 
     /// This process's id among the nodes (its own signals come back to it and are ignored).
     let node: String
+    /// How this node's signals begin (``NodeSignal/prefix(of:)``): they are ignored undecoded.
+    private let ownPrefix: String?
     /// At most this many signals wait to be sent; beyond, the oldest are dropped (the poll and
     /// the revocation log make good what dropped posts and revocations would have said).
     let outboxLimit: Int
@@ -33,6 +35,7 @@ final class NodeLink: Sendable {
 
     init(node: String = UUID().uuidString, outboxLimit: Int = 10_000) {
         self.node = node
+        self.ownPrefix = NodeSignal.prefix(of: node)
         self.outboxLimit = outboxLimit
         (self.reads, self.readRequests) = AsyncStream.makeStream(of: ReadRequest.self)
     }
@@ -70,6 +73,7 @@ final class NodeLink: Sendable {
                 await shared.listen(
                     connected: { await poll.run() },
                     receive: { text in
+                        if let own = self.ownPrefix, text.utf8.starts(with: own.utf8) { return }
                         guard let signal = NodeSignal(notification: text) else {
                             logger.debug("ignored a notification that is not a node signal")
                             return

@@ -20,10 +20,7 @@ extension PostgresStore: SharedCircleStore {
     public func notify(_ notifications: [String]) async throws {
         guard !notifications.isEmpty else { return }
         try await self.operation("notify the other nodes") {
-            _ = try await self.client.query(
-                "SELECT pg_notify(\(Self.signalChannel), n) FROM unnest(\(notifications)::text[]) WITH ORDINALITY AS s(n, i) ORDER BY i",
-                logger: self.logger
-            )
+            for try await _ in try await self.client.execute(NotifyNodes(notifications: notifications), logger: self.logger) {}
         }
     }
 

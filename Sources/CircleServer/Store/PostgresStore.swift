@@ -78,6 +78,12 @@ public final class PostgresStore: CircleStore {
         )
         clientConfiguration.options.maximumConnections = maximumConnections
         clientConfiguration.options.connectTimeout = .seconds(5)
+        // The commit's statements are prepared once per connection (PostgresStore+Statements);
+        // each execution is still planned for its own arrays. A generic plan, which PostgreSQL
+        // would settle on after five executions, is made from the tables' statistics at that
+        // moment: on a new database, plans for empty tables (a full index scan per key) that got
+        // slower as the tables grew, 2.4× the database's CPU per post in nodes.py.
+        clientConfiguration.options.additionalStartupParameters = [("plan_cache_mode", "force_custom_plan")]
         var logger = logger
         logger[metadataKey: "circle.store"] = "postgres"
         self.client = PostgresClient(configuration: clientConfiguration, backgroundLogger: logger)
@@ -334,28 +340,14 @@ public final class PostgresStore: CircleStore {
     static func commit(_ posts: [NewPost], on connection: PostgresConnection, logger: Logger) async throws -> [PostOutcome] {
         // 1. Lock the circles the batch names, in name order (a fixed order: no deadlocks).
         var known = CommitPlan.Known()
-        let locked = try await connection.query(
-            "SELECT name, last_seq, owner, private FROM circles WHERE name = ANY(\(CommitPlan.circleNames(posts))) ORDER BY name FOR UPDATE",
-            logger: logger
-        )
-        for try await (name, lastSeq, owner, isPrivate) in locked.decode((String, Int64, String, Bool).self) {
+        for try await (name, lastSeq, owner, isPrivate) in try await connection.execute(LockCircles(names: CommitPlan.circleNames(posts)), logger: logger) {
             known.circles[BinaryText(name)] = CommitPlan.Circle(lastSeq: lastSeq, owner: owner, isPrivate: isPrivate)
         }
 
         // 2. The batch's keys that are stored already (by any node), now that no one else can add
         // any; then what its changes and replies name. Every writer to these circles holds their
         // row locks, so nothing read here changes before the commit.
-        let keys = CommitPlan.keys(posts)
-        let stored = try await connection.query(
-            """
-            SELECT \(unescaped: Self.postColumns) FROM posts
-            JOIN unnest(\(keys.map(\.circle.string))::text[], \(keys.map { ByteBuffer(string: $0.author.string) })::bytea[],
-                        \(keys.map { ByteBuffer(string: $0.clientID.string) })::bytea[]) AS k(key_circle, key_author, key_client_id)
-              ON posts.circle = k.key_circle AND posts.author = k.key_author AND posts.client_id = k.key_client_id
-            """,
-            logger: logger
-        )
-        for try await row in stored.decode(PostRow.self) {
+        for try await row in try await connection.execute(StoredEntries(keys: CommitPlan.keys(posts)), logger: logger) {
             let entry = try Self.post(row)
             known.entries[EntryKey(entry)] = entry
         }
@@ -411,7 +403,7 @@ public final class PostgresStore: CircleStore {
         // reactions, the counters.
         let plan = CommitPlan(posts: posts, known: known)
         if !plan.inserts.isEmpty {
-            try await Self.insert(plan.inserts, on: connection, logger: logger)
+            try await connection.run(InsertEntries(entries: plan.inserts), logger: logger)
         }
         if !plan.postUpdates.isEmpty {
             let updates = plan.postUpdates
@@ -477,44 +469,9 @@ public final class PostgresStore: CircleStore {
             )
         }
         if !plan.newLastSeqs.isEmpty {
-            let counters = plan.newLastSeqs
-            try await connection.query(
-                """
-                UPDATE circles SET last_seq = v.last_seq
-                FROM unnest(\(counters.map(\.circle))::text[], \(counters.map(\.lastSeq))::int8[]) AS v(name, last_seq)
-                WHERE circles.name = v.name
-                """,
-                logger: logger
-            )
+            try await connection.run(SetLastSeqs(counters: plan.newLastSeqs), logger: logger)
         }
         return plan.outcomes
-    }
-
-    /// Inserts entries with one `unnest` statement (a column's `NULL`s travel as a flag array:
-    /// postgres-nio's arrays have no optional elements).
-    private static func insert(_ entries: [CirclePost], on connection: PostgresConnection, logger: Logger) async throws {
-        try await connection.query(
-            """
-            INSERT INTO posts (circle, seq, author, client_id, text, attachment, time, change, target, emoji, reply_to, edited_at, deleted)
-            SELECT circle, seq, author, client_id,
-                   CASE WHEN has_text THEN text END, CASE WHEN has_attachment THEN attachment END, time,
-                   NULLIF(change, ''), CASE WHEN has_target THEN target END, CASE WHEN has_emoji THEN emoji END,
-                   CASE WHEN has_reply_to THEN reply_to END, CASE WHEN has_edited THEN edited_at END, deleted
-            FROM unnest(\(entries.map(\.circle))::text[], \(entries.map(\.seq))::int8[], \(entries.map { ByteBuffer(string: $0.author) })::bytea[],
-                        \(entries.map { ByteBuffer(string: $0.id) })::bytea[],
-                        \(entries.map { ByteBuffer(string: $0.text ?? "") })::bytea[], \(entries.map { $0.text != nil })::bool[],
-                        \(entries.map { $0.attachment ?? "" })::text[], \(entries.map { $0.attachment != nil })::bool[],
-                        \(entries.map(\.time))::int8[], \(entries.map { $0.change?.rawValue ?? "" })::text[],
-                        \(entries.map { $0.target ?? 0 })::int8[], \(entries.map { $0.target != nil })::bool[],
-                        \(entries.map { ByteBuffer(string: $0.emoji ?? "") })::bytea[], \(entries.map { $0.emoji != nil })::bool[],
-                        \(entries.map { $0.replyTo ?? 0 })::int8[], \(entries.map { $0.replyTo != nil })::bool[],
-                        \(entries.map { $0.edited ?? 0 })::int8[], \(entries.map { $0.edited != nil })::bool[],
-                        \(entries.map(\.deleted))::bool[])
-              AS v(circle, seq, author, client_id, text, has_text, attachment, has_attachment, time, change,
-                   target, has_target, emoji, has_emoji, reply_to, has_reply_to, edited_at, has_edited, deleted)
-            """,
-            logger: logger
-        )
     }
 
     public func posts(in circle: String, after: Int64, limit: Int) async throws -> [CirclePost] {
