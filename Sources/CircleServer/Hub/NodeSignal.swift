@@ -110,8 +110,8 @@ struct NodeSignal: Sendable, Hashable, Codable {
     /// The signal as the text of one notification, or `nil` when it is too large to send (a
     /// posts signal then goes without its posts). The text begins with ``prefix(of:)`` of its
     /// node, so that the node can tell its own signals, which PostgreSQL sends back to it as
-    /// well, without decoding them (the decoding cost a node about 7 % of its CPU per post, most
-    /// of it its own signals', with one node and 16 writers: `perf`, docs/SCALING.md).
+    /// well, without decoding them (decoding them cost a lone node with 16 writers about 7 % of
+    /// its CPU: `perf`, docs/SCALING.md).
     func encoded() -> String? {
         guard let prefix = Self.prefix(of: self.node),
               let fields = try? JSONEncoder().encode(Fields(kind: self.kind)),

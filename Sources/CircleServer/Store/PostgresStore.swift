@@ -81,8 +81,9 @@ public final class PostgresStore: CircleStore {
         // The commit's statements are prepared once per connection (PostgresStore+Statements);
         // each execution is still planned for its own arrays. A generic plan, which PostgreSQL
         // would settle on after five executions, is made from the tables' statistics at that
-        // moment: on a new database, plans for empty tables (a full index scan per key) that got
-        // slower as the tables grew, 2.4× the database's CPU per post in nodes.py.
+        // moment. On a new database those are empty tables: the keys' lookup became a scan of
+        // the whole index, slower as the table grew (2.4× the database's CPU per post in
+        // nodes.py, docs/SCALING.md).
         clientConfiguration.options.additionalStartupParameters = [("plan_cache_mode", "force_custom_plan")]
         var logger = logger
         logger[metadataKey: "circle.store"] = "postgres"
