@@ -77,12 +77,15 @@ let package = Package(
         ),
         // glibc's mallinfo2 and malloc_trim, which Swift's Glibc module does not export.
         .target(name: "CCircleHeap"),
+        // sched_getaffinity, which Swift's Glibc module does not export either.
+        .target(name: "CCircleCPU"),
         .target(
             name: "CircleServer",
             dependencies: [
                 "CircleWire",
                 "CircleSocket",
                 "CCircleHeap",
+                "CCircleCPU",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

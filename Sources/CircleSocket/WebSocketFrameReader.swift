@@ -157,7 +157,9 @@ package struct WebSocketFrameParser {
         }
         var maskKey: WebSocketMaskingKey?
         if second & 0x80 != 0 {
-            maskKey = WebSocketMaskingKey(buffer.readBytes(length: 4)!)
+            // From the buffer's bytes in place: `readBytes` would allocate an array per frame.
+            maskKey = buffer.withUnsafeReadableBytes { WebSocketMaskingKey(UnsafeRawBufferPointer(rebasing: $0.prefix(4))) }
+            buffer.moveReaderIndex(forwardBy: 4)
         }
         return WebSocketFrame(
             fin: first & 0x80 != 0,

@@ -30,7 +30,7 @@ package final class WebSocketFrameWriter: ChannelOutboundHandler {
     /// Larger ones keep a buffer of exactly their size: `ByteBuffer` rounds capacities up to a
     /// power of two, and 16 KiB plus a header would take 32 KiB, whose fresh pages cost more
     /// (page faults) than the second `iovec` of a `writev`.
-    static let headerInCopyLimit = 4096
+    package static let headerInCopyLimit = 4096
 
     package func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         let frame = self.unwrapOutboundIn(data)

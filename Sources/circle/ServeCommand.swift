@@ -122,6 +122,9 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "How often to check whether memory freed after a burst can go back to the kernel (malloc_trim), e.g. 1s; off never trims.")
     var heapTrimInterval: String = "1s"
 
+    @Option(help: "Event-loop threads that serve connections, 1 to 1024. Default: one per CPU this process may run on (its CPU affinity and cgroup limit).")
+    var eventLoops: Int?
+
     @Flag(name: .shortAndLong, help: "When the server cannot start, print the technical details too.")
     var verbose = false
 
@@ -174,6 +177,15 @@ struct ServeCommand: AsyncParsableCommand {
             heapTrimInterval = interval
         } else {
             throw ValidationError("--heap-trim-interval must be off or a duration of at least 100ms, such as 1s")
+        }
+        if let loops = self.eventLoops, !(1...1024).contains(loops) {
+            throw ValidationError("--event-loops must be from 1 to 1024")
+        }
+        // Before anything uses NIO's singleton event-loop group (the server, the stores): it is
+        // made once, with the count suggested at its first use. NIO's own variable
+        // (NIO_SINGLETON_GROUP_LOOP_COUNT) is still honoured when --event-loops is not given.
+        if let loops = self.eventLoops ?? (ProcessInfo.processInfo.environment["NIO_SINGLETON_GROUP_LOOP_COUNT"] == nil ? usableCoreCount() : nil) {
+            NIOSingletons.groupLoopCountSuggestion = loops
         }
         var logger = Logger(label: "circle.server", factory: ServerLogHandler.init)
         logger.logLevel = level

@@ -711,6 +711,32 @@ struct HubCompressionTests {
         #expect(made.framedDeflated(for: setting) == ServerFrame.text(deflated, compressed: true, allocator: .init()))
     }
 
+    @Test("an echoed message as one frame: text and binary decode whole, at every length up to the limit; longer ones are left to the encoder")
+    func framedMessages() throws {
+        let limit = 4_096
+        for length in [0, 1, 125, 126, 1_000, limit - 4] {
+            let text = String(repeating: "é", count: length / 2) + (length % 2 == 1 ? "x" : "")
+            let bytes = ByteBuffer(bytes: (0..<length).map { UInt8(truncatingIfNeeded: $0 &* 7) })
+            for (message, opcode) in [(WebSocketMessage.text(text), WebSocketOpcode.text), (.binary(bytes), .binary)] {
+                let framed = try #require(ServerFrame.frame(of: message, maxBytes: limit, allocator: .init()), "length \(length)")
+                let channel = EmbeddedChannel(handler: ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: 1 << 20)))
+                try channel.writeInbound(framed)
+                let frame = try #require(try channel.readInbound(as: WebSocketFrame.self))
+                #expect(frame.fin && frame.opcode == opcode && !frame.rsv1 && frame.maskKey == nil)
+                switch message {
+                case .text(let text): #expect(String(buffer: frame.data) == text, "length \(length)")
+                case .binary(let bytes): #expect(frame.data == bytes, "length \(length)")
+                }
+                #expect(try channel.readInbound(as: WebSocketFrame.self) == nil)
+                _ = try channel.finish()
+            }
+        }
+        // Header and payload over the limit: nil, the message goes through the frame encoder.
+        #expect(ServerFrame.frame(of: .binary(ByteBuffer(repeating: 1, count: limit - 3)), maxBytes: limit, allocator: .init()) == nil)
+        #expect(ServerFrame.frame(of: .binary(ByteBuffer(repeating: 1, count: limit - 4)), maxBytes: limit, allocator: .init())?.readableBytes == limit)
+        #expect(ServerFrame.frame(of: .text(String(repeating: "é", count: limit / 2)), maxBytes: limit, allocator: .init()) == nil)
+    }
+
     @Test("stored posts framed back to back: each decodes as its own text frame; buffers split at the size, a large post alone")
     func storedFrames() throws {
         let texts = ["a", String(repeating: "b", count: 200), String(repeating: "c", count: 3_000), "d", String(repeating: "e", count: 70_000), "f"]

@@ -15,6 +15,8 @@ public final class ServerProcess: @unchecked Sendable {
     public let arguments: [String]
     /// Run the server with this open-file limit (`ulimit -n`, soft and hard).
     public let openFileLimit: Int?
+    /// Run the server on these CPUs only (`taskset -c`, e.g. "0" or "0-1").
+    public let cpuList: String?
     /// Append the server's standard output and error to this file (each start adds to it);
     /// `nil` discards them.
     public let logFile: String?
@@ -29,11 +31,12 @@ public final class ServerProcess: @unchecked Sendable {
             .appendingPathComponent(".build/debug/circle")
     }
 
-    public init(port: Int, dataDirectory: String, arguments: [String] = [], openFileLimit: Int? = nil, logFile: String? = nil) {
+    public init(port: Int, dataDirectory: String, arguments: [String] = [], openFileLimit: Int? = nil, cpuList: String? = nil, logFile: String? = nil) {
         self.port = port
         self.dataDirectory = dataDirectory
         self.arguments = arguments
         self.openFileLimit = openFileLimit
+        self.cpuList = cpuList
         self.logFile = logFile
     }
 
@@ -47,10 +50,13 @@ public final class ServerProcess: @unchecked Sendable {
             "serve", "--port", "\(self.port)", "--data", self.dataDirectory, "--jwt-secret", testSecret,
             "--log-level", "warning", "--posts-per-second", "10000", "--post-burst", "10000",
         ] + self.arguments
-        if let limit = self.openFileLimit {
-            // The shell sets the limit and becomes the server (exec), so the pid is the server's.
+        if self.openFileLimit != nil || self.cpuList != nil {
+            // The shell sets the limit and becomes the server (exec; taskset execs too), so the
+            // pid is the server's.
+            let limit = self.openFileLimit.map { "ulimit -n \($0) && " } ?? ""
+            let pin = self.cpuList.map { "taskset -c \($0) " } ?? ""
             process.executableURL = URL(fileURLWithPath: "/bin/sh")
-            process.arguments = ["-c", "ulimit -n \(limit) && exec \"$0\" \"$@\"", Self.binary.path] + arguments
+            process.arguments = ["-c", "\(limit)exec \(pin)\"$0\" \"$@\"", Self.binary.path] + arguments
         } else {
             process.executableURL = Self.binary
             process.arguments = arguments

@@ -1,3 +1,4 @@
+import CCircleCPU
 import NIOCore
 import NIOSSL
 
@@ -32,6 +33,19 @@ public func raiseOpenFileLimit() -> Int {
         _ = setrlimit(openFilesResource, &limit)
     }
     return openFileLimit()
+}
+
+/// The CPUs this process may run on: NIO's `System.coreCount` (which follows a cgroup's CPU
+/// quota and cpuset) further bounded by the process's CPU affinity (`taskset`, systemd's
+/// `CPUAffinity=`, `numactl`), which `System.coreCount` does not read.
+///
+/// NIO sizes its singleton event-loop group by `System.coreCount`. A server pinned to one CPU of
+/// two then runs two event loops that take turns on that CPU, with a thread switch between
+/// their turns; `circle serve` starts one loop per CPU it may use instead (`--event-loops`).
+public func usableCoreCount() -> Int {
+    let cores = System.coreCount
+    let allowed = Int(circle_cpu_affinity_count())
+    return allowed > 0 ? min(cores, allowed) : cores
 }
 
 /// Everything `circle serve` can be told. Every field has a default that works on a laptop.

@@ -70,11 +70,46 @@ enum ServerFrame {
         return frame
     }
 
+    /// `message` as one uncompressed frame in one buffer (header, then payload), or `nil` when
+    /// the frame would be over `maxBytes`.
+    ///
+    /// For `/v1/echo`: written below the frame encoder like the chat's frames, it is one NIO
+    /// pending write and one `write`, where a `WebSocketFrame` through the encoder costs a header
+    /// buffer of its own, two pending writes and a `writev`. The payload is copied, so large
+    /// messages keep the encoder's way (``WebSocketFrameWriter/headerInCopyLimit``).
+    static func frame(of message: WebSocketMessage, maxBytes: Int, allocator: ByteBufferAllocator) -> ByteBuffer? {
+        switch message {
+        case .text(let text):
+            let length = text.utf8.count
+            guard Self.headerSize(length: length) + length <= maxBytes else { return nil }
+            var frame = allocator.buffer(capacity: Self.headerSize(length: length) + length)
+            Self.writeHeader(first: textFirstByte, length: length, into: &frame)
+            frame.writeString(text)
+            return frame
+        case .binary(let payload):
+            let length = payload.readableBytes
+            guard Self.headerSize(length: length) + length <= maxBytes else { return nil }
+            var frame = allocator.buffer(capacity: Self.headerSize(length: length) + length)
+            Self.writeHeader(first: binaryFirstByte, length: length, into: &frame)
+            frame.writeImmutableBuffer(payload)
+            return frame
+        }
+    }
+
+    /// FIN and the opcode; RSV1 is added for a deflated payload.
+    private static let textFirstByte: UInt8 = 0x81
+    private static let binaryFirstByte: UInt8 = 0x82
+    private static let rsv1: UInt8 = 0x40
+
     /// The header of a final text frame of `length` payload bytes, written at the end.
     static func writeHeader(compressed: Bool, length: Int, into frame: inout ByteBuffer) {
+        Self.writeHeader(first: compressed ? Self.textFirstByte | Self.rsv1 : Self.textFirstByte, length: length, into: &frame)
+    }
+
+    private static func writeHeader(first: UInt8, length: Int, into frame: inout ByteBuffer) {
         let size = Self.headerSize(length: length)
         frame.reserveCapacity(minimumWritableBytes: size)
-        Self.setHeader(compressed: compressed, length: length, in: &frame, at: frame.writerIndex)
+        Self.setHeader(first: first, length: length, in: &frame, at: frame.writerIndex)
         frame.moveWriterIndex(forwardBy: size)
     }
 
@@ -114,7 +149,12 @@ enum ServerFrame {
     /// buffer's capacity); returns its size.
     @discardableResult
     static func setHeader(compressed: Bool, length: Int, in frame: inout ByteBuffer, at index: Int) -> Int {
-        frame.setInteger(UInt8(compressed ? 0xC1 : 0x81), at: index)
+        Self.setHeader(first: compressed ? Self.textFirstByte | Self.rsv1 : Self.textFirstByte, length: length, in: &frame, at: index)
+    }
+
+    @discardableResult
+    private static func setHeader(first: UInt8, length: Int, in frame: inout ByteBuffer, at index: Int) -> Int {
+        frame.setInteger(first, at: index)
         let size = Self.headerSize(length: length)
         switch size {
         case 2:

@@ -119,6 +119,12 @@ final class ServerWebSocketFraming {
     /// Writes one whole message, compressed when compression was agreed and the message is
     /// large enough. A message that cannot be compressed fails the connection (1011).
     func write(message: WebSocketMessage, context: ChannelHandlerContext) {
+        if !self.compresses,
+            let framed = ServerFrame.frame(of: message, maxBytes: WebSocketFrameWriter.headerInCopyLimit, allocator: context.channel.allocator),
+            self.writeFramed(framed, flush: false, context: context)
+        {
+            return
+        }
         let frames: [WebSocketFrame]
         do {
             frames = try self.protocolState.frames(for: message, fragmentSize: nil, allocator: context.channel.allocator)
