@@ -21,7 +21,9 @@ struct ChatCommand: AsyncParsableCommand {
             author are grouped under one name; photos show as [photo] with their caption. Edits, \
             deletes and reactions change the posts they target ("(edited)", "message deleted", \
             "[👍 2]"); a reply shows a line quoting what it answers. What the chat shows is \
-            marked read (your unread counts elsewhere drop).
+            marked read (your unread counts elsewhere drop). "bob joined" is shown when someone \
+            comes online, not when they reconnect; "bob left" once they have stayed away for two \
+            minutes.
 
             Keys: Enter posts · Page Up loads older posts · Ctrl-C, or Ctrl-D on an empty line, \
             leaves.
@@ -44,6 +46,20 @@ struct ChatCommand: AsyncParsableCommand {
 
     @OptionGroup var discovery: ChatDiscoveryOptions
 
+    // The presence rules' times (PresenceNotices.Timing), shortened by tests.
+    @Option(name: .customLong("presence-settle"), help: .hidden)
+    var presenceSettle: Double = 30
+
+    @Option(name: .customLong("presence-away"), help: .hidden)
+    var presenceAway: Double = 120
+
+    func validate() throws {
+        for (name, value) in [("--presence-settle", self.presenceSettle), ("--presence-away", self.presenceAway)]
+        where !value.isFinite || value < 0 || value > 86_400 {
+            throw ValidationError("\(name) takes a number of seconds from 0 to 86400, not \(value)")
+        }
+    }
+
     func run() async throws {
         guard isatty(STDIN_FILENO) == 1, isatty(STDOUT_FILENO) == 1 else {
             throw ValidationError("circle chat needs a terminal; for scripts use `circle send` and `circle tail`")
@@ -58,7 +74,8 @@ struct ChatCommand: AsyncParsableCommand {
         }
         guard let client = connected else { return }
         let user = options.userName
-        let screen = ChatScreen(circle: self.circle, user: user, colours: Console.colours(on: STDOUT_FILENO))
+        let timing = PresenceNotices.Timing(settle: .milliseconds(Int64(self.presenceSettle * 1000)), away: .milliseconds(Int64(self.presenceAway * 1000)))
+        let screen = ChatScreen(circle: self.circle, user: user, colours: Console.colours(on: STDOUT_FILENO), presence: timing)
         let terminal = RawTerminal()
         terminal.enter()
         defer { terminal.leave() }
@@ -218,12 +235,17 @@ actor ChatScreen {
     private var state = "connecting…"
     private var typing: [String: ContinuousClock.Instant] = [:]
     private var lastTypingSent = ContinuousClock.now - .seconds(10)
+    /// Which `joined` and `left` events get a line.
+    private var presence: PresenceNotices
+    private var connected = false
 
-    init(circle: String, user: String, colours: Bool = false) {
+    init(circle: String, user: String, colours: Bool = false, presence: PresenceNotices.Timing = .init()) {
         self.circle = circle
         self.user = user
         self.colours = colours
         self.timeline = CircleWire.CircleTimeline(viewer: user)
+        // The chat is made right after its first join.
+        self.presence = PresenceNotices(timing: presence, joinedAt: .now)
     }
 
     var oldestSeq: Int64? { self.more ? self.posts.keys.min() : nil }
@@ -263,12 +285,14 @@ actor ChatScreen {
             self.note("posts \(from)–\(to) are missing")
         case .typing(let user):
             self.typing[user] = .now
+            if user != self.user { self.presence.seen(user) }
         case .joined(let user):
-            if user != self.user { self.note("\(user) joined") }
+            if user != self.user, self.presence.joined(user, at: .now) { self.note("\(user) joined") }
         case .left(let user):
             if user != self.user {
                 self.typing[user] = nil
-                self.note("\(user) left")
+                // Said by `tick` once the user has stayed away, where they left.
+                self.presence.left(user, afterSeq: self.posts.keys.max() ?? 0, at: .now)
             }
         case .read(let seq):
             // Read on another connection of this user: nothing to mark from here up to there.
@@ -325,6 +349,14 @@ actor ChatScreen {
     }
 
     func setState(_ state: ConnectionState, waiting: Int) {
+        // The client joins the circle again on every connection.
+        if case .connected = state {
+            if !self.connected { self.presence.joinedCircle(at: .now) }
+            self.connected = true
+        } else if self.connected {
+            self.connected = false
+            self.presence.connectionLost(at: .now)
+        }
         switch state {
         case .connected: self.state = "connected"
         case .connecting: self.state = "connecting…"
@@ -342,7 +374,12 @@ actor ChatScreen {
     func tick() {
         let stale = self.typing.filter { ContinuousClock.now - $0.value > .seconds(4) }
         for (user, _) in stale { self.typing[user] = nil }
-        if !stale.isEmpty { self.redraw() }
+        let gone = self.presence.dueLeaves(at: .now)
+        for leave in gone {
+            self.notes.append(Note(afterSeq: leave.afterSeq, order: self.nextNote(), text: "\(leave.user) left"))
+            self.trimNotes()
+        }
+        if !stale.isEmpty || !gone.isEmpty { self.redraw() }
     }
 
     func input(_ byte: UInt8) -> Command {
@@ -684,5 +721,88 @@ final class RawTerminal: @unchecked Sendable {
             }
             thread.start()
         }
+    }
+}
+
+/// Which presence events are worth a line in the chat: someone coming online after being away,
+/// and someone who left and stayed away, not the reconnects of a reload, a network change or a
+/// server restart. The server announces every join and leave (docs/PROTOCOL.md, `joined`); this
+/// decides from what it has seen, with the time as an input.
+///
+/// - A `left` is held for `away`: when the user joins again before that, neither is said;
+///   otherwise the leave is said then, at the place it happened (`dueLeaves`).
+/// - A `joined` is said unless the user's leave is still held, the user was here (or had just
+///   left) when this client's connection dropped and comes back less than `away` after this
+///   client did, or it comes within `settle` of this client's own (re)join of the circle: after a
+///   restart everyone comes back at once, and the client cannot tell who was here before it joined.
+struct PresenceNotices {
+    struct Timing: Sendable {
+        /// After this client's own join, others' joins are taken for reconnects this long.
+        var settle: Duration
+        /// A leave is said once the user has stayed away this long.
+        var away: Duration
+
+        init(settle: Duration = .seconds(30), away: Duration = .seconds(120)) {
+            self.settle = settle
+            self.away = away
+        }
+    }
+
+    let timing: Timing
+    /// Users known to be here (seen joining or typing).
+    private var present: Set<String> = []
+    /// Leaves not said yet: when, and after which post.
+    private var leaving: [String: (since: ContinuousClock.Instant, afterSeq: Int64)] = [:]
+    /// Users who were here when this client's connection dropped, or had just left.
+    private var away: [String: ContinuousClock.Instant] = [:]
+    private var joinedAt: ContinuousClock.Instant
+
+    init(timing: Timing = .init(), joinedAt: ContinuousClock.Instant) {
+        self.timing = timing
+        self.joinedAt = joinedAt
+    }
+
+    /// This client joined the circle (again, after a reconnect). Who was away when the
+    /// connection dropped is counted as away from now: what they did meanwhile went unseen.
+    mutating func joinedCircle(at now: ContinuousClock.Instant) {
+        self.joinedAt = now
+        for user in self.away.keys { self.away[user] = now }
+    }
+
+    /// This client's connection dropped: whoever was here counts as away since then, and a held
+    /// leave is dropped (the user's return would go unseen).
+    mutating func connectionLost(at now: ContinuousClock.Instant) {
+        for user in self.present { self.away[user] = now }
+        for (user, leave) in self.leaving { self.away[user] = leave.since }
+        self.present = []
+        self.leaving = [:]
+    }
+
+    /// The user did something that shows they are here (typing).
+    mutating func seen(_ user: String) {
+        self.present.insert(user)
+    }
+
+    /// `joined`: whether to say it.
+    mutating func joined(_ user: String, at now: ContinuousClock.Instant) -> Bool {
+        let wasLeaving = self.leaving.removeValue(forKey: user) != nil
+        let awaySince = self.away.removeValue(forKey: user)
+        let wasHere = !self.present.insert(user).inserted
+        if wasLeaving || wasHere { return false }
+        if let awaySince, now - awaySince < self.timing.away { return false }
+        return now - self.joinedAt >= self.timing.settle
+    }
+
+    /// `left`: held until `dueLeaves` says it, or a join takes it back.
+    mutating func left(_ user: String, afterSeq: Int64, at now: ContinuousClock.Instant) {
+        self.present.remove(user)
+        if self.leaving[user] == nil { self.leaving[user] = (now, afterSeq) }
+    }
+
+    /// The leaves to say now (their users stayed away for `away`), oldest first.
+    mutating func dueLeaves(at now: ContinuousClock.Instant) -> [(user: String, afterSeq: Int64)] {
+        let due = self.leaving.filter { now - $0.value.since >= self.timing.away }.sorted { $0.value.since < $1.value.since }
+        for (user, _) in due { self.leaving[user] = nil }
+        return due.map { ($0.key, $0.value.afterSeq) }
     }
 }

@@ -66,9 +66,9 @@ struct ChatTmuxTests {
         throw TestFailure("timed out")
     }
 
-    private func startChat(_ session: String, user: String, server: TestServer, circle: String = "general") throws {
+    private func startChat(_ session: String, user: String, server: TestServer, circle: String = "general", options: String = "") throws {
         // Without NO_COLOR, which the test runner's environment may carry, so the chat uses colour.
-        let command = "env -u NO_COLOR \(CircleProcess.executablePath) chat \(circle) --user \(user) --jwt-secret \(testSecret) --server \(server.wsURL)"
+        let command = "env -u NO_COLOR \(CircleProcess.executablePath) chat \(circle) --user \(user) --jwt-secret \(testSecret) --server \(server.wsURL) \(options)"
         try self.tmux(["new-session", "-d", "-s", session, "-x", "90", "-y", "24", command])
     }
 
@@ -203,7 +203,8 @@ extension ChatTmuxTests {
         defer { server.remove() }
         try await server.start()
         try await server.createCircle("general", owner: "alice")
-        try self.startChat("alice", user: "alice", server: server)
+        // Bob's join right after alice's own is said; his leave 2 s after it.
+        try self.startChat("alice", user: "alice", server: server, options: "--presence-settle 0 --presence-away 2")
         try await self.waitForScreen("alice") { $0.contains("general — alice — connected") }
 
         #expect(try await self.circle(["send", "general", "deployed", "--user", "carol"], server: server).status == 0)
@@ -231,6 +232,55 @@ extension ChatTmuxTests {
         if let joined, let post, let left {
             #expect(joined < post && post < left, "\(screen)")
         }
+        try self.tmux(["send-keys", "-t", "alice", "/quit", "Enter"])
+        await server.stop()
+    }
+
+    @Test("a chat that reconnects (a restart of the chat or of the server) is not announced; a return after being away is")
+    func reconnectsAreNotAnnounced() async throws {
+        try self.tmux(["new-session", "-d", "-s", "keeper", "sleep 600"])
+        defer { self.stopTmux() }
+        let server = TestServer()
+        defer { server.remove() }
+        try await server.start()
+        try await server.createCircle("general", owner: "alice")
+        try self.startChat("alice", user: "alice", server: server, options: "--presence-settle 0 --presence-away 8")
+        try await self.waitForScreen("alice") { $0.contains("general — alice — connected") }
+        try self.startChat("bob", user: "bob", server: server)
+        try await self.waitForScreen("alice") { $0.contains("bob joined") }
+
+        // Bob's chat quits and starts again at once: he leaves and joins again within the 8 s.
+        let quitAt = ContinuousClock.now
+        try self.tmux(["send-keys", "-t", "bob", "/quit", "Enter"])
+        try self.startChat("bob2", user: "bob", server: server)
+        try await self.waitForScreen("bob2") { $0.contains("general — bob — connected") }
+        try self.tmux(["send-keys", "-t", "bob2", "back at once", "Enter"])
+        try await self.waitForScreen("alice") { $0.contains("bob: back at once") }
+        while ContinuousClock.now < quitAt + .seconds(9) {
+            let screen = try self.screen("alice")
+            #expect(screen.components(separatedBy: "bob joined").count == 2 && !screen.contains("bob left"), "\(screen)")
+            try await Task.sleep(for: .milliseconds(250))
+        }
+
+        // The server restarts: both chats come back, and nobody is announced.
+        await server.stop()
+        try await self.waitForScreen("alice") { $0.contains("reconnecting") }
+        try await server.start()
+        try await self.waitForScreen("alice", timeout: .seconds(60)) { $0.contains("— alice — connected") }
+        try await self.waitForScreen("bob2", timeout: .seconds(60)) { $0.contains("— bob — connected") }
+        try self.tmux(["send-keys", "-t", "bob2", "after the restart", "Enter"])
+        try await self.waitForScreen("alice") { $0.contains("after the restart") }
+        var screen = try self.screen("alice")
+        #expect(screen.components(separatedBy: "bob joined").count == 2 && !screen.contains("bob left"), "\(screen)")
+
+        // Bob leaves and stays away: said after the 8 s; back later: said.
+        try self.tmux(["send-keys", "-t", "bob2", "/quit", "Enter"])
+        try await self.waitForScreen("alice") { $0.contains("bob left") }
+        try self.startChat("bob3", user: "bob", server: server)
+        try await self.waitForScreen("alice") { $0.components(separatedBy: "bob joined").count == 3 }
+        screen = try self.screen("alice")
+        #expect(screen.components(separatedBy: "bob left").count == 2, "\(screen)")
+        try self.tmux(["send-keys", "-t", "bob3", "/quit", "Enter"])
         try self.tmux(["send-keys", "-t", "alice", "/quit", "Enter"])
         await server.stop()
     }

@@ -211,6 +211,43 @@ def sign_in_with_token(page, port, token):
     page.get(f"http://127.0.0.1:{port}/")
 
 
+def presence_timing(page, port, settle_ms, away_ms):
+    """Shortens the page's presence rules for a test (docs/PAGE.md, "Presence notices"): joins
+    within `settle_ms` of the page's own join are not said, a leave is said after `away_ms`.
+    Kept in the tab's sessionStorage, so it holds across sign-in and reloads."""
+    page.get(f"http://127.0.0.1:{port}/")
+    page.execute_script("sessionStorage.setItem('circle.presence', JSON.stringify({settle: arguments[0], away: arguments[1]}))", settle_ms, away_ms)
+
+
+def record_presence_events(page):
+    """Records every `joined`/`left` event the page's WebSockets receive in window.__presence
+    ("joined bob", "left bob"), from before the page's own script runs and across reloads, so a
+    test can wait for events the page chose not to show."""
+    page.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": """
+        window.__presence = [];
+        const Native = window.WebSocket;
+        window.WebSocket = class extends Native {
+            constructor(...args) {
+                super(...args);
+                this.addEventListener('message', (event) => {
+                    try {
+                        const m = JSON.parse(event.data);
+                        if (m.type === 'joined' || m.type === 'left') window.__presence.push(m.type + ' ' + m.user);
+                    } catch (error) { /* not JSON */ }
+                });
+            }
+        };"""})
+
+
+def presence_events(page):
+    return page.execute_script("return window.__presence || []")
+
+
+def notices(page):
+    """The presence and other notices in the open circle's timeline, oldest first."""
+    return page.execute_script("return [...document.querySelectorAll('#list .notice .notice-text')].map(n => n.textContent)")
+
+
 def circle_button(page, name):
     return page.find_element(By.CSS_SELECTOR, f'#circles li[data-name="{name}"] button')
 

@@ -7,8 +7,9 @@ Run by scripts/browser-test (which installs Chromium, chromedriver and Selenium)
 import os
 
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 
-from harness import ROOT, open_circle, png, post, posts, sign_in, stored_seqs, wait_until
+from harness import ROOT, open_circle, png, post, posts, presence_timing, sign_in, stored_seqs, wait_until
 
 
 def conn_state(page):
@@ -17,6 +18,7 @@ def conn_state(page):
 
 def test_two_pages_and_the_cli_chat_and_survive_a_restart(server, new_page):
     alice, bob = new_page(), new_page()
+    presence_timing(alice, server.port, 0, 120000)  # bob's join, right after alice's, is said
     sign_in(alice, server.port, "alice")
     sign_in(bob, server.port, "bob")
     open_circle(alice, "lounge")
@@ -82,6 +84,7 @@ def loaded_photos(page):
 
 def test_a_photo_is_attached_posted_and_shown_to_others(server, new_page):
     alice, bob = new_page(), new_page()
+    presence_timing(alice, server.port, 0, 120000)  # bob's join, right after alice's, is said
     sign_in(alice, server.port, "alice")
     sign_in(bob, server.port, "bob")
     open_circle(alice, "lounge")
@@ -93,6 +96,8 @@ def test_a_photo_is_attached_posted_and_shown_to_others(server, new_page):
         f.write(png(40, 30))
     alice.find_element(By.ID, "text").send_keys("a blue square")
     alice.find_element(By.ID, "photo").send_keys(path)
+    wait_until(lambda: alice.find_element(By.ID, "photobar").is_displayed(), what="the photo waiting to be sent")
+    alice.find_element(By.ID, "sendbtn").click()
 
     for page in (alice, bob):
         wait_until(lambda page=page: loaded_photos(page) == ["40x30"], what="the photo shown")
@@ -106,6 +111,8 @@ def test_a_photo_is_attached_posted_and_shown_to_others(server, new_page):
     with open(bogus, "wb") as f:
         f.write(b"hello, not a png at all")
     bob.find_element(By.ID, "photo").send_keys(bogus)
+    wait_until(lambda: bob.find_element(By.ID, "photobar").is_displayed(), what="the file waiting to be sent")
+    bob.find_element(By.ID, "text").send_keys(Keys.ENTER)
     wait_until(lambda: bob.find_elements(By.CSS_SELECTOR, '#list .post[data-state="failed"]'), what="the bogus photo refused")
     failed = bob.find_element(By.CSS_SELECTOR, '#list .post[data-state="failed"]')
     assert "Not posted" in failed.text

@@ -6,8 +6,8 @@ import subprocess
 from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
 
-from harness import (CIRCLE, Server, distance_from_bottom, holds_for, open_circle, png, post, posts, sign_in, sign_in_with_token,
-                     stored_seqs, wait_until)
+from harness import (CIRCLE, Server, distance_from_bottom, holds_for, open_circle, png, post, posts, presence_timing, sign_in,
+                     sign_in_with_token, stored_seqs, wait_until)
 
 
 def no_alert(page):
@@ -180,6 +180,8 @@ def test_no_connection_badge_before_sign_in(server, new_page):
 
 def test_presence_notices_stay_when_the_timeline_is_drawn_again(server, new_page):
     alice, bob = new_page(), new_page()
+    # Bob's join right after alice's is said, and his leave 1 s after it (docs/PAGE.md).
+    presence_timing(alice, server.port, 0, 1000)
     sign_in(alice, server.port, "alice")
     open_circle(alice, "lounge")
     sign_in(bob, server.port, "bob")

@@ -86,6 +86,10 @@ def test_the_page_runs_without_csp_violations(server, new_page):
     with open(path, "wb") as f:
         f.write(png(300, 200))
     alice.find_element(By.ID, "photo").send_keys(path)
+    # The preview is a blob: URL, allowed by img-src.
+    wait_until(lambda: alice.execute_script("const i = document.getElementById('photothumb'); return i.complete && i.naturalWidth") == 300,
+               what="the photo's preview")
+    alice.find_element(By.ID, "sendbtn").click()
     wait_until(lambda: stored_seqs(alice) == [1, 2], what="the photo stored")
     alice.find_element(By.CSS_SELECTOR, "#list .photo").click()
     wait_until(lambda: alice.find_element(By.ID, "viewer").is_displayed(), what="the photo viewer")

@@ -12,6 +12,10 @@ const PHOTO_BOX = { width: 360, height: 300 };
 const PHONE = window.matchMedia("(max-width: 720px)");
 const REACTIONS = ["👍", "❤️", "😂", "🎉", "😮", "😢", "🙏", "👀"];   // the picker's choice
 const LONG_PRESS_MS = 500;
+// Presence notices (docs/PAGE.md, "Presence notices"): a leave is said only once the person has
+// stayed away for AWAY ms, and a join only when it is a return after being away, not a reconnect.
+// The `circle.presence` key of sessionStorage ({"settle": ms, "away": ms}) overrides both.
+const PRESENCE = { settle: 30000, away: 120000 };
 
 const S = {
   token: sessionStorage.getItem("circle.token"),
@@ -38,6 +42,7 @@ const S = {
   extras: new Map(),          // day lines, notices, intros: reused the same way
   noticeCounter: 0,
   replyTo: null,              // {circle, seq}: the post the composer answers
+  staged: null,               // {circle, file, url, size}: the photo chosen and not yet posted
   editing: null,              // {key, circle, seq, draft}: the post being edited in place
   confirming: null,           // key of the post asking "Delete this post?"
   menu: null,                 // key of the post whose actions a long press opened
@@ -202,6 +207,7 @@ function showSignIn(message) {
   S.outbox = [];
   S.editing = S.confirming = S.menu = null;
   setReply(null);
+  unstagePhoto({ keepFocus: true });
   closePicker();
   $("list").replaceChildren();
   $("welcome").classList.remove("hidden");
@@ -359,6 +365,7 @@ function connect() {
     S.ws = null;
     S.connected = false;
     clearInterval(S.heartbeat);
+    presenceLost();
     for (const [, r] of S.requests) r.reject(new Error("disconnected"));
     S.requests.clear();
     if (!S.token) return;
@@ -455,9 +462,11 @@ function circleData(name) {
     // ({after: seq, text, n}); view: where the reader was when they left the circle.
     // newAfter: the read marker when the circle was opened with unread posts (the "New" line
     // goes above the first post after it that is not the reader's own); readSent: the newest
-    // marker asked for; joinedOn: the WebSocket whose join of this circle was acknowledged.
+    // marker asked for; joinedOn: the WebSocket whose join of this circle was acknowledged;
+    // presence: who is known to be here, whose leave waits to be said, see onJoined.
     d = { posts: new Map(), last: null, oldest: null, more: true, loaded: false, loading: false, notices: [],
-          newAfter: null, view: null, readSent: 0, joinedOn: null };
+          newAfter: null, view: null, readSent: 0, joinedOn: null,
+          presence: { present: new Set(), leaving: new Map(), away: new Map(), joinedAt: 0 } };
     S.data.set(name, d);
   }
   return d;
@@ -538,9 +547,17 @@ function countUnread(d, readSeq) {
   return n;
 }
 
-/// Whether the reader can see the newest post of the open circle right now.
+/// Whether the open circle's conversation is laid out on screen: on a phone, the circle list
+/// screen hides it while S.current still names the circle last opened.
+function conversationShown() {
+  const box = $("messages");
+  return !!S.current && box.getClientRects().length > 0 && box.clientHeight > 0;
+}
+
+/// Whether the reader can see the newest post of the open circle right now: the tab visible
+/// and focused, the conversation on screen, and scrolled to its newest post.
 function readingNewest() {
-  if (document.hidden || !document.hasFocus()) return false;
+  if (document.hidden || !document.hasFocus() || !conversationShown()) return false;
   const box = $("messages");
   return S.pinned || box.scrollHeight - box.scrollTop - box.clientHeight < 40;
 }
@@ -573,9 +590,11 @@ function markRead() {
   }).catch(() => { d.readSent = 0; });
 }
 
-function notice(circle, text) {
+/// A line in the timeline that is not a post, at the place `at` ({after: seq, time}) or here and now.
+function notice(circle, text, at) {
   const d = circleData(circle);
-  d.notices.push({ after: d.last === null ? 0 : d.last, text, n: ++S.noticeCounter, time: Date.now() });
+  const place = at || { after: d.last === null ? 0 : d.last, time: Date.now() };
+  d.notices.push({ after: place.after, text, n: ++S.noticeCounter, time: place.time });
   if (d.notices.length > MAX_NOTICES) d.notices.splice(0, d.notices.length - MAX_NOTICES);
   if (circle === S.current) renderTimeline();
 }
@@ -644,16 +663,80 @@ function onMessage(m) {
       break;
     }
     case "typing":
-      if (m.user !== S.user) showTyping(m.circle, m.user);
+      if (m.user !== S.user) {
+        circleData(m.circle).presence.present.add(m.user);
+        showTyping(m.circle, m.user);
+      }
       break;
     case "joined":
+      if (m.user !== S.user) onJoined(m.circle, m.user);
+      break;
     case "left":
-      if (m.user !== S.user) notice(m.circle, `${m.user} ${m.type === "joined" ? "joined" : "left"}`);
-      if (m.type === "left") stopTyping(m.circle, m.user);
+      if (m.user !== S.user) onLeft(m.circle, m.user);
+      stopTyping(m.circle, m.user);
       break;
     case "gap":
       notice(m.circle, `Posts ${m.from}–${m.to} are no longer available`);
       break;
+  }
+}
+
+function presenceTiming() {
+  try {
+    const t = JSON.parse(sessionStorage.getItem("circle.presence") || "{}");
+    return { settle: Number.isFinite(t.settle) ? t.settle : PRESENCE.settle, away: Number.isFinite(t.away) ? t.away : PRESENCE.away };
+  } catch {
+    return PRESENCE;
+  }
+}
+
+/// `joined`: said only when it tells something, someone coming online. Not said when the person's
+/// leave came less than AWAY ago (a reload, a reconnect: their leave was not said either), when
+/// they were here when this page lost its connection and come back less than AWAY after the page
+/// did (a server restart), or within SETTLE of this page's own join of the circle (after a restart
+/// everyone comes back at once, and this page cannot tell who was here before).
+function onJoined(circle, user) {
+  const p = circleData(circle).presence;
+  const t = presenceTiming();
+  const now = Date.now();
+  const leaving = p.leaving.get(user);
+  if (leaving) { clearTimeout(leaving.timer); p.leaving.delete(user); }
+  const awaySince = p.away.get(user);
+  p.away.delete(user);
+  const wasHere = p.present.has(user);
+  p.present.add(user);
+  if (leaving || wasHere) return;
+  if (awaySince !== undefined && now - awaySince < t.away) return;
+  if (now - p.joinedAt < t.settle) return;
+  notice(circle, `${user} joined`);
+}
+
+/// `left`: said once the person has stayed away for AWAY, at the place and time they left.
+function onLeft(circle, user) {
+  const d = circleData(circle);
+  const p = d.presence;
+  p.present.delete(user);
+  if (p.leaving.has(user)) return;
+  const at = { after: d.last === null ? 0 : d.last, time: Date.now() };
+  at.timer = setTimeout(() => {
+    if (p.leaving.get(user) !== at || S.data.get(circle) !== d) return;
+    p.leaving.delete(user);
+    notice(circle, `${user} left`, at);
+  }, presenceTiming().away);
+  p.leaving.set(user, at);
+}
+
+/// This page's connection dropped: it will not see who comes and goes until it has joined again.
+/// Whoever was here, or had just left, counts as away since then, so that their join after the
+/// reconnect is not said; a leave waiting to be said is dropped (their return would go unseen).
+function presenceLost() {
+  const now = Date.now();
+  for (const d of S.data.values()) {
+    const p = d.presence;
+    for (const user of p.present) p.away.set(user, now);
+    for (const [user, at] of p.leaving) { clearTimeout(at.timer); p.away.set(user, at.time); }
+    p.present.clear();
+    p.leaving.clear();
   }
 }
 
@@ -719,7 +802,7 @@ function renderCircles() {
     button.append(sigil, el("span", "name", c.name));
     if (c.private) button.title = c.name + " (private)";
     const unread = c.unread || 0;
-    if (unread && c.name !== S.current) {
+    if (unread && !(c.name === S.current && conversationShown())) {
       button.classList.add("unread");
       const badge = el("span", "badge", unread > 99 ? "99+" : String(unread));
       // The server counts up to 1,000 (docs/PROTOCOL.md, circles).
@@ -834,6 +917,7 @@ async function openCircle(name) {
   $("text").placeholder = `Message #${name}`;
   const d = circleData(name);
   if (S.replyTo && S.replyTo.circle !== name) setReply(null);
+  if (S.staged && S.staged.circle !== name) unstagePhoto({ keepFocus: true }); else showStaged();
   // The "New" line where the reader left off: where their marker is, or (never marked, as in a
   // circle that was empty) where this tab last showed it. A circle never read opens at the
   // newest post, as a channel one has never visited does elsewhere.
@@ -877,6 +961,10 @@ function join(name) {
   const message = { action: "join", circle: name };
   if (d.last !== null) message.since = d.last;
   const ws = S.ws;
+  // Who was here when the connection dropped counts as away from now: what they did meanwhile
+  // went unseen (see onJoined).
+  d.presence.joinedAt = Date.now();
+  for (const user of d.presence.away.keys()) d.presence.away.set(user, d.presence.joinedAt);
   request(message).then((ack) => {
     if (d.last === null) d.last = ack.seq;
     if (S.ws === ws) {
@@ -1436,9 +1524,9 @@ function autosize() {
   composer.style.height = Math.min(composer.scrollHeight, 180) + "px";
 }
 
-/// The Post button is live only when there is something to post.
+/// The Post button is live only when there is something to post: text, or a chosen photo.
 function updateSend() {
-  $("sendbtn").disabled = !S.current || !composer.value.trim();
+  $("sendbtn").disabled = !S.current || (!composer.value.trim() && !stagedHere());
 }
 
 composer.addEventListener("input", () => {
@@ -1457,6 +1545,9 @@ composer.addEventListener("keydown", (event) => {
     const d = circleData(S.current);
     const last = [...d.posts.values()].filter((p) => p.author === S.user && !p.deleted).sort((a, b) => b.seq - a.seq)[0];
     if (last) { event.preventDefault(); startEdit(last); }
+  } else if (event.key === "Escape" && stagedHere()) {
+    event.preventDefault();
+    unstagePhoto();
   } else if (event.key === "Escape" && S.replyTo) {
     setReply(null);
   }
@@ -1465,9 +1556,16 @@ composer.addEventListener("keydown", (event) => {
 $("compose").addEventListener("submit", (event) => {
   event.preventDefault();
   const text = composer.value.replace(/^\s*\n|\s+$/g, "");
-  if (!text.trim() || !S.current) return;
-  const post = { id: uid(), circle: S.current, text, author: S.user, status: "sending", created: Date.now() };
+  const photo = stagedHere() ? S.staged : null;
+  if ((!text.trim() && !photo) || !S.current) return;
+  const post = { id: uid(), circle: S.current, text: text.trim() ? text : "", author: S.user, status: "sending", created: Date.now() };
   if (S.replyTo && S.replyTo.circle === S.current) post.replyTo = S.replyTo.seq;
+  if (photo) {
+    // The post takes over the preview's object URL (revoked when it is discarded).
+    S.staged = null;
+    showStaged();
+    Object.assign(post, { status: "uploading", file: photo.file, preview: photo.url, previewSize: photo.size });
+  }
   setReply(null);
   S.outbox.push(post);
   composer.value = "";
@@ -1475,7 +1573,8 @@ $("compose").addEventListener("submit", (event) => {
   updateSend();
   S.pinned = true;
   renderTimeline();
-  sendPost(post);   // while offline it is sent on reconnect, with the same id
+  // While offline a text post is sent on reconnect, with the same id; a photo is uploaded first.
+  if (photo) upload(post); else sendPost(post);
 });
 
 function sendPost(p) {
@@ -1504,24 +1603,60 @@ function discardPost(p) {
   renderTimeline();
 }
 
+// A chosen photo waits above the composer (a thumbnail, its name, ×) until it is posted with
+// the composer's text as its caption; nothing is uploaded before that.
 $("attach").addEventListener("click", () => $("photo").click());
 $("photo").addEventListener("change", () => {
   const file = $("photo").files[0];
   $("photo").value = "";
   if (!file || !S.current) return;
-  const caption = composer.value.trim();
-  composer.value = "";
-  autosize();
+  stagePhoto(file);
+});
+
+function stagedHere() {
+  return !!(S.staged && S.staged.circle === S.current);
+}
+
+function stagePhoto(file) {
+  unstagePhoto({ keepFocus: true });
+  const staged = { circle: S.current, file, url: URL.createObjectURL(file), size: null };
+  S.staged = staged;
+  const thumb = $("photothumb");
+  thumb.addEventListener("load", () => {
+    if (S.staged === staged) staged.size = [thumb.naturalWidth, thumb.naturalHeight];
+  }, { once: true });
+  thumb.src = staged.url;
+  thumb.alt = "The photo to post: " + file.name;
+  showStaged();
+  composer.focus();
+}
+
+/// Takes the chosen photo away without posting it.
+function unstagePhoto(options = {}) {
+  if (!S.staged) return;
+  URL.revokeObjectURL(S.staged.url);
+  S.staged = null;
+  showStaged();
+  if (!options.keepFocus && S.current) composer.focus();
+}
+
+function showStaged() {
+  const shown = stagedHere();
+  $("photobar").classList.toggle("hidden", !shown);
+  if (shown) {
+    const size = S.staged.file.size;
+    const readable = size >= 1048576 ? (size / 1048576).toFixed(1) + " MB" : Math.max(1, Math.round(size / 1024)) + " KB";
+    $("photoname").textContent = `${S.staged.file.name} · ${readable}`;
+  } else {
+    $("photothumb").removeAttribute("src");
+    $("photoname").textContent = "";
+  }
+  composer.placeholder = S.current ? (shown ? "Add a caption (optional)" : `Message #${S.current}`) : composer.placeholder;
   updateSend();
-  const post = { id: uid(), circle: S.current, text: caption, author: S.user, status: "uploading", created: Date.now(), file };
-  post.preview = URL.createObjectURL(file);
-  const probe = new Image();
-  probe.addEventListener("load", () => { post.previewSize = [probe.naturalWidth, probe.naturalHeight]; });
-  probe.src = post.preview;
-  S.outbox.push(post);
-  S.pinned = true;
-  renderTimeline();
-  upload(post);
+}
+$("photocancel").addEventListener("click", () => unstagePhoto());
+$("photobar").addEventListener("keydown", (event) => {
+  if (event.key === "Escape") { event.preventDefault(); unstagePhoto(); }
 });
 
 /// Uploads the photo (POST /v1/media, with progress), then posts it with its media id.
@@ -1734,6 +1869,9 @@ $("back").addEventListener("click", () => {
   saveView();
   document.body.classList.remove("view-chat");
   document.body.classList.add("view-list");
+  // The circle stays the current one (its typing and scroll place are kept), but it is no longer
+  // read: its posts count as unread and are not marked read until it is opened again.
+  renderCircles();
   const active = document.querySelector(`#circles li[data-name="${CSS.escape(S.current || "")}"] button`);
   if (active) active.focus();
 });
