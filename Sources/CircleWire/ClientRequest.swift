@@ -37,6 +37,11 @@ public enum CircleAction: String, Sendable, CaseIterable, Codable {
         }
     }
 
+    /// Whether the request must name a `circle` (every action but `ping` and `circles`).
+    public var needsCircle: Bool {
+        self != .ping && self != .circles
+    }
+
     /// The change a stored action makes to an earlier post (`nil` for a post).
     public var change: CircleChange? {
         switch self {
@@ -202,14 +207,13 @@ extension CircleRequest {
                 .init(id: id, code: .unknownAction, message: "unknown action \"\(actionName)\"; known: \(CircleAction.allCases.map(\.rawValue).joined(separator: ", "))")
             )
         }
+        // Every known field is read, and so type-checked, whatever the action uses.
         var fields = FieldReader(object: object)
-        if action == .ping || action == .circles {
-            return .success(CircleRequest(action: action, id: id, circle: fields.optionalString("circle") ?? ""))
-        }
-        let request = CircleRequest(
+        let circle = action.needsCircle ? fields.requiredString("circle") : fields.optionalString("circle")
+        var request = CircleRequest(
             action: action,
             id: id,
-            circle: fields.requiredString("circle") ?? "",
+            circle: circle ?? "",
             since: fields.optionalInteger("since"),
             text: fields.optionalString("text"),
             attachment: fields.optionalString("attachment"),
@@ -228,6 +232,8 @@ extension CircleRequest {
         if let problem = request.validationProblem {
             return .failure(.init(id: id, code: problem.code, message: problem.message))
         }
+        // Stored and compared in one form, so that look-alikes are one reaction.
+        request.emoji = request.emoji.map { CircleEmoji.normalized($0) ?? $0 }
         return .success(request)
     }
 
@@ -302,7 +308,7 @@ extension CircleRequest {
 
     /// A sentence describing a missing or out-of-range field for this action, or `nil`.
     private var fieldProblem: String? {
-        if self.action == .ping || self.action == .circles { return nil }
+        guard self.action.needsCircle else { return nil }
         if self.circle.isEmpty { return "\"circle\" must not be empty" }
         switch self.action {
         case .post:
@@ -331,21 +337,10 @@ extension CircleRequest {
     }
 
     /// Largest accepted emoji, in UTF-8 bytes (family and flag sequences included).
-    public static let maxEmojiBytes = 64
+    public static let maxEmojiBytes = CircleEmoji.maxBytes
 
-    /// Whether `text` is exactly one emoji: a single grapheme cluster of at most
-    /// ``maxEmojiBytes`` bytes whose first scalar is shown as an emoji — by default (😀), with
-    /// the emoji variation selector U+FE0F (❤️), as a keycap (1️⃣) or as a regional-indicator
-    /// flag (🇫🇷). Plain digits, `#`, `*` and text symbols (™) are not.
+    /// Whether `text` is exactly one emoji (``CircleEmoji/normalized(_:)`` says which).
     public static func isEmoji(_ text: String) -> Bool {
-        guard text.utf8.count <= Self.maxEmojiBytes, text.count == 1, let first = text.unicodeScalars.first else {
-            return false
-        }
-        let scalars = Array(text.unicodeScalars)
-        if first.properties.isEmojiPresentation { return true }
-        guard first.properties.isEmoji else { return false }
-        // Text-default emoji need a following U+FE0F (emoji style) or U+20E3 (keycap); a
-        // modifier or a ZWJ sequence after them also makes them emoji.
-        return scalars.dropFirst().contains { $0.value == 0xFE0F || $0.value == 0x20E3 || $0.properties.isEmojiModifier || $0.value == 0x200D }
+        CircleEmoji.normalized(text) != nil
     }
 }

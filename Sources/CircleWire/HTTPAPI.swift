@@ -184,8 +184,55 @@ public enum HTTPAPI {
         return (try? encoder.encode(value)) ?? Data("{}".utf8)
     }
 
-    /// Decodes a body, or nil when it is not that shape.
+    /// Why a JSON body was refused: a sentence a person can act on, such as
+    /// `the key "name" appears twice` or `"private" must be true or false, not a string`.
+    public struct BodyError: Error, Sendable, Hashable, CustomStringConvertible {
+        public var message: String
+
+        public init(_ message: String) {
+            self.message = message
+        }
+
+        public var description: String { self.message }
+    }
+
+    /// Decodes a JSON body with the rules of WebSocket requests (PROTOCOL.md §2): one strict
+    /// parse by ``JSONParser`` — UTF-8, RFC 8259, no key twice in an object, at most
+    /// ``JSONParser/maxDepth`` levels — then the fields read from the parsed value. Sizes are
+    /// bounded before this, by whoever reads the body.
+    ///
+    /// - Parameters:
+    ///   - type: The body's type.
+    ///   - data: The body's bytes.
+    /// - Returns: The decoded body.
+    /// - Throws: ``BodyError``, whose message says what is wrong.
+    public static func decodeBody<Value: Decodable>(_ type: Value.Type, from data: some Sequence<UInt8>) throws(BodyError) -> Value {
+        let value: JSONValue
+        switch JSONParser.parse(Array(data)) {
+        case .success(let parsed):
+            value = parsed
+        case .failure(let error):
+            if let key = error.duplicateKey {
+                throw BodyError("the key \"\(key)\" appears twice")
+            }
+            throw BodyError("the body is not valid JSON: \(error)")
+        }
+        do {
+            return try JSONValueDecoding.decode(type, from: value)
+        } catch let error as DecodingError {
+            switch error {
+            case .typeMismatch(_, let context), .valueNotFound(_, let context), .keyNotFound(_, let context), .dataCorrupted(let context):
+                throw BodyError(context.debugDescription)
+            @unknown default:
+                throw BodyError("the body does not have the expected fields")
+            }
+        } catch {
+            throw BodyError("the body does not have the expected fields: \(error)")
+        }
+    }
+
+    /// Decodes a body as ``decodeBody(_:from:)`` does, or nil when it is refused.
     public static func decode<Value: Decodable>(_ type: Value.Type, from data: some Sequence<UInt8>) -> Value? {
-        try? JSONDecoder().decode(type, from: Data(data))
+        try? Self.decodeBody(type, from: data)
     }
 }

@@ -76,7 +76,8 @@ public struct CirclePost: Sendable, Hashable, Codable {
     public var edited: Int64?
     /// A deleted post (a tombstone): `text` and `attachment` are gone.
     public var deleted: Bool
-    /// History pages only: the post's reactions, in the order each emoji was first used.
+    /// History pages only: the post's reactions, in the order each emoji was first used (an emoji
+    /// keeps its place while any reaction with it stands; PROTOCOL.md §4).
     public var reactions: [CircleReaction]?
 
     public init(

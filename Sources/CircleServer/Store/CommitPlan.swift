@@ -115,6 +115,9 @@ struct CommitPlan: Sendable {
         var entries: [EntryKey: CirclePost] = [:]
         /// For each post ``reactionsToRead(_:known:)`` names: how many users reacted with each emoji.
         var reactionCounts: [EntryKey: [BinaryText: Int]] = [:]
+        /// For the same posts: each emoji's place, the `first_seq` its reactions share (see
+        /// ``reactionWrites``).
+        var emojiFirstSeqs: [EntryKey: [BinaryText: Int64]] = [:]
         /// Of the reactions ``reactionsToRead(_:known:)`` names, those that are stored.
         var reactions: Set<ReactionKey> = []
 
@@ -133,7 +136,13 @@ struct CommitPlan: Sendable {
     private(set) var deletedPosts: [EntryKey] = []
     /// Reactions to write: `seq` is the entry that added the reaction, `nil` removes it. None of
     /// a post in ``deletedPosts``.
-    private(set) var reactionWrites: [(reaction: ReactionKey, seq: Int64?)] = []
+    ///
+    /// `firstSeq` (set with `seq`) is the emoji's place in the post's reactions: the `seq` of
+    /// the entry that first used the emoji on the post since it last had none of it. Every
+    /// reaction with that emoji on that post has the same one, and it stays while any of them
+    /// stands, so an emoji's place does not change when the user who first used it takes it
+    /// back; once the last one is taken back the emoji is gone, and a later use starts at the end.
+    private(set) var reactionWrites: [(reaction: ReactionKey, seq: Int64?, firstSeq: Int64?)] = []
     /// The new `last_seq` of each circle that got entries, in order of first touch.
     private(set) var newLastSeqs: [(circle: String, lastSeq: Int64)] = []
 
@@ -177,7 +186,7 @@ struct CommitPlan: Sendable {
         var targets: [EntryKey] = []
         var reactions: [ReactionKey] = []
         for post in posts where post.change == .react || post.change == .unreact {
-            guard let seq = post.target, let emoji = post.emoji else { continue }
+            guard let seq = post.target, let emoji = Self.reactionEmoji(post) else { continue }
             let key = EntryKey(circle: post.circle, seq: seq)
             guard let target = known.entries[key], target.isPost, !target.deleted else { continue }
             if seenPosts.insert(key).inserted {
@@ -189,6 +198,13 @@ struct CommitPlan: Sendable {
             }
         }
         return (targets, reactions)
+    }
+
+    /// The emoji of a `react`/`unreact` entry in the form it is compared and stored in
+    /// (``CircleEmoji/normalized(_:)``; a text that is not an emoji, which the session refuses
+    /// before it gets here, is kept as given).
+    static func reactionEmoji(_ post: NewPost) -> String? {
+        post.emoji.map { CircleEmoji.normalized($0) ?? $0 }
     }
 
     // MARK: Planning
@@ -214,6 +230,7 @@ struct CommitPlan: Sendable {
         }
         var circles = known.circles
         var counts = known.reactionCounts
+        var firstSeqs = known.emojiFirstSeqs
         var present = known.reactions
         var pending: [Pending] = []
         var inserted: [EntryKey] = []
@@ -221,7 +238,7 @@ struct CommitPlan: Sendable {
         var updated: [EntryKey] = []
         var updatedSet = Set<EntryKey>()
         var deletedSet = Set<EntryKey>()
-        var reactionFinal: [ReactionKey: Int64?] = [:]
+        var reactionFinal: [ReactionKey: (seq: Int64, firstSeq: Int64)?] = [:]
         var reactionOrder: [ReactionKey] = []
         var touched: [BinaryText: Int] = [:]  // circle → index in newLastSeqs
         pending.reserveCapacity(posts.count)
@@ -236,8 +253,8 @@ struct CommitPlan: Sendable {
             }
         }
 
-        func writeReaction(_ reaction: ReactionKey, _ seq: Int64?) {
-            if reactionFinal.updateValue(seq, forKey: reaction) == nil {
+        func writeReaction(_ reaction: ReactionKey, _ stored: (seq: Int64, firstSeq: Int64)?) {
+            if reactionFinal.updateValue(stored, forKey: reaction) == nil {
                 reactionOrder.append(reaction)
             }
         }
@@ -313,12 +330,13 @@ struct CommitPlan: Sendable {
                         entries[edit]?.text = nil
                     }
                     counts[targetKey] = nil
+                    firstSeqs[targetKey] = nil
                     present = present.filter { $0.post != targetKey }
                     reactionOrder.removeAll { $0.post == targetKey }
                     reactionFinal = reactionFinal.filter { $0.key.post != targetKey }
                     deletedSet.insert(targetKey)
                 case .react, .unreact:
-                    guard let emoji = newPost.emoji else {
+                    guard let emoji = Self.reactionEmoji(newPost) else {
                         reject(.badRequest, "a reaction needs an emoji")
                         continue
                     }
@@ -330,21 +348,28 @@ struct CommitPlan: Sendable {
                     entry.emoji = emoji
                     let reaction = ReactionKey(post: targetKey, emoji: emoji, user: newPost.author)
                     var postCounts = counts[targetKey] ?? [:]
+                    var postFirstSeqs = firstSeqs[targetKey] ?? [:]
                     if change == .react, !present.contains(reaction) {
                         if postCounts[reaction.emoji] == nil, postCounts.count >= StoreLimits.maxReactionsPerPost {
                             reject(.tooManyReactions, "post \(targetSeq) has \(StoreLimits.maxReactionsPerPost) different reactions already")
                             continue
                         }
+                        // A new emoji (or one whose last reaction was taken back) goes last.
+                        if postCounts[reaction.emoji] == nil || postFirstSeqs[reaction.emoji] == nil {
+                            postFirstSeqs[reaction.emoji] = seq
+                        }
                         postCounts[reaction.emoji, default: 0] += 1
                         present.insert(reaction)
-                        writeReaction(reaction, seq)
+                        writeReaction(reaction, (seq, postFirstSeqs[reaction.emoji] ?? seq))
                     } else if change == .unreact, present.contains(reaction) {
                         let left = (postCounts[reaction.emoji] ?? 1) - 1
                         postCounts[reaction.emoji] = left > 0 ? left : nil
+                        if left <= 0 { postFirstSeqs[reaction.emoji] = nil }
                         present.remove(reaction)
                         writeReaction(reaction, nil)
                     }
                     counts[targetKey] = postCounts
+                    firstSeqs[targetKey] = postFirstSeqs
                 }
                 if target != entries[targetKey] {
                     entries[targetKey] = target
@@ -391,6 +416,9 @@ struct CommitPlan: Sendable {
         self.inserts = inserted.map(current)
         self.postUpdates = updated.map(current)
         self.deletedPosts = updated.filter(deletedSet.contains) + inserted.filter(deletedSet.contains)
-        self.reactionWrites = reactionOrder.map { ($0, reactionFinal[$0] ?? nil) }
+        self.reactionWrites = reactionOrder.map { reaction in
+            let stored = reactionFinal[reaction] ?? nil
+            return (reaction, stored?.seq, stored?.firstSeq)
+        }
     }
 }

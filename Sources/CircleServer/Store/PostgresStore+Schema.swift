@@ -113,6 +113,17 @@ extension PostgresStore {
             )
             """,
         ],
+        [
+            // An emoji's place among a post's reactions: the entry that first used it there since
+            // it last had none (CommitPlan.reactionWrites), shared by its reactions.
+            "ALTER TABLE reactions ADD COLUMN first_seq bigint NOT NULL DEFAULT 0",
+            // Reactions stored before kept no such entry: their oldest one stands in for it.
+            """
+            UPDATE reactions SET first_seq = f.first_seq
+            FROM (SELECT circle, post, emoji, min(seq) AS first_seq FROM reactions GROUP BY circle, post, emoji) AS f
+            WHERE reactions.circle = f.circle AND reactions.post = f.post AND reactions.emoji = f.emoji
+            """,
+        ],
     ]
 
     /// The schema version this build writes and understands.

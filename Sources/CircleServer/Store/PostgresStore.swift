@@ -374,15 +374,17 @@ public final class PostgresStore: CircleStore {
             }
             let counts = try await connection.query(
                 """
-                SELECT r.circle, r.post, r.emoji, count(*) FROM reactions r
+                SELECT r.circle, r.post, r.emoji, count(*), min(r.first_seq) FROM reactions r
                 JOIN unnest(\(reactions.posts.map(\.circle.string))::text[], \(reactions.posts.map(\.seq))::int8[]) AS t(target_circle, target_seq)
                   ON r.circle = t.target_circle AND r.post = t.target_seq
                 GROUP BY r.circle, r.post, r.emoji
                 """,
                 logger: logger
             )
-            for try await (circle, post, emoji, count) in counts.decode((String, Int64, ByteBuffer, Int64).self) {
-                known.reactionCounts[EntryKey(circle: circle, seq: post), default: [:]][BinaryText(String(buffer: emoji))] = Int(count)
+            for try await (circle, post, emoji, count, firstSeq) in counts.decode((String, Int64, ByteBuffer, Int64, Int64).self) {
+                let key = EntryKey(circle: circle, seq: post)
+                known.reactionCounts[key, default: [:]][BinaryText(String(buffer: emoji))] = Int(count)
+                known.emojiFirstSeqs[key, default: [:]][BinaryText(String(buffer: emoji))] = firstSeq
             }
             let wanted = reactions.reactions
             let found = try await connection.query(
@@ -456,15 +458,15 @@ public final class PostgresStore: CircleStore {
                 logger: logger
             )
         }
-        let added = plan.reactionWrites.compactMap { write in write.seq.map { (write.reaction, $0) } }
+        let added = plan.reactionWrites.compactMap { write in write.seq.map { (write.reaction, $0, write.firstSeq ?? $0) } }
         if !added.isEmpty {
             try await connection.query(
                 """
-                INSERT INTO reactions (circle, post, emoji, user_name, seq)
+                INSERT INTO reactions (circle, post, emoji, user_name, seq, first_seq)
                 SELECT * FROM unnest(\(added.map(\.0.post.circle.string))::text[], \(added.map(\.0.post.seq))::int8[],
                                      \(added.map { ByteBuffer(string: $0.0.emoji.string) })::bytea[], \(added.map { ByteBuffer(string: $0.0.user.string) })::bytea[],
-                                     \(added.map(\.1))::int8[])
-                ON CONFLICT (circle, post, emoji, user_name) DO UPDATE SET seq = EXCLUDED.seq
+                                     \(added.map(\.1))::int8[], \(added.map(\.2))::int8[])
+                ON CONFLICT (circle, post, emoji, user_name) DO UPDATE SET seq = EXCLUDED.seq, first_seq = EXCLUDED.first_seq
                 """,
                 logger: logger
             )
@@ -490,15 +492,15 @@ public final class PostgresStore: CircleStore {
         }
     }
 
-    /// One query (one snapshot): the page of posts, each with its reactions aggregated in the
-    /// order they were added, through the reactions' primary key `(circle, post, …)`, and the
+    /// One query (one snapshot): the page of posts, each with its reactions aggregated by their
+    /// emoji's place (`first_seq`), then in the order they were added, through the reactions' primary key `(circle, post, …)`, and the
     /// circle's `last_seq` on every row. An empty page reads `last_seq` on its own: with no post
     /// there is nothing it could be older than.
     public func historySnapshot(in circle: String, before: Int64?, after: Int64?, limit: Int, viewer: String) async throws -> HistorySnapshot {
         guard limit > 0 else { return HistorySnapshot(posts: [], lastSeq: try await self.lastSeq(of: circle)) }
         let reactions = """
             LEFT JOIN LATERAL (
-                SELECT array_agg(emoji ORDER BY seq) AS emojis, array_agg(user_name ORDER BY seq) AS users FROM reactions
+                SELECT array_agg(emoji ORDER BY first_seq, seq) AS emojis, array_agg(user_name ORDER BY first_seq, seq) AS users FROM reactions
                 WHERE reactions.circle = page.circle AND reactions.post = page.seq
             ) AS r ON true
             ORDER BY page.seq

@@ -1,8 +1,9 @@
 import CircleWire
 
-/// Builds the `reactions` of history posts from reaction rows read in the order they were added
-/// (by post, then by the `seq` of the entry that added each): per post, the emoji in the order
-/// each was first used, and each emoji's users in the order they reacted.
+/// Builds the `reactions` of history posts from reaction rows read by post, then by their
+/// emoji's place (`first_seq`, see ``CommitPlan/reactionWrites``), then by the `seq` of the entry
+/// that added each: per post, the emoji in the order each was first used (an emoji keeps its
+/// place while any reaction with it stands), and each emoji's users in the order they reacted.
 struct ReactionGrouping: Sendable {
     /// The user asking, for ``CircleReaction/me``.
     let viewer: BinaryText
@@ -12,7 +13,7 @@ struct ReactionGrouping: Sendable {
         self.viewer = BinaryText(viewer)
     }
 
-    /// Adds one reaction row; call in the order the reactions were added.
+    /// Adds one reaction row; call in the order described above.
     mutating func add(post: Int64, emoji: String, user: String) {
         let key = BinaryText(emoji)
         // In place (no copy of a popular emoji's users per row).

@@ -160,7 +160,9 @@ final class SQLitePostWriter: @unchecked Sendable {
             }
             let reactions = CommitPlan.reactionsToRead(posts, known: known)
             for post in reactions.posts {
-                known.reactionCounts[post] = try self.reactionCounts(post, statements[.reactionCounts])
+                let tally = try self.reactionTally(post, statements[.reactionCounts])
+                known.reactionCounts[post] = tally.counts
+                known.emojiFirstSeqs[post] = tally.firstSeqs
             }
             for reaction in reactions.reactions {
                 if try self.isStored(reaction, statements[.findReaction]) {
@@ -207,14 +209,17 @@ final class SQLitePostWriter: @unchecked Sendable {
                     try self.run(statement, "clean up after a delete")
                 }
             }
-            for (reaction, seq) in plan.reactionWrites {
+            for (reaction, seq, firstSeq) in plan.reactionWrites {
                 let statement = seq == nil ? statements[.deleteReaction] : statements[.putReaction]
                 defer { self.reset(statement) }
                 try self.bind(statement, 1, reaction.post.circle.string)
                 try self.bind(statement, 2, reaction.post.seq)
                 try self.bind(statement, 3, reaction.emoji.string)
                 try self.bind(statement, 4, reaction.user.string)
-                if let seq { try self.bind(statement, 5, seq) }
+                if let seq {
+                    try self.bind(statement, 5, seq)
+                    try self.bind(statement, 6, firstSeq ?? seq)
+                }
                 try self.run(statement, "write a reaction")
             }
             for entry in plan.newLastSeqs {
@@ -289,16 +294,19 @@ final class SQLitePostWriter: @unchecked Sendable {
         )
     }
 
-    /// How many users reacted to `post` with each emoji.
-    private func reactionCounts(_ post: EntryKey, _ statement: OpaquePointer) throws -> [BinaryText: Int] {
+    /// How many users reacted to `post` with each emoji, and each emoji's place (`first_seq`).
+    private func reactionTally(_ post: EntryKey, _ statement: OpaquePointer) throws -> (counts: [BinaryText: Int], firstSeqs: [BinaryText: Int64]) {
         defer { self.reset(statement) }
         try self.bind(statement, 1, post.circle.string)
         try self.bind(statement, 2, post.seq)
         var counts: [BinaryText: Int] = [:]
+        var firstSeqs: [BinaryText: Int64] = [:]
         while try self.step(statement, "count reactions") {
-            counts[BinaryText(self.columnText(statement, 0) ?? "")] = Int(sqlite_nio_sqlite3_column_int64(statement, 1))
+            let emoji = BinaryText(self.columnText(statement, 0) ?? "")
+            counts[emoji] = Int(sqlite_nio_sqlite3_column_int64(statement, 1))
+            firstSeqs[emoji] = sqlite_nio_sqlite3_column_int64(statement, 2)
         }
-        return counts
+        return (counts, firstSeqs)
     }
 
     private func isStored(_ reaction: ReactionKey, _ statement: OpaquePointer) throws -> Bool {
@@ -329,7 +337,7 @@ final class SQLitePostWriter: @unchecked Sendable {
             case .circle: "SELECT last_seq, owner, private FROM circles WHERE name = ?1"
             case .findKey: "SELECT \(Self.entryColumns) FROM posts WHERE circle = ?1 AND author = ?2 AND client_id = ?3"
             case .findEntry: "SELECT \(Self.entryColumns) FROM posts WHERE circle = ?1 AND seq = ?2"
-            case .reactionCounts: "SELECT emoji, count(*) FROM reactions WHERE circle = ?1 AND post = ?2 GROUP BY emoji"
+            case .reactionCounts: "SELECT emoji, count(*), min(first_seq) FROM reactions WHERE circle = ?1 AND post = ?2 GROUP BY emoji"
             case .findReaction: "SELECT 1 FROM reactions WHERE circle = ?1 AND post = ?2 AND emoji = ?3 AND user = ?4"
             case .insert:
                 """
@@ -342,8 +350,8 @@ final class SQLitePostWriter: @unchecked Sendable {
             case .deleteReaction: "DELETE FROM reactions WHERE circle = ?1 AND post = ?2 AND emoji = ?3 AND user = ?4"
             case .putReaction:
                 """
-                INSERT INTO reactions (circle, post, emoji, user, seq) VALUES (?1, ?2, ?3, ?4, ?5)
-                ON CONFLICT (circle, post, emoji, user) DO UPDATE SET seq = excluded.seq
+                INSERT INTO reactions (circle, post, emoji, user, seq, first_seq) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                ON CONFLICT (circle, post, emoji, user) DO UPDATE SET seq = excluded.seq, first_seq = excluded.first_seq
                 """
             case .updateLastSeq: "UPDATE circles SET last_seq = ?2 WHERE name = ?1"
             }

@@ -116,6 +116,21 @@ extension SQLiteStore {
                 """,
             ]
         ),
+        Migration(
+            summary: "reaction emoji keep their place",
+            statements: [
+                // An emoji's place among a post's reactions: the entry that first used it there
+                // since it last had none (CommitPlan.reactionWrites), shared by its reactions.
+                "ALTER TABLE reactions ADD COLUMN first_seq INTEGER NOT NULL DEFAULT 0",
+                // Reactions stored before kept no such entry: their oldest one stands in for it.
+                """
+                UPDATE reactions SET first_seq = (
+                    SELECT min(r.seq) FROM reactions AS r
+                    WHERE r.circle = reactions.circle AND r.post = reactions.post AND r.emoji = reactions.emoji
+                )
+                """,
+            ]
+        ),
     ]
 
     /// The schema version this build writes and understands.

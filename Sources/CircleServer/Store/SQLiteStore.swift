@@ -325,7 +325,7 @@ public final class SQLiteStore: CircleStore {
                 let rows = try await connection.query(
                     """
                     SELECT post, CAST(emoji AS BLOB) AS emoji, CAST(user AS BLOB) AS user FROM reactions
-                    WHERE circle = ? AND post BETWEEN ? AND ? ORDER BY post, seq
+                    WHERE circle = ? AND post BETWEEN ? AND ? ORDER BY post, first_seq, seq
                     """,
                     [.text(circle), .integer(SQLiteInt64(first)), .integer(SQLiteInt64(last))]
                 )
