@@ -40,26 +40,52 @@ public final class CircleServer: Service, Sendable {
     private let eventLoopGroup: any EventLoopGroup
     private let sslContext: NIOSSLContext?
     private let ownsStore: Bool
+    /// The lock on the data directory, held while this server serves from it; `nil` with a
+    /// store several nodes share.
+    private let dataLock: DataDirectoryLock?
     private let bound = Latch<Int>()
     private let stopRequested = Latch<Void>()
     private let stopped = Latch<Void>()
 
-    /// Opens (and migrates) the store and prepares the media folders. Nothing is bound and no
-    /// work is started until ``run()`` (or ``service``'s `run()`).
+    /// Checks the configuration, prepares the data directory, opens (and migrates) the store and
+    /// prepares the media folders. Nothing is bound and no work is started until ``run()`` (or
+    /// ``service``'s `run()`).
+    ///
+    /// Unless the store is one several nodes share (``SharedCircleStore``, such as
+    /// ``PostgresStore``), the server locks its data directory (`circle.lock` in it) until it
+    /// stops: a second server on the same directory would serve the same SQLite store without
+    /// hearing of the first's posts, so it is refused.
     ///
     /// - Parameter store: the store to use; by default an ``SQLiteStore`` in the data directory,
     ///   which the server then closes when it stops.
+    /// - Throws: ``CircleServerConfiguration/InvalidSetting`` for a setting out of range (a port
+    ///   above 65,535); ``DataDirectoryError`` when the data directory cannot be used or another
+    ///   process serves it; the store's error when it cannot be opened.
     public init(
         configuration: CircleServerConfiguration,
         store: (any CircleStore)? = nil,
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         logger: Logger = Logger(label: "circle.server")
     ) async throws {
+        try configuration.validate()
+        try DataDirectory.prepare(configuration.dataDirectory)
+        let lock: DataDirectoryLock?
+        if store is any SharedCircleStore {
+            // Nodes share their data directory (photos, the token secret) by design.
+            lock = nil
+        } else {
+            lock = try DataDirectoryLock.acquire(directory: configuration.dataDirectory, logger: logger)
+        }
         let opened: any CircleStore
         if let store {
             opened = store
         } else {
-            opened = try await Self.openDefaultStore(configuration: configuration, logger: logger)
+            do {
+                opened = try await Self.openDefaultStore(configuration: configuration, logger: logger)
+            } catch {
+                lock?.release()
+                throw error
+            }
         }
         do {
             try await opened.migrate()
@@ -71,10 +97,12 @@ public final class CircleServer: Service, Sendable {
         } catch {
             // A store this call opened is this call's to close.
             if store == nil { try? await opened.close() }
+            lock?.release()
             throw error
         }
         self.eventLoopGroup = eventLoopGroup
         self.ownsStore = store == nil
+        self.dataLock = lock
     }
 
     /// Opens the store, binds and starts serving in a task of its own; ``shutdown()`` stops it.
@@ -97,12 +125,8 @@ public final class CircleServer: Service, Sendable {
         return server
     }
 
+    /// The SQLite store in the data directory (which ``DataDirectory/prepare(_:)`` has made).
     private static func openDefaultStore(configuration: CircleServerConfiguration, logger: Logger) async throws -> any CircleStore {
-        try FileManager.default.createDirectory(
-            atPath: configuration.dataDirectory,
-            withIntermediateDirectories: true,
-            attributes: [.posixPermissions: 0o700]
-        )
         let path = (configuration.dataDirectory as NSString).appendingPathComponent("circle.sqlite")
         return try await SQLiteStore.open(path: path, logger: logger)
     }
@@ -301,8 +325,10 @@ public final class CircleServer: Service, Sendable {
         await self.services.wait(until: .noChannels, deadline: deadline + .seconds(1))
     }
 
+    /// Closes the store when this server opened it, then releases the data directory's lock.
     func closeStore() async {
         if self.ownsStore { try? await self.services.store.close() }
+        self.dataLock?.release()
     }
 }
 

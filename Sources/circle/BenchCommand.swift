@@ -98,12 +98,12 @@ struct BenchClientCommand: AsyncParsableCommand {
     @Flag(help: "Run the connection tasks on Swift's default executor, not the socket's event loop.") var defaultExecutor = false
 
     func validate() throws {
-        guard (1...100_000_000).contains(self.size) else { throw ValidationError("--size: 1 … 100,000,000 bytes") }
-        guard (1...10_000).contains(self.connections) else { throw ValidationError("--connections: 1 … 10,000") }
-        guard (1...10_000).contains(self.inFlight) else { throw ValidationError("--in-flight: 1 … 10,000") }
-        guard self.duration > 0, self.duration <= 600, self.warmup >= 0, self.warmup <= 60 else {
-            throw ValidationError("--duration in (0, 600], --warmup in [0, 60]")
-        }
+        try OptionRanges.checkURLPort("--url", self.url)
+        try OptionRanges.check("--size", self.size, 1...100_000_000, unit: "bytes")
+        try OptionRanges.check("--connections", self.connections, 1...10_000)
+        try OptionRanges.check("--in-flight", self.inFlight, 1...10_000)
+        try OptionRanges.checkPositive("--duration", self.duration, atMost: 600, unit: "seconds")
+        try OptionRanges.check("--warmup", self.warmup, 0...60, unit: "seconds")
     }
 
     func run() async throws {
@@ -241,11 +241,12 @@ struct BenchRecoveryCommand: AsyncParsableCommand {
     @Option(help: "Seconds to wait for each phase before giving up.") var timeout: Double = 60
 
     func validate() throws {
-        guard (1...20_000).contains(self.subscribers) else { throw ValidationError("--subscribers: 1 … 20,000") }
-        guard self.rate > 0, self.rate <= 10_000 else { throw ValidationError("--rate: (0, 10,000]") }
-        guard self.timeout > 0, self.timeout <= 600, self.after >= 0, self.after <= 600 else {
-            throw ValidationError("--timeout in (0, 600], --after in [0, 600]")
-        }
+        try OptionRanges.checkURLPort("--url", self.url)
+        for url in self.failover { try OptionRanges.checkURLPort("--failover", url) }
+        try OptionRanges.check("--subscribers", self.subscribers, 1...20_000)
+        try OptionRanges.checkPositive("--rate", self.rate, atMost: 10_000, unit: "posts per second")
+        try OptionRanges.checkPositive("--timeout", self.timeout, atMost: 600, unit: "seconds")
+        try OptionRanges.check("--after", self.after, 0...600, unit: "seconds")
     }
 
     func run() async throws {

@@ -1,5 +1,6 @@
 import ArgumentParser
 import CircleClient
+import CircleServer
 import CircleSocket
 import Foundation
 import NIOCore
@@ -22,6 +23,8 @@ enum ExitStatus {
     static let unauthorized: Int32 = 4
     /// A local problem: a file that cannot be read or written, a port in use.
     static let local: Int32 = 5
+    /// `circle serve`: another process serves the data directory (it holds its lock).
+    static let dataDirectoryInUse: Int32 = 6
     /// The command line is wrong.
     static let usage: Int32 = 64
     /// Interrupted twice with Ctrl-C.
@@ -32,7 +35,7 @@ enum ExitStatus {
 /// technical details for `--verbose`; and the exit status.
 struct CLIFailure: Error, CustomStringConvertible {
     enum Kind: Sendable {
-        case refused, unreachable, connectionLost, unauthorized, local, usage
+        case refused, unreachable, connectionLost, unauthorized, local, dataDirectoryInUse, usage
 
         var exitCode: Int32 {
             switch self {
@@ -41,6 +44,7 @@ struct CLIFailure: Error, CustomStringConvertible {
             case .connectionLost: ExitStatus.connectionLost
             case .unauthorized: ExitStatus.unauthorized
             case .local: ExitStatus.local
+            case .dataDirectoryInUse: ExitStatus.dataDirectoryInUse
             case .usage: ExitStatus.usage
             }
         }
@@ -228,6 +232,42 @@ extension CLIFailure {
             return CLIFailure(.local, "\(host) is not an address of this machine — use --host 127.0.0.1, or 0.0.0.0 for every network", detail: detail)
         default:
             return CLIFailure(.local, "cannot listen on \(host):\(port): \(error.description)", detail: detail)
+        }
+    }
+
+    /// Why `circle serve` cannot use its `--data` directory: the path, what is wrong with it and
+    /// what to do; another server that holds the directory by its PID and command line.
+    static func dataDirectory(_ error: DataDirectoryError) -> CLIFailure {
+        let data = error.path
+        let detail = "\(error.code)\(error.errno.map { " (errno \($0): \(error.reason))" } ?? "") at \(error.culprit)"
+        switch error.code {
+        case .inUse:
+            return CLIFailure(
+                .dataDirectoryInUse,
+                "the data directory \(data) is in use by \(error.holder?.description ?? "another process") — two servers on one SQLite store would not see each other's posts live; stop that one first, or give this one another --data",
+                detail: detail
+            )
+        case .parentMissing:
+            return CLIFailure(
+                .local,
+                "cannot create the data directory \(data): its parent \(error.culprit) does not exist — create it first (mkdir -p \(error.culprit)), or check --data for a typo",
+                detail: detail
+            )
+        case .notADirectory where error.culprit == data:
+            return CLIFailure(.local, "--data \(data) is a file, not a directory — give --data the path of a directory (it is created if missing)", detail: detail)
+        case .notADirectory:
+            return CLIFailure(.local, "cannot use --data \(data): \(error.culprit) is a file, not a directory — check the path", detail: detail)
+        case .notWritable:
+            return CLIFailure(
+                .local,
+                "no permission to write in \(error.culprit) (for --data \(data)) — run circle serve as a user who may, or give --data a directory this user owns",
+                detail: detail
+            )
+        case .readOnly:
+            return CLIFailure(.local, "--data \(data) is on a read-only file system — give --data a directory on a writable one", detail: detail)
+        default:
+            if data.isEmpty { return CLIFailure(.usage, "--data is empty — give the path of a directory") }
+            return CLIFailure(.local, "cannot use --data \(data): \(error.culprit): \(error.reason)", detail: detail)
         }
     }
 

@@ -19,8 +19,10 @@ struct CircleCommand: AsyncParsableCommand {
               3    an open connection was lost (circle ws)
               4    the token was refused, or no token could be made
               5    a local problem: a file cannot be read or written, the port
-                   is in use
-              64   usage: an unknown command or option, a missing argument
+                   is in use, the --data directory cannot be used
+              6    circle serve: another server serves the --data directory
+              64   usage: an unknown command or option, a missing argument,
+                   a number outside its range
               130  interrupted (circle ws, twice Ctrl-C)
             When stdout is closed early (`circle tail … | head -1`), a command
             stops quietly, as if killed by SIGPIPE (141 in the shell).

@@ -26,6 +26,7 @@ struct ClientOptions: ParsableArguments {
         guard (try? HTTPTarget.parse(self.server, schemes: ["ws", "wss"])) != nil else {
             throw ValidationError("--server takes a ws:// or wss:// URL, e.g. ws://127.0.0.1:8080/v1/ws")
         }
+        try OptionRanges.checkURLPort("--server", self.server)
         if let user, !TokenAuthority.isValidUserName(user) {
             throw ValidationError("\"\(user)\" is not a valid user name (letters, digits, . _ - @; at most 64)")
         }

@@ -17,13 +17,13 @@ struct ConnectionLimitOptions: ParsableArguments {
     @Option(help: "HTTP: close a connection that does not read its response for this long.")
     var writeStallTimeout: String = "30s"
 
-    @Option(help: "Connections not yet upgraded to an authenticated WebSocket, in all (0: half the open-file limit).")
+    @Option(help: "Connections not yet upgraded to an authenticated WebSocket, in all, 0 to 1,000,000 (0: half the open-file limit).")
     var maxPendingConnections: Int = 0
 
-    @Option(help: "The same per client IP address (0: no bound; use 0 behind a reverse proxy).")
+    @Option(help: "The same per client IP address, 0 to 1,000,000 (0: no bound; use 0 behind a reverse proxy).")
     var maxPendingConnectionsPerAddress: Int = 128
 
-    @Option(help: "Store-reading requests (join, history) one WebSocket may have answered at once.")
+    @Option(help: "Store-reading requests (join, history) one WebSocket may have answered at once, 1 to 4096.")
     var maxRequestsInFlight: Int = 8
 
     /// Writes these options into `limits`, or says which one is wrong.
@@ -32,10 +32,14 @@ struct ConnectionLimitOptions: ParsableArguments {
         limits.requestBodyTimeout = try Self.timeout(self.requestBodyTimeout, "--request-body-timeout")
         limits.keepAliveTimeout = try Self.timeout(self.keepAliveTimeout, "--keep-alive-timeout")
         limits.writeStallTimeout = try Self.timeout(self.writeStallTimeout, "--write-stall-timeout")
-        guard self.maxPendingConnections >= 0, self.maxPendingConnectionsPerAddress >= 0 else {
-            throw ValidationError("--max-pending-connections and --max-pending-connections-per-address must be 0 or more")
-        }
-        guard self.maxRequestsInFlight >= 1 else { throw ValidationError("--max-requests-in-flight must be at least 1") }
+        typealias Allowed = CircleServerConfiguration.Allowed
+        try OptionRanges.check("--max-pending-connections", self.maxPendingConnections, Allowed.maxPendingConnections)
+        try OptionRanges.check(
+            "--max-pending-connections-per-address",
+            self.maxPendingConnectionsPerAddress,
+            Allowed.maxPendingConnectionsPerAddress
+        )
+        try OptionRanges.check("--max-requests-in-flight", self.maxRequestsInFlight, Allowed.maxRequestsInFlight)
         limits.maxPendingConnections = self.maxPendingConnections
         limits.maxPendingConnectionsPerAddress = self.maxPendingConnectionsPerAddress
         limits.maxRequestsInFlight = self.maxRequestsInFlight

@@ -1,5 +1,6 @@
 import ArgumentParser
 import CircleClient
+import CircleServer
 import Foundation
 
 struct SendCommand: AsyncParsableCommand {
@@ -30,7 +31,7 @@ struct SendCommand: AsyncParsableCommand {
     @Argument(help: "The text; standard input lines when empty.")
     var text: [String] = []
 
-    @Option(help: "Seconds to wait for the connection and for each post, across reconnects; also how long rate-limited posts are retried.")
+    @Option(help: "Seconds to wait for the connection and for each post, across reconnects; also how long rate-limited posts are retried (1 to 86400).")
     var timeout: Int = 30
 
     @Flag(help: "Post an empty TEXT (without it, an empty text is refused).")
@@ -39,7 +40,7 @@ struct SendCommand: AsyncParsableCommand {
     @OptionGroup var client: ClientOptions
 
     func validate() throws {
-        guard self.timeout > 0 else { throw ValidationError("--timeout must be at least 1 second") }
+        try OptionRanges.check("--timeout", self.timeout, OptionRanges.timeoutSeconds, unit: "seconds")
         if !self.text.isEmpty, self.text.joined(separator: " ").trimmingCharacters(in: .whitespaces).isEmpty, !self.allowEmpty {
             throw ValidationError("the text is empty: nothing to post (give --allow-empty to post it anyway)")
         }

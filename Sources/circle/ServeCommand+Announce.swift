@@ -10,7 +10,8 @@ import Darwin
 #endif
 
 extension ServeCommand {
-    func validate() throws {
+    /// `--announce` needs a name DNS-SD can carry and an address the network can reach.
+    func validateAnnounce() throws {
         if let name = self.announce, name.utf8.count > 63 {
             throw ValidationError("--announce: a service name must be 1 to 63 bytes of UTF-8 (\"\(name)\" has \(name.utf8.count))")
         }

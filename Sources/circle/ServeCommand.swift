@@ -26,9 +26,20 @@ struct ServeCommand: AsyncParsableCommand {
             --data directory (a shared mount) so that they share photos and the token secret \
             (docs/SCALING.md).
 
+            Without --postgres the server locks its data directory (circle.lock in it, holding its \
+            PID) for as long as it runs: a second server on the same directory is refused with \
+            exit status 6 and the PID and command line of the one that holds it. The kernel \
+            drops the lock however the server ends (even SIGKILL), so a stale circle.lock never \
+            blocks a restart. Nodes on PostgreSQL take no lock: they share their data directory \
+            (photos, the token secret) by design.
+
+            Every number is checked against its range (--port 0 to 65535, sizes and counts as \
+            docs/API.md lists them); a value outside it is a usage error, never truncated.
+
             Exit status: 0 stopped by SIGINT/SIGTERM; 2 PostgreSQL cannot be reached; 5 cannot start: \
             the port is in use or may not be bound, the data directory or a key or certificate file \
-            cannot be used; 64 usage.
+            cannot be used; 6 another server serves the data directory; 64 usage, a number out of \
+            range included.
 
             Examples:
               circle serve
@@ -40,8 +51,8 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Address to bind (0.0.0.0 or :: for the network). Env: CIRCLE_HOST.")
     var host: String = ProcessInfo.processInfo.environment["CIRCLE_HOST"] ?? "127.0.0.1"
 
-    @Option(help: "Port. Env: CIRCLE_PORT.")
-    var port: Int = Int(ProcessInfo.processInfo.environment["CIRCLE_PORT"] ?? "") ?? 8080
+    @Option(help: "Port, 0 to 65535 (0 picks a free one). Default: 8080. Env: CIRCLE_PORT.")
+    var port: Int?
 
     @OptionGroup var keys: KeyOptions
 
@@ -53,31 +64,31 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("TLS private key (PEM). Env: CIRCLE_TLS_KEY.", valueName: "file"))
     var tlsKey: String?
 
-    @Option(help: "Largest post text in bytes (too_large).")
+    @Option(help: "Largest post text in bytes (too_large), 1 to 1 GiB.")
     var maxPostBytes: Int = 8 * 1024
 
-    @Option(help: "Largest media upload in bytes (HTTP 413 too_large).")
+    @Option(help: "Largest media upload in bytes (HTTP 413 too_large), 1 to 1 TiB.")
     var maxMediaBytes: Int64 = 25 * 1024 * 1024
 
     @Option(help: "Delete uploads left unfinished for this long, e.g. 24h.")
     var uploadExpiry: String = "24h"
 
-    @Option(help: "Largest WebSocket message in bytes (close 1009).")
+    @Option(help: "Largest WebSocket message in bytes (close 1009), 1 to 1 GiB.")
     var maxMessageBytes: Int = 64 * 1024
 
-    @Option(help: "Posts per second per connection (rate_limited).")
+    @Option(help: "Posts per second per connection (rate_limited), more than 0 and at most 1,000,000.")
     var postsPerSecond: Double = 20
 
-    @Option(help: "Post burst per connection.")
+    @Option(help: "Post burst per connection, 1 to 1,000,000.")
     var postBurst: Double = 40
 
-    @Option(help: "Outbound bytes queued per connection before it is closed as a slow consumer (1013).")
+    @Option(help: "Outbound bytes queued per connection before it is closed as a slow consumer (1013), 1 to 1 GiB.")
     var outboundQueueBytes: Int = 1024 * 1024
 
-    @Option(help: "Open WebSocket connections per user (HTTP 429 beyond).")
+    @Option(help: "Open WebSocket connections per user (HTTP 429 beyond), 1 to 1,000,000.")
     var maxConnectionsPerUser: Int = 16
 
-    @Option(help: "Send joined/left events only in circles with at most this many connected members.")
+    @Option(help: "Send joined/left events only in circles with at most this many connected members, 0 to 1,000,000.")
     var presenceLimit: Int = 200
 
     @Option(help: "Close connections silent for this long (4002), e.g. 75s.")
@@ -95,7 +106,7 @@ struct ServeCommand: AsyncParsableCommand {
     @Flag(help: "Accept permessage-deflate on chat connections (costs memory per connection).")
     var compression = false
 
-    @Option(help: "With permessage-deflate, send messages shorter than this many bytes uncompressed.")
+    @Option(help: "With permessage-deflate, send messages shorter than this many bytes uncompressed, 0 to 1 GiB.")
     var compressionMinBytes = 64
 
     @Option(
@@ -134,6 +145,38 @@ struct ServeCommand: AsyncParsableCommand {
     )
     var announce: String?
 
+    /// The port to bind: `--port`, else `CIRCLE_PORT`, else 8080 (both checked in ``validate()``).
+    var listenPort: Int {
+        self.port ?? ProcessInfo.processInfo.environment["CIRCLE_PORT"].flatMap { Int($0) } ?? 8080
+    }
+
+    /// The numbers, each against its range (docs/API.md, "Flags, environment variables, defaults"),
+    /// and `--announce`.
+    func validate() throws {
+        typealias Allowed = CircleServerConfiguration.Allowed
+        if let port = self.port {
+            try OptionRanges.check("--port", port, Allowed.port, note: " (0 picks a free port)")
+        } else if let text = ProcessInfo.processInfo.environment["CIRCLE_PORT"] {
+            guard let port = Int(text) else {
+                throw ValidationError("CIRCLE_PORT must be a port number from 0 to 65,535, not \"\(text)\"")
+            }
+            try OptionRanges.check("CIRCLE_PORT", port, Allowed.port, note: " (0 picks a free port)")
+        }
+        try OptionRanges.check("--max-post-bytes", self.maxPostBytes, Allowed.maxPostBytes)
+        try OptionRanges.check("--max-media-bytes", self.maxMediaBytes, Allowed.maxMediaBytes)
+        try OptionRanges.check("--max-message-bytes", self.maxMessageBytes, Allowed.maxMessageBytes)
+        try OptionRanges.checkPositive("--posts-per-second", self.postsPerSecond, atMost: Allowed.maxPostsPerSecond)
+        try OptionRanges.check("--post-burst", self.postBurst, Allowed.postBurst)
+        try OptionRanges.check("--outbound-queue-bytes", self.outboundQueueBytes, Allowed.outboundQueueBytes)
+        try OptionRanges.check("--max-connections-per-user", self.maxConnectionsPerUser, Allowed.maxConnectionsPerUser)
+        try OptionRanges.check("--presence-limit", self.presenceLimit, Allowed.presenceLimit)
+        try OptionRanges.check("--compression-min-bytes", self.compressionMinBytes, Allowed.compressionMinimumBytes)
+        if let loops = self.eventLoops {
+            try OptionRanges.check("--event-loops", loops, 1...1024)
+        }
+        try self.validateAnnounce()
+    }
+
     func run() async throws {
         do {
             try await self.serve()
@@ -141,6 +184,8 @@ struct ServeCommand: AsyncParsableCommand {
             throw error
         } catch let error as CLIFailure {
             exitWithFailure("serve", error, verbose: self.verbose)
+        } catch let error as DataDirectoryError {
+            exitWithFailure("serve", CLIFailure.dataDirectory(error), verbose: self.verbose)
         } catch {
             // A data directory, key or certificate that cannot be used.
             exitWithFailure(
@@ -154,12 +199,6 @@ struct ServeCommand: AsyncParsableCommand {
     private func serve() async throws {
         guard let level = Logger.Level(rawValue: self.logLevel.lowercased()) else {
             throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical")
-        }
-        guard self.presenceLimit >= 0 else {
-            throw ValidationError("--presence-limit must be 0 or more")
-        }
-        guard self.compressionMinBytes >= 0 else {
-            throw ValidationError("--compression-min-bytes must be 0 or more")
         }
         guard let idle = parseDuration(self.idleTimeout), idle > .zero else {
             throw ValidationError("--idle-timeout takes a duration of at most 100 years, such as 75s or 5m")
@@ -177,9 +216,6 @@ struct ServeCommand: AsyncParsableCommand {
             heapTrimInterval = interval
         } else {
             throw ValidationError("--heap-trim-interval must be off or a duration of at least 100ms, such as 1s")
-        }
-        if let loops = self.eventLoops, !(1...1024).contains(loops) {
-            throw ValidationError("--event-loops must be from 1 to 1024")
         }
         // Before anything uses NIO's singleton event-loop group (the server, the stores): it is
         // made once, with the count suggested at its first use. NIO's own variable
@@ -215,10 +251,13 @@ struct ServeCommand: AsyncParsableCommand {
             uploadExpiry: TimeAmount(expiry)
         )
         try self.connectionLimits.apply(to: &limits)
+        // Before the token secret is written there: a data directory that cannot be used is
+        // one sentence that names it.
+        try DataDirectory.prepare(self.keys.data)
         raiseOpenFileLimit()
         let configuration = CircleServerConfiguration(
             host: self.host,
-            port: self.port,
+            port: self.listenPort,
             dataDirectory: self.keys.data,
             tokenKeys: try self.keys.tokenKeys(createSecret: true),
             tls: tls,
@@ -263,6 +302,10 @@ struct ServeCommand: AsyncParsableCommand {
         let server: CircleServer
         do {
             server = try await CircleServer(configuration: configuration, store: store, logger: logger)
+        } catch let error as DataDirectoryError {
+            exitWithFailure("serve", CLIFailure.dataDirectory(error), verbose: self.verbose)
+        } catch let error as CircleServerConfiguration.InvalidSetting {
+            exitWithFailure("serve", CLIFailure(.usage, "\(error)"), verbose: self.verbose)
         } catch {
             let hint = store.map { "check PostgreSQL at \($0.configuration.redacted)" } ?? "check that \(self.keys.data) is a directory you may write"
             exitWithFailure(
@@ -291,7 +334,7 @@ struct ServeCommand: AsyncParsableCommand {
         do {
             try await group.run()
         } catch let error as IOError {
-            exitWithFailure("serve", CLIFailure.listenFailure(error, host: self.host, port: self.port), verbose: self.verbose)
+            exitWithFailure("serve", CLIFailure.listenFailure(error, host: self.host, port: self.listenPort), verbose: self.verbose)
         }
     }
 

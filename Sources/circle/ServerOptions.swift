@@ -4,7 +4,7 @@ import Foundation
 
 /// Where the server keeps its data and how it signs tokens; shared by `serve` and `token`.
 struct KeyOptions: ParsableArguments {
-    @Option(name: .long, help: ArgumentHelp("Data directory (SQLite file, generated secret). Env: CIRCLE_DATA.", valueName: "dir"))
+    @Option(name: .long, help: ArgumentHelp("Data directory (SQLite file, photos, generated secret); created if missing, its parent must exist. Env: CIRCLE_DATA.", valueName: "dir"))
     var data: String = ProcessInfo.processInfo.environment["CIRCLE_DATA"] ?? "./circle-data"
 
     @Option(name: .long, help: ArgumentHelp("HS256 secret for tokens. Env: CIRCLE_JWT_SECRET. Default: a random secret kept in <data>/jwt-secret.", valueName: "secret"))
@@ -39,7 +39,7 @@ struct KeyOptions: ParsableArguments {
         guard createSecret else {
             throw ValidationError("no secret: give --jwt-secret, set CIRCLE_JWT_SECRET, or point --data at a server's data directory (\(path) does not exist)")
         }
-        try FileManager.default.createDirectory(atPath: self.data, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        try DataDirectory.prepare(self.data)
         var generator = SystemRandomNumberGenerator()
         let secret = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
         // Written whole under another name, then linked into place: link(2) fails when the

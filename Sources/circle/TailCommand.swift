@@ -1,5 +1,6 @@
 import ArgumentParser
 import CircleClient
+import CircleServer
 import Foundation
 
 struct TailCommand: AsyncParsableCommand {
@@ -41,13 +42,14 @@ struct TailCommand: AsyncParsableCommand {
     @Flag(help: "One JSON object per post.")
     var json = false
 
-    @Option(help: "Seconds to wait for the connection.")
+    @Option(help: "Seconds to wait for the connection (1 to 86400).")
     var timeout: Int = 10
 
     @OptionGroup var client: ClientOptions
 
     func validate() throws {
-        guard self.timeout > 0 else { throw ValidationError("--timeout must be at least 1 second") }
+        try OptionRanges.check("--timeout", self.timeout, OptionRanges.timeoutSeconds, unit: "seconds")
+        if let since = self.since { try OptionRanges.checkAtLeast("--since", since, 0) }
     }
 
     func run() async throws {

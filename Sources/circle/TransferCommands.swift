@@ -1,5 +1,6 @@
 import ArgumentParser
 import CircleClient
+import CircleServer
 import Crypto
 import Foundation
 
@@ -45,16 +46,26 @@ struct UploadCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Keep the upload queue in this SQLite file, so an interrupted upload continues on the next run.", valueName: "file"))
     var state: String?
 
-    @Option(help: ArgumentHelp("Upload at most this many bytes per second (suffixes K, M).", valueName: "rate"))
+    @Option(help: ArgumentHelp("Upload at most this many bytes per second (suffixes K, M, G; 1 to 1024G).", valueName: "rate"))
     var limitRate: String?
 
-    @Option(help: "Seconds the whole transfer may take, retries included.")
+    @Option(help: "Seconds the whole transfer may take, retries included (1 to 86400).")
     var timeout: Int = 600
 
     @Flag(help: "Print the transfer's metrics (connect, TLS, time to first byte, bytes, retries) to stderr.")
     var metrics = false
 
     @OptionGroup var client: ClientOptions
+
+    func validate() throws {
+        try OptionRanges.check("--timeout", self.timeout, OptionRanges.timeoutSeconds, unit: "seconds")
+        if let limitRate {
+            guard let rate = parseByteCount(limitRate) else {
+                throw ValidationError("--limit-rate takes a byte count from 1 to 1024G per second, such as 500K or 2M; not \"\(limitRate)\"")
+            }
+            try OptionRanges.check("--limit-rate", rate, OptionRanges.bytesPerSecond, unit: "bytes per second")
+        }
+    }
 
     func run() async throws {
         try await reportingFailures("upload", verbose: self.client.verbose, context: self.client.context(circle: self.circle)) {
@@ -72,13 +83,8 @@ struct UploadCommand: AsyncParsableCommand {
                 "\(self.file) is not a photo: Circle takes JPEG, PNG, GIF and WebP (its first bytes are none of these); nothing was sent"
             )
         }
-        var rate: Int?
-        if let limitRate {
-            guard let parsed = parseByteCount(limitRate), parsed > 0 else {
-                throw ValidationError("--limit-rate takes a byte count such as 500K or 2M")
-            }
-            rate = parsed
-        }
+        // Checked in validate().
+        let rate = self.limitRate.flatMap(parseByteCount)
         var configuration = try self.client.clientConfiguration(postTimeout: .seconds(self.timeout), announcesPresence: false)
         configuration.stateFile = self.state
         configuration.transfers.transferTimeout = .seconds(self.timeout)
@@ -166,13 +172,17 @@ struct DownloadCommand: AsyncParsableCommand {
     @Option(name: .shortAndLong, help: "Where to write the file.")
     var output: String?
 
-    @Option(help: "Seconds the whole transfer may take, retries included.")
+    @Option(help: "Seconds the whole transfer may take, retries included (1 to 86400).")
     var timeout: Int = 600
 
     @Flag(help: "Print the transfer's metrics to stderr.")
     var metrics = false
 
     @OptionGroup var client: ClientOptions
+
+    func validate() throws {
+        try OptionRanges.check("--timeout", self.timeout, OptionRanges.timeoutSeconds, unit: "seconds")
+    }
 
     func run() async throws {
         try await reportingFailures("download", verbose: self.client.verbose, context: self.client.context()) {
@@ -216,12 +226,15 @@ struct DownloadCommand: AsyncParsableCommand {
     }
 }
 
-/// `500`, `500K`, `2M`, `1G` as bytes.
+/// `500`, `500K`, `2M`, `1G` as bytes; `nil` for anything else, and for a count that does not
+/// fit in an `Int`.
 func parseByteCount(_ text: String) -> Int? {
     let lower = text.lowercased()
     let units: [(String, Int)] = [("g", 1 << 30), ("m", 1 << 20), ("k", 1 << 10)]
     for (suffix, factor) in units where lower.hasSuffix(suffix) {
-        return Int(lower.dropLast()).map { $0 * factor }
+        guard let number = Int(lower.dropLast()) else { return nil }
+        let (bytes, overflow) = number.multipliedReportingOverflow(by: factor)
+        return overflow ? nil : bytes
     }
     return Int(lower)
 }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CircleServer
 import CircleSocket
 import Foundation
 import Logging
@@ -141,6 +142,7 @@ struct WSCommand: AsyncParsableCommand {
     var verbose = false
 
     mutating func validate() throws {
+        try OptionRanges.checkURLPort("URL", self.url)
         for header in self.headers {
             _ = try Self.parseHeader(header)
         }
@@ -155,13 +157,11 @@ struct WSCommand: AsyncParsableCommand {
         }
         // An upper bound keeps the conversions to nanoseconds from overflowing.
         let day = 86_400.0
-        if let ping, !(ping > 0 && ping <= day) { throw ValidationError("--ping must be more than 0 and at most \(Int(day)) seconds") }
-        if let wait, !(wait >= 0 && wait <= day) { throw ValidationError("--wait must be 0 to \(Int(day)) seconds") }
-        if let count, count < 1 { throw ValidationError("--count must be at least 1") }
-        if !(self.connectTimeout > 0 && self.connectTimeout <= day) {
-            throw ValidationError("--connect-timeout must be more than 0 and at most \(Int(day)) seconds")
-        }
-        if let maxMessageSize, maxMessageSize <= 0 { throw ValidationError("--max-message-size must be a positive number of bytes") }
+        if let ping { try OptionRanges.checkPositive("--ping", ping, atMost: day, unit: "seconds") }
+        if let wait { try OptionRanges.check("--wait", wait, 0...day, unit: "seconds") }
+        if let count { try OptionRanges.checkAtLeast("--count", count, 1) }
+        try OptionRanges.checkPositive("--connect-timeout", self.connectTimeout, atMost: day, unit: "seconds")
+        if let maxMessageSize { try OptionRanges.check("--max-message-size", maxMessageSize, OptionRanges.messageBytes, unit: "bytes") }
     }
 
     func run() async throws {
