@@ -24,6 +24,10 @@ enum FuzzTarget: String, CaseIterable {
     /// Bytes from an HTTP client: NIO's request decoder, then everything the server derives
     /// from each head.
     case http
+    /// A client's byte stream through a real server's connection on loopback: HTTP/1.1, the
+    /// routes, the WebSocket upgrade with whatever follows it in the same read, the sessions
+    /// (``PipelineFuzzing``).
+    case pipeline
 
     func run(_ bytes: [UInt8]) {
         switch self {
@@ -36,6 +40,8 @@ enum FuzzTarget: String, CaseIterable {
             Self.deflate(bytes)
         case .http:
             Self.http(bytes)
+        case .pipeline:
+            PipelineFuzzing.run(bytes)
         }
     }
 

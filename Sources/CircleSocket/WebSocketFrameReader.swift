@@ -20,6 +20,8 @@ import NIOWebSocket
 /// A value without I/O: ``WebSocketFrameReader`` feeds it the channel's reads.
 package struct WebSocketFrameParser {
     private let maxFrameSize: Int
+    /// Judge each header as soon as its first two bytes are there, as received by this role.
+    private let checkHeadersAs: WebSocketProtocolState.Role?
     /// The start of a frame cut by the end of a read: its header bytes so far, or its whole
     /// header and part of its payload (see ``capacity(frameSize:holding:)``).
     private var pending: ByteBuffer?
@@ -27,9 +29,14 @@ package struct WebSocketFrameParser {
     /// The least capacity of a kept partial frame, unless the frame is smaller.
     package static let pendingFloor = 4096
 
-    package init(maxFrameSize: Int) {
+    /// - Parameter checkHeadersAs: when set, a header that breaks the rules of
+    ///   ``WebSocketFrameHeader`` for that receiving role throws
+    ///   ``WebSocketFrameHeaderViolation`` as soon as its first two bytes have arrived, before
+    ///   NIO's checks; nil checks what NIO's decoder checks, no more.
+    package init(maxFrameSize: Int, checkHeadersAs: WebSocketProtocolState.Role? = nil) {
         precondition(maxFrameSize <= UInt32.max, "invalid overlarge max frame size")
         self.maxFrameSize = maxFrameSize
+        self.checkHeadersAs = checkHeadersAs
     }
 
     /// The next whole frame from `pending` and `input`, reading from `input` what it takes; `nil`
@@ -124,6 +131,9 @@ package struct WebSocketFrameParser {
         let start = buffer.readerIndex
         let first = buffer.getInteger(at: start, as: UInt8.self)!
         let second = buffer.getInteger(at: start + 1, as: UInt8.self)!
+        if let role = self.checkHeadersAs, let violation = WebSocketFrameHeader(first: first, second: second).violation(receivedBy: role) {
+            throw WebSocketFrameHeaderViolation(message: violation)
+        }
         let length: UInt64
         switch second & 0x7F {
         case 126:
@@ -184,8 +194,8 @@ package final class WebSocketFrameReader: ChannelInboundHandler, RemovableChanne
     private var parser: WebSocketFrameParser
     private var failed = false
 
-    package init(maxFrameSize: Int) {
-        self.parser = WebSocketFrameParser(maxFrameSize: maxFrameSize)
+    package init(maxFrameSize: Int, checkHeadersAs: WebSocketProtocolState.Role? = nil) {
+        self.parser = WebSocketFrameParser(maxFrameSize: maxFrameSize, checkHeadersAs: checkHeadersAs)
     }
 
     package func channelRead(context: ChannelHandlerContext, data: NIOAny) {

@@ -66,15 +66,9 @@ package struct WebSocketProtocolState {
         case .open, .closeSent: break
         case .closeReceived, .closed: return .none  // nothing may follow the peer's close frame
         }
-        switch self.role {
-        case .client where frame.maskKey != nil:
-            return self.protocolError("the server sent a masked frame")
-        case .server where frame.maskKey == nil:
-            return self.protocolError("the client sent an unmasked frame")
-        default: break
-        }
-        if frame.rsv2 || frame.rsv3 {
-            return self.protocolError("a frame had reserved bits set")
+        let header = WebSocketFrameHeader(frame)
+        if let violation = header.violation(receivedBy: self.role) {
+            return self.protocolError(violation)
         }
         switch frame.opcode {
         case .text, .binary:
@@ -113,6 +107,7 @@ package struct WebSocketProtocolState {
             if frame.rsv1 { return self.protocolError("a control frame had the compression bit set") }
             return self.receiveClose(frame.fastUnmaskedData)
         default:
+            // Not reached: a reserved opcode is the header's violation above.
             return self.protocolError("a frame used the reserved opcode \(frame.opcode)")
         }
     }
@@ -276,6 +271,8 @@ package struct WebSocketProtocolState {
     /// when the error is not about the WebSocket protocol (the transport failed).
     package func closeCode(forDecoderError error: any Error) -> (WebSocketCloseCode, WebSocketError)? {
         switch error {
+        case let violation as WebSocketFrameHeaderViolation:
+            return (.protocolError, WebSocketError(.protocolViolation, violation.message))
         case NIOWebSocketError.invalidFrameLength:
             return (.messageTooBig, WebSocketError(.messageTooBig, "message larger than \(self.maxMessageSize) bytes"))
         case let error as NIOWebSocketError:
@@ -419,4 +416,52 @@ private func maskWord(key: WebSocketMaskingKey, offset: Int) -> UInt64 {
         for index in 0..<8 { raw[index] = key[(index + offset) % 4] }
         return raw.loadUnaligned(as: UInt64.self)
     }
+}
+
+/// What a frame's first two bytes say, and the breaches of RFC 6455 they show whatever the
+/// connection negotiated: the one place for these rules, applied to whole frames by
+/// ``WebSocketProtocolState/receive(_:allocator:)`` and to a header as soon as it arrives by
+/// ``WebSocketFrameParser`` (a server's, so that a peer speaking something else — a second HTTP
+/// request behind its upgrade — is failed at once, not after the payload length its bytes
+/// happen to announce).
+package struct WebSocketFrameHeader {
+    var masked: Bool
+    var rsv2: Bool
+    var rsv3: Bool
+    var opcode: UInt8
+
+    init(_ frame: WebSocketFrame) {
+        self.masked = frame.maskKey != nil
+        self.rsv2 = frame.rsv2
+        self.rsv3 = frame.rsv3
+        self.opcode = UInt8(webSocketOpcode: frame.opcode)
+    }
+
+    init(first: UInt8, second: UInt8) {
+        self.masked = second & 0x80 != 0
+        self.rsv2 = first & 0x20 != 0
+        self.rsv3 = first & 0x10 != 0
+        self.opcode = first & 0x0F
+    }
+
+    /// The breach, as the close reason says it; nil when the header is allowed. RSV1 is not
+    /// judged here: it depends on permessage-deflate.
+    func violation(receivedBy role: WebSocketProtocolState.Role) -> String? {
+        switch role {
+        case .client where self.masked: return "the server sent a masked frame"
+        case .server where !self.masked: return "the client sent an unmasked frame"
+        default: break
+        }
+        if self.rsv2 || self.rsv3 { return "a frame had reserved bits set" }
+        switch self.opcode {
+        case 0x0, 0x1, 0x2, 0x8, 0x9, 0xA: return nil
+        default: return "a frame used the reserved opcode \(WebSocketOpcode(encodedWebSocketOpcode: self.opcode).map { "\($0)" } ?? "\(self.opcode)")"
+        }
+    }
+}
+
+/// A frame header the reader refused as soon as it arrived (``WebSocketFrameHeader``); the
+/// connection closes with 1002 and `message`.
+package struct WebSocketFrameHeaderViolation: Error, Equatable {
+    package var message: String
 }

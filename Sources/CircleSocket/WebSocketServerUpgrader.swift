@@ -52,7 +52,8 @@ package struct WebSocketServerUpgrader<UpgradeResult: Sendable>: NIOTypedHTTPSer
         return channel.eventLoop.makeCompletedFuture {
             try channel.pipeline.syncOperations.addHandlers(
                 WebSocketFrameWriter(),
-                WebSocketFrameReader(maxFrameSize: maxFrameSize)
+                // A header that no client may send fails the connection as soon as it arrives.
+                WebSocketFrameReader(maxFrameSize: maxFrameSize, checkHeadersAs: .server)
             )
         }.flatMap {
             self.upgradePipelineHandler(channel, upgradeRequest)

@@ -11,12 +11,15 @@ extension CircleHTTPChannel {
     ///
     /// Besides what Hummingbird's own loop does, it sends `100 Continue` when a handler starts
     /// reading a body that asked for it (so a refused upload is answered without its body ever
-    /// being sent), and a request whose body the handler left unread (a refused upload, a body
-    /// over the limit) ends the connection after the answer instead of reading the rest.
+    /// being sent). The connection ends after the answer to a request whose body the handler
+    /// began to read and left (a body over the limit, a refused upload), to one whose unread
+    /// body is too large to drop, and to one after which NIO's decoder reads nothing more (an
+    /// upgrade request that was not upgraded, a `CONNECT`).
     func serve(
         _ asyncChannel: NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>,
         upgradeRequest: HTTPRequest?,
         refusal: APIError?,
+        drain: NIOLoopBound<InboundDrain>,
         logger: Logger
     ) async {
         let channel = asyncChannel.channel
@@ -35,17 +38,19 @@ extension CircleHTTPChannel {
                             metrics.httpRequest(route: "GET \(chatPath)", status: UInt(answer.status.code))
                             var response = answer.response
                             response.headers[.cacheControl] = "no-store"
+                            response.headers[.connection] = "close"
                             try await ResponseWriter(outbound: outbound).write(response: response.head, body: response.body)
                         } else {
                             let request = Request(head: head, body: RequestBody(asyncSequence: InboundBody(parts: parts)))
                             try await self.responder(request, ResponseWriter(outbound: outbound), channel)
                         }
                         if head.headerFields[.connection]?.lowercased() == "close" { break }
-                        guard try await parts.finishBody(dropping: Self.droppableBody(head)) else {
-                            // The body was left unread: answer, half-close, drop what still
-                            // comes for a moment (so the answer is read, not reset), close.
+                        guard try await parts.finishBody(dropping: Self.droppableBody(head)), !head.isLastOnHTTP1Connection else {
+                            // Answered; half-close, drop what still comes for a moment (so the
+                            // answer is read, not reset), close. The parts parsed before the
+                            // drain began are read until then.
                             outbound.finish()
-                            channel.eventLoop.scheduleTask(in: .seconds(5)) { channel.close(promise: nil) }
+                            InboundDrain.drainThenClose(channel, drain: drain, grace: .seconds(5))
                             while try await parts.nextPart() != nil {}
                             return
                         }
@@ -83,6 +88,8 @@ final class InboundParts: @unchecked Sendable {
     private var continuePending = false
     /// The last request was one NIO's upgrade handler consumed.
     private var afterConsumed = false
+    /// The handler has asked for a chunk of the current request's body.
+    private var bodyStarted = false
 
     init(_ iterator: NIOAsyncChannelInboundStream<HTTPRequestPart>.AsyncIterator, outbound: NIOAsyncChannelOutboundWriter<HTTPResponsePart>) {
         self.iterator = iterator
@@ -111,6 +118,7 @@ final class InboundParts: @unchecked Sendable {
         self.afterConsumed = false
         guard case .head(let head) = part else { throw HTTPParserError.invalidInternalState }
         self.inBody = true
+        self.bodyStarted = false
         self.continuePending = head.headerFields[.expect]?.lowercased() == "100-continue"
         return head
     }
@@ -119,6 +127,7 @@ final class InboundParts: @unchecked Sendable {
     /// ends before the body does.
     func nextBodyChunk() async throws -> ByteBuffer? {
         guard self.inBody else { return nil }
+        self.bodyStarted = true
         if self.continuePending {
             self.continuePending = false
             try await self.outbound.write(.head(HTTPResponse(status: .continue)))
@@ -136,8 +145,10 @@ final class InboundParts: @unchecked Sendable {
     }
 
     /// Reads past what the handler left of the body, up to `limit` bytes; false when more was
-    /// left (the connection should end).
+    /// left (the connection should end), or when the handler began reading the body and
+    /// stopped before its end: it refused the body (413), and the client is still sending it.
     func finishBody(dropping limit: Int) async throws -> Bool {
+        if self.inBody && self.bodyStarted { return false }
         var dropped = 0
         while self.inBody {
             if self.continuePending {
@@ -177,5 +188,14 @@ struct InboundBody: AsyncSequence, Sendable {
 
     func makeAsyncIterator() -> AsyncIterator {
         AsyncIterator(parts: self.parts)
+    }
+}
+
+extension HTTPRequest {
+    /// NIO's HTTP/1.1 decoder reads nothing after a request that asks for an upgrade (with or
+    /// without `Connection: upgrade`: either way it is not one this server went on to make) or
+    /// is a `CONNECT`, so such a request is answered as its connection's last.
+    var isLastOnHTTP1Connection: Bool {
+        self.method == .connect || self.headerFields[.upgrade] != nil
     }
 }

@@ -36,7 +36,13 @@ public struct CircleHTTPChannel: ServerChildChannel, HTTPChannelHandler {
         /// Plain HTTP. `upgradeRequest` is a first request that asked for an upgrade and did not
         /// get it: NIO's upgrade handler has consumed it, so it is answered from its head (with
         /// `refusal` when the upgrade was refused, by the router when it was not one of ours).
-        case http(NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>, upgradeRequest: HTTPRequest?, refusal: APIError?)
+        /// `drain` ends the connection after an answer (``InboundDrain``).
+        case http(
+            NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>,
+            upgradeRequest: HTTPRequest?,
+            refusal: APIError?,
+            drain: NIOLoopBound<InboundDrain>
+        )
         /// A WebSocket session is installed and owns the channel.
         case upgraded
         /// HTTP/2 (TLS with ALPN `h2`): Hummingbird's HTTP/2 channel answers its streams.
@@ -55,6 +61,9 @@ public struct CircleHTTPChannel: ServerChildChannel, HTTPChannelHandler {
         var upgradeHead: HTTPRequestHead?
         var user: AuthenticatedUser?
         var refusal: APIError?
+        /// The user whose connection slot this upgrade reserved, until the session takes it over
+        /// (or the channel closes without one and it is released).
+        var reservedFor: String?
     }
 
     public let responder: HTTPChannelHandler.Responder
@@ -179,16 +188,38 @@ public struct CircleHTTPChannel: ServerChildChannel, HTTPChannelHandler {
             onTimeout: { metrics.limitHit($0.rawValue) }
         )
         let decision = NIOLoopBoundBox(UpgradeDecision(), eventLoop: channel.eventLoop)
+        // A slot reserved for an upgrade that never became a session (the peer left, or NIO
+        // failed the upgrade on a malformed request) goes back when the channel closes.
+        channel.closeFuture.whenComplete { _ in
+            if let user = decision.value.reservedFor {
+                decision.value.reservedFor = nil
+                services.releaseConnection(for: user)
+            }
+        }
         let loopBoundTimeout = NIOLoopBound(timeoutHandler, eventLoop: channel.eventLoop)
+        let drain = InboundDrain()
+        let loopBoundDrain = NIOLoopBound(drain, eventLoop: channel.eventLoop)
         let upgrader = WebSocketServerUpgrader<Connection>(
             maxFrameSize: limits.maxMessageBytes,
             shouldUpgrade: { channel, head in
-                self.shouldUpgrade(channel: channel, head: head, decision: decision)
+                self.shouldUpgrade(channel: channel, head: head, decision: decision).map { headers in
+                    // Accepted: from here the connection is no longer HTTP. NIO's upgrade
+                    // handler next removes the HTTP decoder, which hands the bytes that came
+                    // after the request (a client's first frame, pipelined bytes) to the
+                    // handlers behind it as a ByteBuffer: nothing that reads HTTP parts may
+                    // still be there (the recorder left at the first head). The upgrade
+                    // handler buffers those bytes and passes them to the frame reader after
+                    // the 101 (RFC 6455 §4.1).
+                    if headers != nil {
+                        channel.pipeline.syncOperations.removeHandler(loopBoundTimeout.value, promise: nil)
+                        channel.pipeline.syncOperations.removeHandler(loopBoundDrain.value, promise: nil)
+                    }
+                    return headers
+                }
             },
             upgradePipelineHandler: { channel, head in
                 channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
-                    sync.removeHandler(loopBoundTimeout.value, promise: nil)
                     // A WebSocket is bounded per user (and by its own timeouts) from here on:
                     // marking it releases its admission ticket.
                     services.markWebSocket(channel)
@@ -198,6 +229,8 @@ public struct CircleHTTPChannel: ServerChildChannel, HTTPChannelHandler {
                         endpoint = .echo
                     } else if let user = decision.value.user {
                         endpoint = .chat(user)
+                        // The session releases the slot from here (or the installer, if it fails).
+                        decision.value.reservedFor = nil
                     } else {
                         throw ChannelError.inappropriateOperationForState
                     }
@@ -228,7 +261,7 @@ public struct CircleHTTPChannel: ServerChildChannel, HTTPChannelHandler {
                         let refusal = decision.value.refusal
                         let upgradeRequest = try decision.value.upgradeHead.map { try HTTPRequest($0, secure: secure, splitCookie: false) }
                         decision.value = UpgradeDecision()
-                        return Connection.http(asyncChannel, upgradeRequest: upgradeRequest, refusal: refusal)
+                        return Connection.http(asyncChannel, upgradeRequest: upgradeRequest, refusal: refusal, drain: loopBoundDrain)
                     }
                 }
             )
@@ -240,6 +273,7 @@ public struct CircleHTTPChannel: ServerChildChannel, HTTPChannelHandler {
         configuration.enableErrorHandling = true
         configuration.enableResponseHeaderValidation = false
         let sync = channel.pipeline.syncOperations
+        try sync.addHandler(drain)
         let future = try sync.configureUpgradableHTTPServerPipeline(configuration: configuration)
         let upgradeHandler = try sync.context(handlerType: NIOTypedHTTPServerUpgradeHandler<Connection>.self).handler
         try sync.addHandler(timeoutHandler, position: .before(upgradeHandler))
@@ -255,8 +289,8 @@ public struct CircleHTTPChannel: ServerChildChannel, HTTPChannelHandler {
                 return
             case .http2(let value):
                 await self.http2.handle(value: value, logger: logger)
-            case .http(let asyncChannel, let upgradeRequest, let refusal):
-                await self.serve(asyncChannel, upgradeRequest: upgradeRequest, refusal: refusal, logger: logger)
+            case .http(let asyncChannel, let upgradeRequest, let refusal, let drain):
+                await self.serve(asyncChannel, upgradeRequest: upgradeRequest, refusal: refusal, drain: drain, logger: logger)
             }
         } catch {
             logger.debug("connection ended before its first request", metadata: ["error": "\(error)"])
@@ -273,19 +307,25 @@ public struct CircleHTTPChannel: ServerChildChannel, HTTPChannelHandler {
     ) -> EventLoopFuture<HTTPHeaders?> {
         let services = self.services
         let path = URI(head.uri).path
+        guard path == self.paths.chat || (path == self.paths.echo && services.configuration.echoEndpoint) else {
+            return channel.eventLoop.makeSucceededFuture(nil)
+        }
+        // The handshake is a GET without a body (RFC 6455 §4.1). One that announces a body would
+        // keep the upgrade waiting for it after the HTTP timeouts have left the pipeline.
+        if head.method != .GET || head.headers.contains(name: "Transfer-Encoding")
+            || head.headers["Content-Length"].contains(where: { $0.trimmingCharacters(in: .whitespaces) != "0" })
+        {
+            decision.value.refusal = APIError(.badRequest, .badRequest, "a WebSocket upgrade is a GET request without a body")
+            return channel.eventLoop.makeSucceededFuture(nil)
+        }
         var headers = HTTPHeaders()
         if services.configuration.compression || path == self.paths.echo,
             let deflate = PerMessageDeflateNegotiation.respond(toOffers: head.headers["Sec-WebSocket-Extensions"])
         {
             headers.add(name: "Sec-WebSocket-Extensions", value: deflate.description)
         }
-        switch path {
-        case self.paths.echo where services.configuration.echoEndpoint:
+        if path == self.paths.echo {
             return channel.eventLoop.makeSucceededFuture(headers)
-        case self.paths.chat:
-            break
-        default:
-            return channel.eventLoop.makeSucceededFuture(nil)
         }
         guard services.isAccepting else {
             decision.value.refusal = APIError(.serviceUnavailable, .unavailable, "the server is shutting down")
@@ -316,6 +356,9 @@ public struct CircleHTTPChannel: ServerChildChannel, HTTPChannelHandler {
         return verified.futureResult.map { result -> HTTPHeaders? in
             switch result {
             case .success(let user):
+                // Gone while its token was checked: nothing to reserve (the channel's close,
+                // which releases a reservation, has already happened).
+                guard channel.isActive else { return nil }
                 guard services.reserveConnection(for: user.name) else {
                     services.metrics.error("too_many_connections")
                     decision.value.refusal = APIError(
@@ -326,6 +369,7 @@ public struct CircleHTTPChannel: ServerChildChannel, HTTPChannelHandler {
                     return nil
                 }
                 decision.value.user = user
+                decision.value.reservedFor = user.name
                 return responseHeaders
             case .failure(let error):
                 decision.value.refusal = error

@@ -1,3 +1,4 @@
+import Foundation
 import Hummingbird
 
 /// What Circle's routes need of an app's request context: a place for the user the token named.
@@ -34,5 +35,18 @@ extension CircleRequestContext {
     func requireUser() throws -> AuthenticatedUser {
         guard let user = self.circleUser else { throw APIError.missingToken }
         return user
+    }
+}
+
+extension RequestContext {
+    /// The path parameter `name` as the client meant it: percent-decoded, once (`jos%C3%A9` is
+    /// `josé`). Every route reads its parameters here. A missing one, or one whose
+    /// percent-encoding is not UTF-8, is a 400.
+    func pathParameter(_ name: String) throws -> String {
+        let raw = try self.parameters.require(name)
+        guard let decoded = raw.removingPercentEncoding else {
+            throw APIError(.badRequest, .badRequest, "the path segment \"\(raw)\" is not valid percent-encoded UTF-8")
+        }
+        return decoded
     }
 }

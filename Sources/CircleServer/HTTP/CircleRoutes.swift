@@ -36,7 +36,7 @@ struct CircleRoutes: Sendable {
         }
         router.get("/") { request, _ in ChatPage.shared.response(for: nil, headers: request.headers) }
         router.get("/assets/{file}") { request, context in
-            ChatPage.shared.response(for: try context.parameters.require("file"), headers: request.headers)
+            ChatPage.shared.response(for: try context.pathParameter("file"), headers: request.headers)
         }
         router.get("/favicon.ico") { _, _ in Response(status: .noContent, headers: [.contentType: "image/x-icon"]) }
         router.get(RouterPath(HTTPAPI.Path.config)) { _, _ in
@@ -142,7 +142,7 @@ struct CircleRoutes: Sendable {
         router.delete(RouterPath(circle + "/members/{user}")) { _, context in
             let info = try await self.visibleCircle(context)
             let user = try context.requireUser().name
-            let member = try context.parameters.require("user")
+            let member = try context.pathParameter("user")
             guard TokenAuthority.isValidUserName(member) else {
                 throw APIError(.badRequest, .badRequest, "\"\(member)\" is not a valid user name")
             }
@@ -161,7 +161,7 @@ struct CircleRoutes: Sendable {
     /// The circle of the `{name}` in the path, if the user may see it: 404 when there is none,
     /// 403 when it is private and the user is not a member.
     private func visibleCircle(_ context: some CircleRequestContext) async throws -> CircleInfo {
-        let name = try context.parameters.require("name")
+        let name = try context.pathParameter("name")
         let user = try context.requireUser().name
         guard let info = try await self.services.store.circle(named: name) else {
             throw APIError(.notFound, .notFound, "no circle \"\(name)\"")

@@ -23,10 +23,19 @@ final class ConnectionAdmission: Sendable {
     /// - Parameters:
     ///   - maxTotal: connections not yet upgraded, in all.
     ///   - maxPerAddress: the same per peer IP address; 0 for no per-address bound (behind a
-    ///     reverse proxy every connection comes from the proxy's address).
+    ///     reverse proxy every connection comes from the proxy's address). It is lowered to
+    ///     ``perAddressBound(configured:total:)`` so that one address cannot take every place.
     init(maxTotal: Int, maxPerAddress: Int) {
         self.maxTotal = maxTotal
-        self.maxPerAddress = maxPerAddress
+        self.maxPerAddress = Self.perAddressBound(configured: maxPerAddress, total: maxTotal)
+    }
+
+    /// The per-address bound in force: the configured one, but at most a quarter of the total
+    /// (and at least 1), so that at any open-file limit three more addresses' worth of places
+    /// stay open to others while one address holds all it may. 0 stays 0 (no bound).
+    static func perAddressBound(configured: Int, total: Int) -> Int {
+        guard configured > 0 else { return 0 }
+        return min(configured, max(1, total / 4))
     }
 
     enum Refusal: String, Sendable {

@@ -65,6 +65,9 @@ struct CircleErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             response = APIError(.internalServerError, .internalError, "\(error)").response
         }
         if response.headers[.cacheControl] == nil { response.headers[.cacheControl] = "no-store" }
+        // Such a request is its connection's last (``HTTPRequest/isLastOnHTTP1Connection``); the
+        // field cannot reach HTTP/2, which refuses `Upgrade` in a request.
+        if request.headers[.upgrade] != nil { response.headers[.connection] = "close" }
         return response
     }
 }
