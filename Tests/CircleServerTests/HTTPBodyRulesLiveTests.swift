@@ -15,7 +15,9 @@ import Testing
 
         let circle = try await server.http("POST", "/v1/circles", token: alice, json: #"{"name":"a","name":"b"}"#)
         #expect(circle.status == 400)
-        #expect(HTTPAPI.decode(HTTPAPI.ErrorBody.self, from: Array(circle.body.utf8))?.error.code == .badRequest, "\(circle.body)")
+        let refusal = HTTPAPI.decode(HTTPAPI.ErrorBody.self, from: Array(circle.body.utf8))?.error
+        #expect(refusal?.code == .badRequest, "\(circle.body)")
+        #expect(refusal?.message == #"the key "name" appears twice; send {"name": "…", "private": false}"#, "\(circle.body)")
         let hidden = try await server.http("POST", "/v1/circles", token: alice, json: #"{"name":"a","private":false,"private":true}"#)
         #expect(hidden.status == 400)
         let listed = try await server.http("GET", "/v1/circles", token: alice)

@@ -43,6 +43,19 @@ extension Response {
     }
 }
 
+extension ByteBuffer {
+    /// A route's JSON body as `type`, read by the strict parser of ``HTTPAPI/decodeBody(_:from:)``;
+    /// a body it cannot use is a 400 that says what was wrong with it, then what to send
+    /// (`example`).
+    func decodeJSON<Value: Decodable>(_ type: Value.Type, send example: String) throws(APIError) -> Value {
+        do {
+            return try HTTPAPI.decodeBody(type, from: self.readableBytesView)
+        } catch {
+            throw APIError(.badRequest, .badRequest, "\(error.message); send \(example)")
+        }
+    }
+}
+
 extension Request {
     /// The bearer token from `Authorization`, or the `token` query parameter (browsers cannot set
     /// headers on a WebSocket upgrade).

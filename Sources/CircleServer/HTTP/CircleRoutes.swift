@@ -98,9 +98,7 @@ struct CircleRoutes: Sendable {
             let user = try context.requireUser().name
             var request = request
             let body = try await request.jsonBody()
-            guard let create = HTTPAPI.decode(HTTPAPI.CreateCircle.self, from: body.readableBytesView) else {
-                throw APIError(.badRequest, .badRequest, "send {\"name\": \"…\", \"private\": false}")
-            }
+            let create = try body.decodeJSON(HTTPAPI.CreateCircle.self, send: #"{"name": "…", "private": false}"#)
             guard Self.isValidCircleName(create.name) else {
                 throw APIError(.badRequest, .badRequest, "a circle name has 1–64 characters: a–z, 0–9, . _ -")
             }
@@ -133,8 +131,9 @@ struct CircleRoutes: Sendable {
             guard info.owner == user else { throw APIError(.forbidden, .forbidden, "only the owner (\(info.owner)) adds members") }
             var request = request
             let body = try await request.jsonBody()
-            guard let add = HTTPAPI.decode(HTTPAPI.AddMember.self, from: body.readableBytesView), TokenAuthority.isValidUserName(add.user) else {
-                throw APIError(.badRequest, .badRequest, "send {\"user\": \"name\"}")
+            let add = try body.decodeJSON(HTTPAPI.AddMember.self, send: #"{"user": "name"}"#)
+            guard TokenAuthority.isValidUserName(add.user) else {
+                throw APIError(.badRequest, .badRequest, "\"\(add.user)\" is not a valid user name; send {\"user\": \"name\"}")
             }
             try await store.addMember(add.user, to: info.name)
             return Response.json(.ok, HTTPAPI.MemberList(members: try await store.members(of: info.name)))

@@ -236,9 +236,7 @@ struct MediaService: Sendable {
 
     /// `POST /v1/media/uploads`: creates a resumable upload.
     func createUpload(body: ByteBuffer, user: String) async throws -> Response {
-        guard let create = HTTPAPI.decode(HTTPAPI.CreateUpload.self, from: body.readableBytesView) else {
-            throw APIError(.badRequest, .badRequest, "send {\"length\": BYTES, \"contentType\": \"image/jpeg\"}")
-        }
+        let create = try body.decodeJSON(HTTPAPI.CreateUpload.self, send: #"{"length": BYTES, "contentType": "image/jpeg"}"#)
         // An empty file is no photo (its type could never be checked against its bytes).
         guard create.length >= 1 else {
             throw APIError(.badRequest, .badRequest, "length is the photo's size in bytes: 1 or more")
