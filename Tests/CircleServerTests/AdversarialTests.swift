@@ -56,6 +56,24 @@ func signedToken(_ claims: String) throws -> String {
     return "\(header).\(payload).\(base64URL(signature))"
 }
 
+/// Runs `body` against a fresh server on which a canary member posts before (joining), during
+/// (where `body` calls ``Canary/check(_:)``) and after it; every canary post must be acked and
+/// delivered.
+func withCanaryServer(
+    _ limits: CircleServerConfiguration.Limits = .init(),
+    echo: Bool = false,
+    _ body: (TestServer, Canary) async throws -> Void
+) async throws {
+    let server = TestServer(limits: limits, echo: echo)
+    defer { server.remove() }
+    try await server.start()
+    let canary = try await Canary(server)
+    try await body(server, canary)
+    try await canary.check("at the end")
+    await canary.close()
+    await server.stop()
+}
+
 /// Live adversarial tests: each finding of the hardening review, reproduced against a real
 /// server, with a canary member that must keep being served.
 @Suite("Adversarial inputs", .timeLimit(.minutes(3)))
@@ -64,14 +82,7 @@ struct AdversarialTests {
         _ limits: CircleServerConfiguration.Limits = .init(),
         _ body: (TestServer, Canary) async throws -> Void
     ) async throws {
-        let server = TestServer(limits: limits)
-        defer { server.remove() }
-        try await server.start()
-        let canary = try await Canary(server)
-        try await body(server, canary)
-        try await canary.check("at the end")
-        await canary.close()
-        await server.stop()
+        try await withCanaryServer(limits, body)
     }
 
     // MARK: Finding 1: far-future token expiry

@@ -68,14 +68,7 @@ struct UpgradeBurstTests {
         _ limits: CircleServerConfiguration.Limits = .init(),
         _ body: (TestServer, Canary) async throws -> Void
     ) async throws {
-        let server = TestServer(limits: limits, echo: true)
-        defer { server.remove() }
-        try await server.start()
-        let canary = try await Canary(server)
-        try await body(server, canary)
-        try await canary.check("at the end")
-        await canary.close()
-        await server.stop()
+        try await withCanaryServer(limits, echo: true, body)
     }
 
     private func chatUpgrade(_ token: String) -> String {
