@@ -169,6 +169,13 @@ struct UpgradeBurstTests {
                 ("GET /v1/ws HTTP/1.1\r\nHost: x\r\n\(Self.upgradeHead)Authorization: Bearer forged\r\n\r\n", "HTTP/1.1 401"),
                 ("GET /v1/ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n", "HTTP/1.1 400"),
                 ("GET /healthz HTTP/1.1\r\nHost: x\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n", "HTTP/1.1 200"),
+                // Found by the pipeline fuzz target: without the Connection token NIO's parser goes
+                // on reading HTTP behind the request, so it must not be upgraded.
+                (
+                    "GET /v1/echo HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgra*e\r\nSec-WebSocket-Version: 13\r\n"
+                        + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+                    "HTTP/1.1 400"
+                ),
             ]
             for (request, status) in cases {
                 let connection = try RawTCP(port: server.port)

@@ -318,6 +318,14 @@ public struct CircleHTTPChannel: ServerChildChannel, HTTPChannelHandler {
             decision.value.refusal = APIError(.badRequest, .badRequest, "a WebSocket upgrade is a GET request without a body")
             return channel.eventLoop.makeSucceededFuture(nil)
         }
+        // RFC 6455 §4.2.1: `Connection` lists the token `upgrade`. NIO's upgrade handler does not
+        // check it, but NIO's parser stops reading HTTP only after a request that has it:
+        // without it, a request pipelined behind this one would be parsed and handed, as HTTP
+        // parts, to the WebSocket's frame reader (found by the pipeline fuzz target).
+        guard head.headers[canonicalForm: "connection"].contains(where: { $0.trimmingCharacters(in: .whitespaces).lowercased() == "upgrade" }) else {
+            decision.value.refusal = APIError(.badRequest, .badRequest, "a WebSocket upgrade needs the header Connection: Upgrade")
+            return channel.eventLoop.makeSucceededFuture(nil)
+        }
         var headers = HTTPHeaders()
         if services.configuration.compression || path == self.paths.echo,
             let deflate = PerMessageDeflateNegotiation.respond(toOffers: head.headers["Sec-WebSocket-Extensions"])
