@@ -63,10 +63,10 @@ struct ChatPageTests {
         let server = TestServer()
         defer { server.remove() }
         try await server.start()
-        let page = try server.rawHTTP("GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        let page = try await server.rawHTTP("GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
         #expect(page.hasPrefix("HTTP/1.1 200 OK"))
         #expect(page.contains("Content-Security-Policy: \(Self.policy)"))
-        let style = try server.rawHTTP("GET /assets/app.css HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        let style = try await server.rawHTTP("GET /assets/app.css HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
         #expect(style.hasPrefix("HTTP/1.1 200 OK"))
         #expect(style.contains("Content-Type: text/css; charset=utf-8"))
         await server.stop()

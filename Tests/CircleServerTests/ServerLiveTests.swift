@@ -629,7 +629,7 @@ struct ServerEdgeCaseTests {
         let server = TestServer()
         defer { server.remove() }
         try await server.start()
-        let response = try server.rawHTTP("GET /v1/ws HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+        let response = try await server.rawHTTP("GET /v1/ws HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
         #expect(response.hasPrefix("HTTP/1.1 400"), "\(response)")
         #expect(response.contains("Sec-WebSocket-Key"))
         for index in 0..<5 { _ = try await server.http("GET", "/random-\(index)") }

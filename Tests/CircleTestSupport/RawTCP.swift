@@ -7,8 +7,9 @@ import Foundation
 /// A plain TCP connection for adversarial tests: sends exactly the bytes given (half a request
 /// head, a frame and its payload in one write, …) and tells how the server ended it.
 ///
-/// The socket calls block, so each runs on a Dispatch thread, never on the test's cooperative
-/// threads (which the in-process server's store work needs).
+/// The socket calls that wait block, so each read runs on a thread of its own: never on the
+/// test's cooperative threads or Dispatch's pool, which the in-process server's tasks need (a
+/// few blocked reads there held up every other connection's answers).
 public final class RawTCP: @unchecked Sendable {
     // @unchecked: the descriptor is used by one test task at a time.
     public let fd: Int32
@@ -86,7 +87,7 @@ public final class RawTCP: @unchecked Sendable {
     private func read(timeout: Duration, until done: @escaping @Sendable ([UInt8]) -> Bool) async -> (bytes: [UInt8], ending: Ending) {
         let fd = self.fd
         return await withCheckedContinuation { continuation in
-            DispatchQueue.global().async {
+            Thread {
                 let deadline = ContinuousClock.now + timeout
                 var received: [UInt8] = []
                 var buffer = [UInt8](repeating: 0, count: 65536)
@@ -104,7 +105,7 @@ public final class RawTCP: @unchecked Sendable {
                     }
                 }
                 continuation.resume(returning: (received, .timedOut))
-            }
+            }.start()
         }
     }
 }

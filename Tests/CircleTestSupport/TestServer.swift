@@ -83,35 +83,23 @@ public final class TestServer: @unchecked Sendable {
 
 extension TestServer {
     /// Sends raw request bytes over a plain TCP connection and returns what the server answered
-    /// until it closed or `timeout` passed (for requests an HTTP client library would not send as is).
-    public func rawHTTP(_ request: String, timeout: Duration = .seconds(5)) throws -> String {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = UInt16(self.port).bigEndian
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
-        }
-        guard connected else { throw ServerProcessError("cannot connect to port \(self.port)") }
-        var seconds = timeval(tv_sec: Int(timeout.components.seconds), tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &seconds, socklen_t(MemoryLayout<timeval>.size))
-        _ = request.utf8CString.withUnsafeBufferPointer { write(fd, $0.baseAddress, $0.count - 1) }
-        var response: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let count = read(fd, &buffer, buffer.count)
-            if count <= 0 { break }
-            response += buffer[0..<count]
-            if let text = String(bytes: response, encoding: .utf8), let end = text.range(of: "\r\n\r\n"),
-                let lengthLine = text[..<end.lowerBound].split(separator: "\r\n").first(where: { $0.lowercased().hasPrefix("content-length:") }),
-                let length = Int(lengthLine.split(separator: ":")[1].trimmingCharacters(in: .whitespaces)),
-                text.utf8.count - text.utf8.distance(from: text.startIndex, to: end.upperBound) >= length
-            {
-                break
-            }
-        }
-        return String(decoding: response, as: UTF8.self)
+    /// until it closed, a whole response had come, or `timeout` passed (for requests an HTTP
+    /// client library would not send as is).
+    public func rawHTTP(_ request: String, timeout: Duration = .seconds(10)) async throws -> String {
+        let connection = try RawTCP(port: self.port)
+        connection.send(request)
+        let bytes = await connection.read(until: Self.holdsWholeResponse, timeout: timeout)
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// Whether `bytes` start with a whole response: its head and as much body as its
+    /// `Content-Length` says.
+    @Sendable private static func holdsWholeResponse(_ bytes: [UInt8]) -> Bool {
+        let text = String(decoding: bytes, as: UTF8.self)
+        guard let end = text.range(of: "\r\n\r\n"),
+            let lengthLine = text[..<end.lowerBound].split(separator: "\r\n").first(where: { $0.lowercased().hasPrefix("content-length:") }),
+            let length = Int(lengthLine.split(separator: ":")[1].trimmingCharacters(in: .whitespaces))
+        else { return false }
+        return text.utf8.count - text.utf8.distance(from: text.startIndex, to: end.upperBound) >= length
     }
 }
