@@ -30,6 +30,7 @@ let package = Package(
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
         .package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.35.2"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird-auth.git", from: "2.5.0"),
     ],
     targets: [
         .target(name: "CircleWire", dependencies: [.product(name: "NIOCore", package: "swift-nio")]),
@@ -105,6 +106,7 @@ let package = Package(
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
                 .product(name: "NIOHTTPTypesHTTP1", package: "swift-nio-extras"),
+                .product(name: "HummingbirdBcrypt", package: "hummingbird-auth"),
             ],
             // The browser chat page (Web/ChatPage.swift serves it).
             resources: [.copy("Web/page")]

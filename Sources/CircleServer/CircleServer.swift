@@ -46,6 +46,7 @@ public final class CircleServer: Service, Sendable {
     private let bound = Latch<Int>()
     private let stopRequested = Latch<Void>()
     private let stopped = Latch<Void>()
+    private let setupLinkBox = NIOLockedValueBox<String?>(nil)
 
     /// Checks the configuration, prepares the data directory, opens (and migrates) the store and
     /// prepares the media folders. Nothing is bound and no work is started until ``run()`` (or
@@ -181,6 +182,7 @@ public final class CircleServer: Service, Sendable {
                 "data": "\(configuration.dataDirectory)",
             ]
         )
+        await self.startIdentity(port: listener.port)
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await listener.run() }
             group.addTask { await self.runBackgroundWork() }
@@ -200,6 +202,32 @@ public final class CircleServer: Service, Sendable {
         self.stopRequested.open(())
         guard self.bound.value != nil else { return }
         _ = try? await self.stopped.wait()
+    }
+
+    /// Loads what sign-in needs and, on an empty store, makes and logs the setup link (with the
+    /// public URL's origin when configured, else the listening address's).
+    func startIdentity(port: Int) async {
+        let configuration = self.services.configuration
+        let scheme = configuration.tls == nil ? "http" : "https"
+        let host = ["0.0.0.0", "::", ""].contains(configuration.host) ? "localhost" : configuration.host
+        let origin = "\(scheme)://\(host.contains(":") ? "[\(host)]" : host):\(port)"
+        do {
+            if let link = try await self.services.identity.start(listeningAt: origin) {
+                self.setupLinkBox.withLockedValue { $0 = link }
+                self.services.logger.notice(
+                    "no account yet: open the setup link to create the first admin (it works once, for an hour)",
+                    metadata: ["setup": "\(link)"]
+                )
+            }
+        } catch {
+            self.services.logger.warning("could not read the accounts at start", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// The first-run setup link (`…/#setup=TOKEN`) while the store has no account: opening it
+    /// creates the first admin. `circle serve` prints it; `nil` once an account exists.
+    public var setupLink: String? {
+        self.services.identity.setupPending ? self.setupLinkBox.withLockedValue { $0 } : nil
     }
 
     /// Mints a token with this server's keys (development and tests).
@@ -279,6 +307,7 @@ public final class CircleServer: Service, Sendable {
             // answer without a hop.
             group.addTask(executorPreference: services.store.commitExecutor) { await services.committer.run() }
             group.addTask { await media.runExpiry() }
+            group.addTask { await services.identity.runCleanup() }
             group.addTask {
                 await services.hub.link.run(
                     hub: services.hub,
@@ -337,6 +366,7 @@ private struct MountedService: Service {
     let server: CircleServer
 
     func run() async throws {
+        await self.server.startIdentity(port: self.server.services.configuration.port)
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await self.server.runBackgroundWork() }
             await self.server.waitForStop()

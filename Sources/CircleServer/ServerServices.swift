@@ -11,6 +11,7 @@ final class ServerServices: Sendable {
     let committer: PostCommitter
     let metrics: ServerMetrics
     let authority: TokenAuthority
+    let identity: Identity
     let logger: Logger
     let admission: ConnectionAdmission
     private let connectionsPerUser = NIOLockedValueBox([String: Int]())
@@ -24,31 +25,41 @@ final class ServerServices: Sendable {
         let metrics = ServerMetrics()
         self.metrics = metrics
         self.authority = authority
+        self.identity = Identity(
+            store: store,
+            configuration: configuration.identity,
+            authority: authority,
+            servesTLS: configuration.tls != nil,
+            logger: logger
+        )
         self.logger = logger
         self.admission = ConnectionAdmission(
             maxTotal: configuration.limits.effectiveMaxPendingConnections,
             maxPerAddress: configuration.limits.maxPendingConnectionsPerAddress
         )
         self.committer = PostCommitter(store: store, hub: self.hub, metrics: metrics, logger: logger)
+        // Another node ended all of a user's connections: the account may be disabled now.
+        self.hub.observeAccounts { [identity, store] user in
+            Task {
+                if let account = try? await store.account(named: user) { identity.accountChanged(account) }
+            }
+        }
         self.channels = ChannelRegistry(admission: self.admission)
     }
 
-    /// The one token check, for the HTTP routes (``TokenAuthMiddleware``) and the WebSocket
-    /// upgrade alike: a missing, malformed, forged or expired token is a 401 with its code.
-    func authenticate(token: String?, address: String? = nil) async throws(APIError) -> AuthenticatedUser {
-        guard let token else {
-            self.metrics.error(CircleErrorCode.unauthorized.rawValue)
-            throw APIError.missingToken
-        }
-        do throws(TokenError) {
-            return try await self.authority.verify(token)
+    /// The one credential check, for the HTTP routes (``TokenAuthMiddleware``) and the WebSocket
+    /// upgrade alike (``Identity/authenticate(_:)``): a missing, malformed, forged or expired
+    /// credential is a 401 with its code; a disabled account a 403.
+    func authenticate(_ input: CredentialsInput) async throws(APIError) -> AuthenticatedUser {
+        do throws(APIError) {
+            return try await self.identity.authenticate(input)
         } catch {
             self.metrics.error(error.code.rawValue)
             self.logger.info(
-                "refused a token",
-                metadata: ["circle.code": "\(error.code.rawValue)", "circle.reason": "\(error.message)", "circle.address": "\(address ?? "-")"]
+                "refused credentials",
+                metadata: ["circle.code": "\(error.code.rawValue)", "circle.reason": "\(error.message)", "circle.address": "\(input.address ?? "-")"]
             )
-            throw APIError(.unauthorized, error.code, error.message)
+            throw error
         }
     }
 

@@ -40,6 +40,11 @@ public struct CircleErrorCode: RawRepresentable, Hashable, Sendable, Codable, Cu
     public static let tooManyReactions = Self(rawValue: "too_many_reactions")
     /// `react` or `unreact` with an `emoji` that is not exactly one emoji.
     public static let invalidEmoji = Self(rawValue: "invalid_emoji")
+    /// An invite link that is unknown, revoked, used up or expired; or a setup link that is
+    /// wrong, expired or used (HTTP 404).
+    public static let inviteInvalid = Self(rawValue: "invite_invalid")
+    /// The account is deactivated or banned (HTTP 403; an open connection closes with 4005).
+    public static let accountDisabled = Self(rawValue: "account_disabled")
     /// Something failed inside the server; the request may be retried.
     public static let internalError = Self(rawValue: "internal")
 
@@ -68,4 +73,7 @@ public enum CircleCloseCode {
     public static let tooManyConnections: UInt16 = 4003
     /// The connection was refused for a reason the client cannot fix by reconnecting (banned user, …).
     public static let forbidden: UInt16 = 4004
+    /// The session the connection signed in with ended (signed out, signed out everywhere), or
+    /// the account was deactivated or banned: sign in again (or not at all).
+    public static let accessEnded: UInt16 = 4005
 }

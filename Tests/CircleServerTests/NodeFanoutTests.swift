@@ -318,3 +318,37 @@ final class MutedStore: SharedCircleStore {
     func canRead(media id: String, user: String) async throws -> Bool { try await self.base.canRead(media: id, user: user) }
     func close() async throws { try await self.base.close() }
 }
+
+/// The identity half, as the base store does it.
+extension MutedStore {
+    func accountCount() async throws -> Int { try await self.base.accountCount() }
+    func account(named name: String) async throws -> Account? { try await self.base.account(named: name) }
+    func accounts() async throws -> [Account] { try await self.base.accounts() }
+    func createAccount(_ account: Account, passwordHash: String?, invite: String?, now: Int64) async throws -> Account { try await self.base.createAccount(account, passwordHash: passwordHash, invite: invite, now: now) }
+    func updateAccount(_ name: String, _ change: AccountChange) async throws -> Account { try await self.base.updateAccount(name, change) }
+    func passwordHash(of name: String) async throws -> String? { try await self.base.passwordHash(of: name) }
+    func setPasswordHash(_ hash: String?, of name: String) async throws { try await self.base.setPasswordHash(hash, of: name) }
+    func touchAccount(_ name: String, at time: Int64) async throws { try await self.base.touchAccount(name, at: time) }
+    func createSession(_ session: StoredSession) async throws { try await self.base.createSession(session) }
+    func session(tokenHash: String, now: Int64) async throws -> StoredSession? { try await self.base.session(tokenHash: tokenHash, now: now) }
+    func touchSession(id: String, at time: Int64) async throws { try await self.base.touchSession(id: id, at: time) }
+    func sessions(of user: String) async throws -> [StoredSession] { try await self.base.sessions(of: user) }
+    @discardableResult
+    func deleteSessions(of user: String, id: String?, kind: SessionKind?) async throws -> [String] { try await self.base.deleteSessions(of: user, id: id, kind: kind) }
+    func deleteExpiredSessions(now: Int64, idleBefore: Int64) async throws -> Int { try await self.base.deleteExpiredSessions(now: now, idleBefore: idleBefore) }
+    func createInvite(_ invite: Invite) async throws { try await self.base.createInvite(invite) }
+    func invites() async throws -> [Invite] { try await self.base.invites() }
+    func invite(tokenHash: String) async throws -> Invite? { try await self.base.invite(tokenHash: tokenHash) }
+    func revokeInvite(id: String) async throws -> Bool { try await self.base.revokeInvite(id: id) }
+    func signInFailures(keys: [String]) async throws -> [String: SignInFailures] { try await self.base.signInFailures(keys: keys) }
+    func recordSignInFailure(keys: [String], at time: Int64) async throws { try await self.base.recordSignInFailure(keys: keys, at: time) }
+    func clearSignInFailures(keys: [String]) async throws { try await self.base.clearSignInFailures(keys: keys) }
+    func addPasskey(_ passkey: StoredPasskey) async throws { try await self.base.addPasskey(passkey) }
+    func passkeys(of user: String) async throws -> [StoredPasskey] { try await self.base.passkeys(of: user) }
+    func passkey(id: String) async throws -> StoredPasskey? { try await self.base.passkey(id: id) }
+    func usePasskey(id: String, signCount: Int64, at time: Int64) async throws { try await self.base.usePasskey(id: id, signCount: signCount, at: time) }
+    func deletePasskey(id: String, of user: String) async throws -> Bool { try await self.base.deletePasskey(id: id, of: user) }
+    func createChallenge(_ challenge: StoredChallenge) async throws { try await self.base.createChallenge(challenge) }
+    func takeChallenge(id: String, now: Int64) async throws -> StoredChallenge? { try await self.base.takeChallenge(id: id, now: now) }
+    func accountEvents(after: Int64?) async throws -> (events: [AccountEvent], newest: Int64) { try await self.base.accountEvents(after: after) }
+}

@@ -46,10 +46,28 @@ public struct TokenError: Error, Sendable, Hashable, CustomStringConvertible {
     public var description: String { "\(self.code): \(self.message)" }
 }
 
-/// A verified token.
+/// Who a request is: the principal every route and action asks (never the credential).
 public struct AuthenticatedUser: Sendable, Hashable {
+    /// How the request signed in.
+    public enum Credential: Sendable, Hashable {
+        /// A JWT: the app's backend's, its identity provider's, or one the server minted.
+        case token
+        /// A session of the server's own: the page's cookie, a device credential, a personal token.
+        case session(id: String, kind: SessionKind, csrf: String)
+    }
+
     public var name: String
+    /// When the credential stops working.
     public var expires: Date
+    /// The account's role for sessions; `member` for tokens (admin routes read the account).
+    public var role: AccountRole = .member
+    public var credential: Credential = .token
+
+    /// The session id, for sessions of the server's own.
+    public var sessionID: String? {
+        if case .session(let id, _, _) = self.credential { return id }
+        return nil
+    }
 }
 
 /// Verifies and mints JWTs with the server's keys.

@@ -88,6 +88,8 @@ public struct CircleServerConfiguration: Sendable {
     /// mounts Circle decides; `circle serve` sets one second. No effect where the allocator is
     /// not glibc.
     public var heapTrimInterval: Duration?
+    /// Accounts, sessions, sign-in: the public URL, session lifetimes, password rules.
+    public var identity: IdentityConfiguration
 
     public struct Limits: Sendable {
         /// Largest post text, in UTF-8 bytes (`too_large`).
@@ -205,7 +207,8 @@ public struct CircleServerConfiguration: Sendable {
         compressionMinimumBytes: Int = 64,
         corsOrigin: String? = nil,
         nodePollInterval: Duration = .seconds(1),
-        heapTrimInterval: Duration? = nil
+        heapTrimInterval: Duration? = nil,
+        identity: IdentityConfiguration = .init()
     ) {
         self.host = host
         self.port = port
@@ -220,5 +223,6 @@ public struct CircleServerConfiguration: Sendable {
         self.corsOrigin = corsOrigin
         self.nodePollInterval = nodePollInterval
         self.heapTrimInterval = heapTrimInterval
+        self.identity = identity
     }
 }

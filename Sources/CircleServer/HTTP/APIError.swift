@@ -63,6 +63,20 @@ extension Request {
         bearerToken(authorization: self.headers[.authorization], uri: self.uri)
     }
 
+    /// What ``Identity/authenticate(_:)`` needs of this request.
+    func credentials(address: String?) -> CredentialsInput {
+        CredentialsInput(
+            bearer: self.circleToken,
+            cookieHeader: self.headers[values: .cookie].joined(separator: "; "),
+            origin: self.headers[.origin],
+            host: self.head.authority,
+            changesState: ![.get, .head, .options].contains(self.method),
+            csrfHeader: self.headers[HTTPField.Name("X-Circle-CSRF")!],
+            isUpgrade: false,
+            address: address
+        )
+    }
+
     /// The whole body for a JSON route: at most 1 MiB (413 beyond).
     mutating func jsonBody() async throws -> ByteBuffer {
         var collected = ByteBuffer()

@@ -348,13 +348,22 @@ public struct CircleHTTPChannel: ServerChildChannel, HTTPChannelHandler {
             decision.value.refusal = APIError(.badRequest, .badRequest, "this server speaks the subprotocol \(circleSubprotocol) only")
             return channel.eventLoop.makeSucceededFuture(nil)
         }
-        let token = Self.token(from: head)
-        let address = channel.remoteAddress.logDescription
+        let address = channel.remoteAddress?.ipAddress
+        let credentials = CredentialsInput(
+            bearer: Self.token(from: head),
+            cookieHeader: head.headers["Cookie"].joined(separator: "; "),
+            origin: head.headers.first(name: "Origin"),
+            host: head.headers.first(name: "Host"),
+            changesState: false,
+            csrfHeader: nil,
+            isUpgrade: true,
+            address: address
+        )
         let responseHeaders = headers
         let verified = channel.eventLoop.makePromise(of: Result<AuthenticatedUser, APIError>.self)
         verified.completeWithTask {
             do {
-                return .success(try await services.authenticate(token: token, address: address))
+                return .success(try await services.authenticate(credentials))
             } catch let error as APIError {
                 return .failure(error)
             } catch {

@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 import Hummingbird
 
 /// What Circle's routes need of an app's request context: a place for the user the token named.
@@ -20,13 +21,25 @@ public protocol CircleRequestContext: RequestContext {
 }
 
 /// The request context `circle serve` uses.
-public struct BasicCircleRequestContext: CircleRequestContext {
+public struct BasicCircleRequestContext: CircleRequestContext, RemoteAddressRequestContext {
     public var coreContext: CoreRequestContextStorage
     public var circleUser: AuthenticatedUser?
+
+    /// The peer's address (sign-in throttling per address, the sessions list).
+    public let remoteAddress: SocketAddress?
 
     public init(source: ApplicationRequestContextSource) {
         self.coreContext = .init(source: source)
         self.circleUser = nil
+        self.remoteAddress = source.channel.remoteAddress
+    }
+}
+
+extension RequestContext {
+    /// The peer's IP address, when the context knows it (contexts that are
+    /// `RemoteAddressRequestContext`, as ``BasicCircleRequestContext`` is).
+    var circleRemoteAddress: String? {
+        (self as? any RemoteAddressRequestContext)?.remoteAddress?.ipAddress
     }
 }
 

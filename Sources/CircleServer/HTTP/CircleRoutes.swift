@@ -61,6 +61,7 @@ struct CircleRoutes: Sendable {
         }
 
         let authenticated = router.group().add(middleware: TokenAuthMiddleware<Context>(services: services))
+        IdentityRoutes(services: services).add(public: router, authenticated: authenticated)
         self.addCircles(to: authenticated)
         MediaRoutes(media: self.media).add(to: authenticated)
     }

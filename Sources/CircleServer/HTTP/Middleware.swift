@@ -11,7 +11,7 @@ struct TokenAuthMiddleware<Context: CircleRequestContext>: RouterMiddleware {
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         var context = context
-        context.circleUser = try await self.services.authenticate(token: request.circleToken)
+        context.circleUser = try await self.services.authenticate(request.credentials(address: context.circleRemoteAddress))
         return try await next(request, context)
     }
 }

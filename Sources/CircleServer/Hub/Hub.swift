@@ -217,6 +217,9 @@ enum HubEvent: Sendable {
     case revoke(circle: String)
     /// An event for the connection's user, whatever circles it joined (a read marker moved).
     case user(HubPayload)
+    /// The connection's session ended (`session` names it), or all of the user's did (`nil`:
+    /// signed out everywhere, deactivated, banned): the connection closes with 4005.
+    case end(session: String?)
 }
 
 /// What a subscriber's deliveries go to: the session, called on its event loop only.
@@ -289,6 +292,7 @@ final class Hub: Sendable {
     private let sequencer = NIOLockedValueBox(FeedSequencer())
     /// Store reads for holes, and the signals to and from other nodes.
     let link: NodeLink
+    private let accountObserver = NIOLockedValueBox<(@Sendable (String) -> Void)?>(nil)
 
     init(link: NodeLink = NodeLink()) {
         self.link = link
@@ -387,6 +391,9 @@ final class Hub: Sendable {
             return 0
         case .revoke(let circle, let user):
             self.revokeHere(user: user, from: circle)
+            return 0
+        case .end(let user, let session):
+            self.endConnectionsHere(of: user, session: session)
         }
         return 0
     }
@@ -561,6 +568,30 @@ final class Hub: Sendable {
         for subscriber in targets {
             self.inbox(for: subscriber.eventLoop).post(.deliver([(subscriber, event)]))
         }
+    }
+
+    /// Closes the connections of `user` that signed in with `session` (all of them for `nil`)
+    /// with 4005, here and on the other nodes (which also learn it from the store's account
+    /// log, should the signal be lost).
+    func endConnections(of user: String, session: String?) {
+        self.endConnectionsHere(of: user, session: session)
+        self.link.send(.end(user: user, session: session))
+    }
+
+    /// ``endConnections(of:session:)`` on this node only; an end of all of a user's connections
+    /// also tells the account observer (the account's status may have changed).
+    func endConnectionsHere(of user: String, session: String?) {
+        let targets = self.connections.withLockedValue { $0[user].map { Array($0) } ?? [] }
+        for subscriber in targets {
+            self.inbox(for: subscriber.eventLoop).post(.deliver([(subscriber, .end(session: session))]))
+        }
+        if session == nil, let observer = self.accountObserver.withLockedValue({ $0 }) { observer(user) }
+    }
+
+    /// Called with a user's name when all of their connections end on the word of another node
+    /// (the server re-reads the account: it may be banned now).
+    func observeAccounts(_ observer: @escaping @Sendable (String) -> Void) {
+        self.accountObserver.withLockedValue { $0 = observer }
     }
 
     /// Asks every connection to close with 1001.

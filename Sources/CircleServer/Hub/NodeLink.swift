@@ -172,6 +172,8 @@ private final class Poll: Sendable {
     let logger: Logger
     /// The newest revocation applied; `nil` until the first poll, which starts from the log's end.
     private let revocationCursor = NIOLockedValueBox<Int64?>(nil)
+    /// The same for the account log (ended sessions, disabled accounts).
+    private let accountCursor = NIOLockedValueBox<Int64?>(nil)
     /// One poll at a time.
     private let running = NIOLockedValueBox(false)
 
@@ -198,6 +200,12 @@ private final class Poll: Sendable {
                 }
             }
             self.revocationCursor.withLockedValue { $0 = max($0 ?? newest, newest) }
+            let accountCursor = self.accountCursor.withLockedValue { $0 }
+            let (events, newestEvent) = try await self.store.accountEvents(after: accountCursor)
+            if accountCursor != nil {
+                for event in events { self.hub.endConnectionsHere(of: event.user, session: event.session) }
+            }
+            self.accountCursor.withLockedValue { $0 = max($0 ?? newestEvent, newestEvent) }
             let circles = self.hub.subscribedCircles
             guard !circles.isEmpty else { return }
             for (circle, last) in try await self.store.lastSeqs(of: circles) {

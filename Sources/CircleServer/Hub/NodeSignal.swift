@@ -17,6 +17,8 @@ struct NodeSignal: Sendable, Hashable, Codable {
         case revoke(circle: String, user: String)
         /// An event for every connection of `user` (a read marker moved), as its JSON text.
         case user(user: String, json: String)
+        /// The connections of `user` that signed in with `session` (all of them for `nil`) end.
+        case end(user: String, session: String?)
     }
 
     /// The sending node, so that it can ignore its own signals.
@@ -28,7 +30,7 @@ struct NodeSignal: Sendable, Hashable, Codable {
 
     // A compact JSON shape: { "n": node, "k": "p"|"e"|"r"|"u", "c": circle, ... }.
     private enum CodingKeys: String, CodingKey {
-        case node = "n", kind = "k", circle = "c", first = "f", last = "l", posts = "p", json = "j", limit = "m", user = "u"
+        case node = "n", kind = "k", circle = "c", first = "f", last = "l", posts = "p", json = "j", limit = "m", user = "u", session = "s"
     }
 
     init(node: String, kind: Kind) {
@@ -42,6 +44,10 @@ struct NodeSignal: Sendable, Hashable, Codable {
         let kind = try container.decode(String.self, forKey: .kind)
         if kind == "u" {
             self.kind = .user(user: try container.decode(String.self, forKey: .user), json: try container.decode(String.self, forKey: .json))
+            return
+        }
+        if kind == "x" {
+            self.kind = .end(user: try container.decode(String.self, forKey: .user), session: try container.decodeIfPresent(String.self, forKey: .session))
             return
         }
         let circle = try container.decode(String.self, forKey: .circle)
@@ -94,6 +100,10 @@ struct NodeSignal: Sendable, Hashable, Codable {
             try container.encode("r", forKey: .kind)
             try container.encode(circle, forKey: .circle)
             try container.encode(user, forKey: .user)
+        case .end(let user, let session):
+            try container.encode("x", forKey: .kind)
+            try container.encode(user, forKey: .user)
+            try container.encodeIfPresent(session, forKey: .session)
         }
     }
 

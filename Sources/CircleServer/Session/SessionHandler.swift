@@ -61,7 +61,9 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, Sessi
         // values like 1e16 or 1e300, which no timer (and no Int64) can hold. Beyond the horizon
         // the connection simply has no expiry.
         let expires = TimeAmount(clampedSeconds: user.expires.timeIntervalSinceNow, horizon: Self.expiryHorizon).map { now.uptime + $0 }
-        self.state = SessionState(settings: .init(user: user.name, limits: limits), now: now, expires: expires)
+        var settings = SessionState.Settings(user: user.name, limits: limits)
+        settings.session = user.sessionID
+        self.state = SessionState(settings: settings, now: now, expires: expires)
         self.baseLogger = logger
     }
 

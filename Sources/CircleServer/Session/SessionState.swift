@@ -52,6 +52,9 @@ struct SessionState {
     /// The limits a session enforces, taken from the server's configuration.
     struct Settings: Sendable {
         var user: String
+        /// The server session the connection signed in with (a cookie, a device credential, a
+        /// personal token); `nil` for a JWT.
+        var session: String?
         var maxPostBytes: Int
         var maxJoinedCircles: Int
         var maxRequestsInFlight: Int
@@ -397,6 +400,10 @@ struct SessionState {
         switch event {
         case .revoke(let circle):
             self.revoke(circle, into: &actions)
+        case .end(let session):
+            if session == nil || session == self.settings.session {
+                self.close(WebSocketCloseCode(CircleCloseCode.accessEnded), session == nil ? "signed out everywhere or account disabled" : "signed out", into: &actions)
+            }
         case .user(let payload):
             guard self.isWritable else { return actions }
             actions.append(.write(payload))

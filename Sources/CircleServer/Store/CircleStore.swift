@@ -152,7 +152,7 @@ public struct StoreError: Error, Sendable, Hashable, CustomStringConvertible {
 /// - Per circle, stored posts get sequence numbers 1, 2, 3, … in commit order, without gaps.
 /// - (circle, author, clientID) is unique: committing it again yields `.duplicate` with the
 ///   original post, also within one batch and across restarts.
-public protocol CircleStore: Sendable {
+public protocol CircleStore: IdentityStore {
     /// Creates the schema or migrates it to the current version.
     func migrate() async throws
 
@@ -249,6 +249,10 @@ public protocol SharedCircleStore: CircleStore {
     /// Members removed from private circles (``removeMember(_:from:)``) with a log id above `after`,
     /// oldest first, and the newest log id (with `after == nil`: none, and the newest id).
     func revocations(after: Int64?) async throws -> (revoked: [(circle: String, user: String)], newest: Int64)
+    /// Ends of sessions and accounts (``IdentityStore/updateAccount(_:_:)``,
+    /// ``IdentityStore/deleteSessions(of:id:kind:)``) with a log id above `after`, oldest first,
+    /// and the newest log id (with `after == nil`: none, and the newest id).
+    func accountEvents(after: Int64?) async throws -> (events: [AccountEvent], newest: Int64)
 }
 
 /// Stored media: content-addressed bytes in the data directory.

@@ -124,6 +124,87 @@ extension PostgresStore {
             WHERE reactions.circle = f.circle AND reactions.post = f.post AND reactions.emoji = f.emoji
             """,
         ],
+        // Accounts, sessions, invites, passkeys (as in SQLiteStore's fifth step), and the log of
+        // "end these connections" that every node polls (accountEvents(after:)).
+        [
+            """
+            CREATE TABLE accounts (
+                name text COLLATE "C" PRIMARY KEY,
+                display_name text NOT NULL DEFAULT '',
+                avatar text COLLATE "C",
+                role text NOT NULL,
+                status text NOT NULL,
+                password_hash text,
+                created_at bigint NOT NULL,
+                last_seen_at bigint
+            )
+            """,
+            """
+            CREATE TABLE sessions (
+                token_hash text COLLATE "C" PRIMARY KEY,
+                id text COLLATE "C" NOT NULL UNIQUE,
+                user_name text COLLATE "C" NOT NULL REFERENCES accounts (name) ON DELETE CASCADE,
+                kind text NOT NULL,
+                label text NOT NULL,
+                address text NOT NULL,
+                csrf text NOT NULL,
+                created_at bigint NOT NULL,
+                last_used_at bigint NOT NULL,
+                expires_at bigint NOT NULL
+            )
+            """,
+            "CREATE INDEX sessions_by_user ON sessions (user_name)",
+            """
+            CREATE TABLE invites (
+                id text COLLATE "C" PRIMARY KEY,
+                token_hash text COLLATE "C" NOT NULL UNIQUE,
+                created_by text COLLATE "C" NOT NULL,
+                created_at bigint NOT NULL,
+                expires_at bigint NOT NULL,
+                max_uses integer NOT NULL,
+                uses integer NOT NULL DEFAULT 0,
+                circles text NOT NULL,
+                revoked boolean NOT NULL DEFAULT false
+            )
+            """,
+            """
+            CREATE TABLE passkeys (
+                id text COLLATE "C" PRIMARY KEY,
+                user_name text COLLATE "C" NOT NULL REFERENCES accounts (name) ON DELETE CASCADE,
+                public_key bytea NOT NULL,
+                algorithm integer NOT NULL,
+                sign_count bigint NOT NULL,
+                name text NOT NULL,
+                created_at bigint NOT NULL,
+                last_used_at bigint
+            )
+            """,
+            "CREATE INDEX passkeys_by_user ON passkeys (user_name)",
+            """
+            CREATE TABLE auth_challenges (
+                id text COLLATE "C" PRIMARY KEY,
+                purpose text NOT NULL,
+                user_name text COLLATE "C",
+                challenge bytea NOT NULL,
+                expires_at bigint NOT NULL
+            )
+            """,
+            """
+            CREATE TABLE sign_in_failures (
+                key text COLLATE "C" PRIMARY KEY,
+                count integer NOT NULL,
+                last bigint NOT NULL
+            )
+            """,
+            """
+            CREATE TABLE account_events (
+                id bigserial PRIMARY KEY,
+                user_name text COLLATE "C" NOT NULL,
+                session text COLLATE "C",
+                at bigint NOT NULL
+            )
+            """,
+        ],
     ]
 
     /// The schema version this build writes and understands.

@@ -131,6 +131,81 @@ extension SQLiteStore {
                 """,
             ]
         ),
+        Migration(
+            summary: "accounts, sessions, invites, passkeys",
+            statements: [
+                """
+                CREATE TABLE accounts (
+                    name TEXT NOT NULL PRIMARY KEY,
+                    display_name TEXT NOT NULL DEFAULT '',
+                    avatar TEXT,
+                    role TEXT NOT NULL,
+                    status TEXT NOT NULL,
+                    password_hash TEXT,
+                    created_at INTEGER NOT NULL,
+                    last_seen_at INTEGER
+                ) STRICT
+                """,
+                // Only the SHA-256 of a session's secret is kept: a copy of the database signs no one in.
+                """
+                CREATE TABLE sessions (
+                    token_hash TEXT NOT NULL PRIMARY KEY,
+                    id TEXT NOT NULL UNIQUE,
+                    user TEXT NOT NULL REFERENCES accounts (name) ON DELETE CASCADE,
+                    kind TEXT NOT NULL,
+                    label TEXT NOT NULL,
+                    address TEXT NOT NULL,
+                    csrf TEXT NOT NULL,
+                    created_at INTEGER NOT NULL,
+                    last_used_at INTEGER NOT NULL,
+                    expires_at INTEGER NOT NULL
+                ) STRICT
+                """,
+                "CREATE INDEX sessions_by_user ON sessions (user)",
+                """
+                CREATE TABLE invites (
+                    id TEXT NOT NULL PRIMARY KEY,
+                    token_hash TEXT NOT NULL UNIQUE,
+                    created_by TEXT NOT NULL,
+                    created_at INTEGER NOT NULL,
+                    expires_at INTEGER NOT NULL,
+                    max_uses INTEGER NOT NULL,
+                    uses INTEGER NOT NULL DEFAULT 0,
+                    circles TEXT NOT NULL,
+                    revoked INTEGER NOT NULL DEFAULT 0
+                ) STRICT
+                """,
+                """
+                CREATE TABLE passkeys (
+                    id TEXT NOT NULL PRIMARY KEY,
+                    user TEXT NOT NULL REFERENCES accounts (name) ON DELETE CASCADE,
+                    public_key BLOB NOT NULL,
+                    algorithm INTEGER NOT NULL,
+                    sign_count INTEGER NOT NULL,
+                    name TEXT NOT NULL,
+                    created_at INTEGER NOT NULL,
+                    last_used_at INTEGER
+                ) STRICT
+                """,
+                "CREATE INDEX passkeys_by_user ON passkeys (user)",
+                """
+                CREATE TABLE auth_challenges (
+                    id TEXT NOT NULL PRIMARY KEY,
+                    purpose TEXT NOT NULL,
+                    user TEXT,
+                    challenge BLOB NOT NULL,
+                    expires_at INTEGER NOT NULL
+                ) STRICT
+                """,
+                """
+                CREATE TABLE sign_in_failures (
+                    key TEXT NOT NULL PRIMARY KEY,
+                    count INTEGER NOT NULL,
+                    last INTEGER NOT NULL
+                ) WITHOUT ROWID, STRICT
+                """,
+            ]
+        ),
     ]
 
     /// The schema version this build writes and understands.
