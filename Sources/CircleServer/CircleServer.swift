@@ -174,6 +174,7 @@ public final class CircleServer: Service, Sendable {
             self.stopped.open(())
             throw error
         }
+        await self.startIdentity(port: listener.port)
         self.bound.open(listener.port)
         logger.info(
             "circle server listening",
@@ -182,7 +183,6 @@ public final class CircleServer: Service, Sendable {
                 "data": "\(configuration.dataDirectory)",
             ]
         )
-        await self.startIdentity(port: listener.port)
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await listener.run() }
             group.addTask { await self.runBackgroundWork() }

@@ -21,8 +21,9 @@ final class TestClient: @unchecked Sendable {
     /// when its requests must not be taken for retries of the earlier connection's.
     var idPrefix = "r"
 
-    init(url: String, token: String?, subprotocol: Bool = true, compression: Bool = false) async throws {
+    init(url: String, token: String?, subprotocol: Bool = true, compression: Bool = false, headers: [(String, String)] = []) async throws {
         var configuration = WebSocketConfiguration()
+        for (name, value) in headers { configuration.headers.add(name: name, value: value) }
         if subprotocol { configuration.subprotocols = [circleSubprotocol] }
         if compression { configuration.compression = .init() }
         if let token { configuration.headers.add(name: "Authorization", value: "Bearer \(token)") }

@@ -30,6 +30,9 @@ public final class TestServer: @unchecked Sendable {
             developmentTokens: dev,
             echoEndpoint: echo
         )
+        // bcrypt's least cost: the tests sign up and in by the dozen; `circle bench`-style
+        // figures for the real cost are in docs/BENCHMARKS.md.
+        self.configuration.identity.passwordCost = 4
     }
 
     @discardableResult
