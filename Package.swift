@@ -95,6 +95,8 @@ let package = Package(
                 .product(name: "SQLiteNIO", package: "sqlite-nio"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
+                // RSA for RS256 passkeys (Auth/WebAuthn/COSEKey.swift).
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -206,7 +208,9 @@ let package = Package(
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-            ]
+            ],
+            // Read by the WebAuthn tests through #filePath (scripts/webauthn_fixtures.py makes them).
+            exclude: ["WebAuthn/Fixtures"]
         ),
         .testTarget(
             name: "CircleClientTests",

@@ -28,6 +28,9 @@ enum FuzzTarget: String, CaseIterable {
     /// routes, the WebSocket upgrade with whatever follows it in the same read, the sessions
     /// (``PipelineFuzzing``).
     case pipeline
+    /// A passkey's bytes: the bounded CBOR decoder, COSE keys, authenticator data, attestation
+    /// objects and both WebAuthn ceremonies (``WebAuthnFuzzing``).
+    case webauthn
 
     func run(_ bytes: [UInt8]) {
         switch self {
@@ -42,6 +45,8 @@ enum FuzzTarget: String, CaseIterable {
             Self.http(bytes)
         case .pipeline:
             PipelineFuzzing.run(bytes)
+        case .webauthn:
+            WebAuthnFuzzing.run(bytes)
         }
     }
 
