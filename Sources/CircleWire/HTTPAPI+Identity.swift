@@ -298,3 +298,185 @@ extension HTTPAPI {
         public init(invites: [InviteInfo]) { self.invites = invites }
     }
 }
+
+// MARK: - Passkeys
+
+extension HTTPAPI.Path {
+    public static let passkeys = "/v1/auth/passkeys"
+    public static let passkeyRegisterOptions = "/v1/auth/passkeys/register/options"
+    public static let passkeyRegister = "/v1/auth/passkeys/register"
+    public static let passkeySignInOptions = "/v1/auth/passkeys/signin/options"
+    public static let passkeySignIn = "/v1/auth/passkeys/signin"
+
+    public static func passkey(_ id: String) -> String { "\(passkeys)/\(escaped(id))" }
+}
+
+extension HTTPAPI {
+    /// `POST /v1/auth/passkeys/register/options`: signed in, nothing (a passkey for oneself);
+    /// signing up, `invite` and `name`; creating the first admin, `setup` and `name`.
+    public struct PasskeyRegistrationStart: Codable, Sendable, Hashable {
+        public var invite: String?
+        public var setup: String?
+        public var name: String?
+        public var displayName: String?
+        public init(invite: String? = nil, setup: String? = nil, name: String? = nil, displayName: String? = nil) {
+            self.invite = invite
+            self.setup = setup
+            self.name = name
+            self.displayName = displayName
+        }
+    }
+
+    /// A credential descriptor (`excludeCredentials`, `allowCredentials`).
+    public struct PasskeyDescriptor: Codable, Sendable, Hashable {
+        public var type: String
+        /// The credential id, base64url.
+        public var id: String
+        public init(id: String) {
+            self.type = "public-key"
+            self.id = id
+        }
+    }
+
+    /// `PublicKeyCredentialCreationOptions` in the JSON form of WebAuthn L3 (binary fields are
+    /// base64url): pass it to `PublicKeyCredential.parseCreationOptionsFromJSON`.
+    public struct PasskeyCreationOptions: Codable, Sendable, Hashable {
+        public struct Party: Codable, Sendable, Hashable {
+            public var id: String
+            public var name: String
+        }
+        public struct User: Codable, Sendable, Hashable {
+            public var id: String
+            public var name: String
+            public var displayName: String
+        }
+        public struct Parameter: Codable, Sendable, Hashable {
+            public var type: String
+            public var alg: Int
+        }
+        public struct Selection: Codable, Sendable, Hashable {
+            public var residentKey: String
+            public var requireResidentKey: Bool
+            public var userVerification: String
+        }
+        public var rp: Party
+        public var user: User
+        public var challenge: String
+        public var pubKeyCredParams: [Parameter]
+        public var timeout: Int
+        public var attestation: String
+        public var authenticatorSelection: Selection
+        public var excludeCredentials: [PasskeyDescriptor]
+
+        public init(rpID: String, rpName: String, userID: String, userName: String, displayName: String, challenge: String, timeout: Int, exclude: [PasskeyDescriptor]) {
+            self.rp = Party(id: rpID, name: rpName)
+            self.user = User(id: userID, name: userName, displayName: displayName)
+            self.challenge = challenge
+            // ES256 first (every authenticator has it), RS256 for Windows Hello's older keys.
+            self.pubKeyCredParams = [Parameter(type: "public-key", alg: -7), Parameter(type: "public-key", alg: -257)]
+            self.timeout = timeout
+            self.attestation = "none"
+            self.authenticatorSelection = Selection(residentKey: "required", requireResidentKey: true, userVerification: "required")
+            self.excludeCredentials = exclude
+        }
+    }
+
+    /// `PublicKeyCredentialRequestOptions` in WebAuthn L3's JSON form.
+    public struct PasskeyRequestOptions: Codable, Sendable, Hashable {
+        public var challenge: String
+        public var rpId: String
+        public var timeout: Int
+        public var userVerification: String
+        public var allowCredentials: [PasskeyDescriptor]
+        public init(challenge: String, rpId: String, timeout: Int) {
+            self.challenge = challenge
+            self.rpId = rpId
+            self.timeout = timeout
+            self.userVerification = "required"
+            self.allowCredentials = []
+        }
+    }
+
+    /// The options of one ceremony and the id of its challenge (send it back with the result).
+    public struct PasskeyCeremony<Options: Codable & Sendable & Hashable>: Codable, Sendable, Hashable {
+        public var challengeId: String
+        public var publicKey: Options
+        public init(challengeId: String, publicKey: Options) {
+            self.challengeId = challengeId
+            self.publicKey = publicKey
+        }
+    }
+
+    /// A `PublicKeyCredential` as its `toJSON()` gives it (binary fields base64url).
+    public struct PasskeyCredential: Codable, Sendable, Hashable {
+        public struct Response: Codable, Sendable, Hashable {
+            public var clientDataJSON: String
+            /// Registration.
+            public var attestationObject: String?
+            /// Sign-in.
+            public var authenticatorData: String?
+            public var signature: String?
+            public var userHandle: String?
+            public init(clientDataJSON: String, attestationObject: String? = nil, authenticatorData: String? = nil, signature: String? = nil, userHandle: String? = nil) {
+                self.clientDataJSON = clientDataJSON
+                self.attestationObject = attestationObject
+                self.authenticatorData = authenticatorData
+                self.signature = signature
+                self.userHandle = userHandle
+            }
+        }
+        public var id: String
+        public var type: String?
+        public var response: Response
+        public init(id: String, type: String? = "public-key", response: Response) {
+            self.id = id
+            self.type = type
+            self.response = response
+        }
+    }
+
+    /// `POST /v1/auth/passkeys/register`.
+    public struct PasskeyRegistration: Codable, Sendable, Hashable {
+        public var challengeId: String
+        /// What to call the passkey ("laptop"); the browser's name when absent.
+        public var name: String?
+        public var credential: PasskeyCredential
+        public init(challengeId: String, name: String? = nil, credential: PasskeyCredential) {
+            self.challengeId = challengeId
+            self.name = name
+            self.credential = credential
+        }
+    }
+
+    /// `POST /v1/auth/passkeys/signin`; with `device`, a device credential instead of a cookie.
+    public struct PasskeySignIn: Codable, Sendable, Hashable {
+        public var challengeId: String
+        public var credential: PasskeyCredential
+        public var device: String?
+        public init(challengeId: String, credential: PasskeyCredential, device: String? = nil) {
+            self.challengeId = challengeId
+            self.credential = credential
+            self.device = device
+        }
+    }
+
+    /// A registered passkey.
+    public struct PasskeyInfo: Codable, Sendable, Hashable {
+        public var id: String
+        public var name: String
+        public var createdAt: Int64
+        public var lastUsedAt: Int64?
+        public init(id: String, name: String, createdAt: Int64, lastUsedAt: Int64?) {
+            self.id = id
+            self.name = name
+            self.createdAt = createdAt
+            self.lastUsedAt = lastUsedAt
+        }
+    }
+
+    /// `GET /v1/auth/passkeys`.
+    public struct PasskeyList: Codable, Sendable, Hashable {
+        public var passkeys: [PasskeyInfo]
+        public init(passkeys: [PasskeyInfo]) { self.passkeys = passkeys }
+    }
+}

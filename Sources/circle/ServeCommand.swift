@@ -121,6 +121,18 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(
         name: .long,
         help: ArgumentHelp(
+            "The address people open the page at, e.g. https://chat.example.com: setup and invite links, the session cookie's Secure flag, origin checks; passkeys need it (its host is their RP ID). Env: CIRCLE_PUBLIC_URL.",
+            valueName: "url"
+        )
+    )
+    var publicURL: String?
+
+    /// `--public-url`, else `CIRCLE_PUBLIC_URL`.
+    var effectivePublicURL: String? { self.publicURL ?? ProcessInfo.processInfo.environment["CIRCLE_PUBLIC_URL"] }
+
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
             "Keep the data in PostgreSQL: postgres://USER:PASSWORD@HOST:PORT/DATABASE[?sslmode=disable|prefer|require|verify-full]. Env: CIRCLE_POSTGRES_URL.",
             valueName: "url"
         )
@@ -154,6 +166,9 @@ struct ServeCommand: AsyncParsableCommand {
     /// and `--announce`.
     func validate() throws {
         typealias Allowed = CircleServerConfiguration.Allowed
+        if let url = self.effectivePublicURL, !IdentityConfiguration.isValidPublicURL(url) {
+            throw ValidationError("--public-url (or CIRCLE_PUBLIC_URL) is an origin such as https://chat.example.com or http://localhost:8080, without a path; got \(url)")
+        }
         if let port = self.port {
             try OptionRanges.check("--port", port, Allowed.port, note: " (0 picks a free port)")
         } else if let text = ProcessInfo.processInfo.environment["CIRCLE_PORT"] {
@@ -268,7 +283,8 @@ struct ServeCommand: AsyncParsableCommand {
             compressionMinimumBytes: self.compressionMinBytes,
             corsOrigin: self.corsOrigin ?? ProcessInfo.processInfo.environment["CIRCLE_CORS_ORIGIN"],
             nodePollInterval: pollInterval,
-            heapTrimInterval: heapTrimInterval
+            heapTrimInterval: heapTrimInterval,
+            identity: IdentityConfiguration(publicURL: self.effectivePublicURL)
         )
         guard let postgresURL = self.postgres ?? ProcessInfo.processInfo.environment["CIRCLE_POSTGRES_URL"] else {
             try await self.serve(configuration: configuration, store: nil, logger: logger)

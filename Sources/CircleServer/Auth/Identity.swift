@@ -113,8 +113,15 @@ final class Identity: Sendable {
     }
 
     static func base64URL(_ bytes: some Sequence<UInt8>) -> String {
-        Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
+        WebAuthnRelyingParty.base64URLEncoded(Array(bytes))
+    }
+
+    /// Bytes from base64url (with or without padding), or `nil`; at most `limit` characters.
+    static func bytes(base64URL text: String, limit: Int = 8192) -> [UInt8]? {
+        guard text.utf8.count <= limit else { return nil }
+        var standard = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while standard.utf8.count % 4 != 0 { standard += "=" }
+        return Data(base64Encoded: standard).map { Array($0) }
     }
 
     /// Lower-case hex SHA-256: what the store keeps of a secret.
@@ -123,12 +130,7 @@ final class Identity: Sendable {
     }
 
     static func constantTimeEqual(_ a: String, _ b: String) -> Bool {
-        let left = Array(a.utf8)
-        let right = Array(b.utf8)
-        guard left.count == right.count else { return false }
-        var difference: UInt8 = 0
-        for index in left.indices { difference |= left[index] ^ right[index] }
-        return difference == 0
+        WebAuthnRelyingParty.constantTimeEqual(Array(a.utf8), Array(b.utf8))
     }
 
     // MARK: - Passwords

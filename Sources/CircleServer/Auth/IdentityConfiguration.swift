@@ -1,3 +1,5 @@
+import Foundation
+
 /// Accounts, sessions and sign-in (docs/API.md, "Sign-in and identity").
 public struct IdentityConfiguration: Sendable {
     /// The origin people open the page at (`https://chat.example.com`): links (setup, invites),
@@ -30,6 +32,16 @@ public struct IdentityConfiguration: Sendable {
         self.minimumPasswordLength = minimumPasswordLength
         self.passwordCost = passwordCost
         self.setupLinkLifetime = setupLinkLifetime
+    }
+
+    /// Whether `url` is an origin a page can be served at: http or https, a host, an optional
+    /// port, no path (a trailing `/` is allowed), no query, no user.
+    public static func isValidPublicURL(_ url: String) -> Bool {
+        guard let components = URLComponents(string: url), let scheme = components.scheme?.lowercased(), ["http", "https"].contains(scheme),
+            let host = components.host, !host.isEmpty, components.user == nil, components.password == nil, components.query == nil,
+            components.fragment == nil, components.path.isEmpty || components.path == "/"
+        else { return false }
+        return (components.port ?? 443) > 0 && (components.port ?? 443) <= 65535
     }
 
     /// The longest password accepted, in UTF-8 bytes: longer ones are no safer, only slower to

@@ -55,6 +55,18 @@ extension CircleServerConfiguration {
         try Self.check(self.compressionMinimumBytes, Allowed.compressionMinimumBytes, "compressionMinimumBytes")
         try Self.checkPositive(self.nodePollInterval, "nodePollInterval")
         if let interval = self.heapTrimInterval { try Self.checkPositive(interval, "heapTrimInterval") }
+        if let url = self.identity.publicURL, !IdentityConfiguration.isValidPublicURL(url) {
+            throw InvalidSetting(setting: "identity.publicURL", value: url, allowed: "an origin such as https://chat.example.com, without a path")
+        }
+        if !(4...31).contains(self.identity.passwordCost) {
+            throw InvalidSetting(setting: "identity.passwordCost", value: "\(self.identity.passwordCost)", allowed: "4 to 31 (bcrypt)")
+        }
+        if self.identity.minimumPasswordLength < 8 {
+            throw InvalidSetting(setting: "identity.minimumPasswordLength", value: "\(self.identity.minimumPasswordLength)", allowed: "at least 8")
+        }
+        try Self.checkPositive(self.identity.sessionIdleTimeout, "identity.sessionIdleTimeout")
+        try Self.checkPositive(self.identity.sessionLifetime, "identity.sessionLifetime")
+        try Self.checkPositive(self.identity.setupLinkLifetime, "identity.setupLinkLifetime")
         let limits = self.limits
         try Self.check(limits.maxPostBytes, Allowed.maxPostBytes, "limits.maxPostBytes")
         try Self.check(limits.maxMessageBytes, Allowed.maxMessageBytes, "limits.maxMessageBytes")

@@ -41,6 +41,8 @@ struct IdentityRoutes: Sendable {
             try await self.signIn(request, context: context)
         }
 
+        self.addPasskeys(public: router, authenticated: authenticated)
+
         authenticated.post(RouterPath(HTTPAPI.Path.authSignOut)) { _, context in
             let user = try context.requireUser()
             guard let session = user.sessionID else {
@@ -207,7 +209,7 @@ struct IdentityRoutes: Sendable {
     }
 
     /// A page session for `account`: the cookie, and the state the page needs.
-    private func signedIn(_ account: Account, request: Request, context: some CircleRequestContext, status: HTTPResponse.Status) async throws
+    func signedIn(_ account: Account, request: Request, context: some CircleRequestContext, status: HTTPResponse.Status) async throws
         -> Response
     {
         let (secret, session) = try await self.identity.createSession(
@@ -227,17 +229,18 @@ struct IdentityRoutes: Sendable {
 
     /// Requests that create sessions without one must come from the page's own origin when a
     /// browser sends them (login CSRF): a browser always sends `Origin` on a cross-site POST.
-    private func requireOwnOrigin(_ request: Request) throws {
+    func requireOwnOrigin(_ request: Request) throws {
         if let origin = request.headers[.origin], !self.identity.isOwnOrigin(origin, host: request.head.authority) {
             throw APIError(.forbidden, .forbidden, "sign-in requests must come from this server's page (Origin \(origin.prefix(100)))")
         }
     }
 
-    private func checkNewAccount(name: String, password: String, displayName: String?) throws {
+    /// A new account's name, password (`nil`: signing up with a passkey) and display name.
+    func checkNewAccount(name: String, password: String?, displayName: String?) throws {
         guard TokenAuthority.isValidUserName(name) else {
             throw APIError(.badRequest, .badRequest, "a user name has 1–64 bytes of letters (of one script), digits, . _ - @")
         }
-        if let problem = self.identity.passwordProblem(password, name: name) {
+        if let password, let problem = self.identity.passwordProblem(password, name: name) {
             throw APIError(.badRequest, .badRequest, problem)
         }
         if let displayName, let problem = Self.displayNameProblem(displayName) {
@@ -255,7 +258,7 @@ struct IdentityRoutes: Sendable {
         return nil
     }
 
-    private func usableInvite(_ token: String) async throws -> Invite {
+    func usableInvite(_ token: String) async throws -> Invite {
         guard token.utf8.count <= 200, let invite = try await self.store.invite(tokenHash: Identity.hash(token)), invite.isUsable(at: Identity.now)
         else {
             throw APIError(.notFound, .inviteInvalid, "the invite is unknown, revoked, used up or expired; ask for a new one")
@@ -405,7 +408,7 @@ struct IdentityRoutes: Sendable {
 
     /// The account behind a principal: routes about one's account need one (a token of the
     /// app's backend may name a user without one).
-    private func requireAccount(_ user: AuthenticatedUser) async throws -> Account {
+    func requireAccount(_ user: AuthenticatedUser) async throws -> Account {
         guard let account = try await self.store.account(named: user.name) else {
             throw APIError(.notFound, .notFound, "\(user.name) has no account here (the app's tokens work without one)")
         }
@@ -422,7 +425,7 @@ struct IdentityRoutes: Sendable {
 
     // MARK: - Shapes
 
-    private static func body<Value: Decodable>(_ request: Request, _ type: Value.Type, send example: String) async throws -> Value {
+    static func body<Value: Decodable>(_ request: Request, _ type: Value.Type, send example: String) async throws -> Value {
         var request = request
         let body = try await request.jsonBody()
         return try body.decodeJSON(type, send: example)
