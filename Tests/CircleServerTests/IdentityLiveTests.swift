@@ -273,3 +273,41 @@ struct IdentityLiveTests {
         return await client.socket.closeInfo.code.rawValue
     }
 }
+
+@Suite("Sign-in and identity across nodes", .serialized)
+struct IdentityNodeTests {
+    /// Node A's signals may be lost (muted): B then learns of the ban from the account log.
+    @Test("a ban through node A closes the user's connections on node B and refuses them there", arguments: [false, true])
+    func banAcrossNodes(muted: Bool) async throws {
+        let nodes = try await NodeFanoutTests.Nodes(muteA: muted, pollInterval: .milliseconds(200))
+        defer { Task { await nodes.stop() } }
+        let link = try #require(nodes.a.server?.setupLink)
+        let admin = CookieClient(base: nodes.a.httpBase)
+        let token = String(link.split(separator: "#setup=")[1])
+        #expect(try await admin.call("POST", HTTPAPI.Path.authSetup, #"{"token":"\#(token)","name":"ada","password":"correct horse battery"}"#).status == 201)
+        let invite = try await IdentityLiveTests.invite(admin)
+        let bo = try await IdentityLiveTests.signUp(nodes.a, invite: invite, name: "bo")
+        // Bo's cookie and an app token work on B too.
+        let onB = CookieClient(base: nodes.b.httpBase)
+        onB.cookie = bo.cookie
+        #expect(try await onB.signedInUser() == "bo")
+        let cookieSocket = try await TestClient(url: nodes.b.wsURL, token: nil, headers: [("Cookie", bo.cookie!), ("Origin", nodes.b.httpBase)])
+        let tokenSocket = try await TestClient.connect(nodes.b, user: "bo")
+
+        #expect(try await admin.call("PATCH", HTTPAPI.Path.adminUser("bo"), #"{"status":"banned"}"#).status == 200)
+        for socket in [cookieSocket, tokenSocket] {
+            #expect(try await IdentityLiveTests.closeCode(of: socket) == CircleCloseCode.accessEnded)
+        }
+        #expect(try await onB.signedInUser() == nil)
+        // B refuses the app's token as soon as it has re-read the account (the close above
+        // comes from the same signal or poll, so this is bounded, not timed).
+        let deadline = ContinuousClock.now + .seconds(20)
+        var status = 0
+        while ContinuousClock.now < deadline {
+            status = try await nodes.b.http("GET", HTTPAPI.Path.circles, token: try await nodes.b.token("bo")).status
+            if status == 403 { break }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        #expect(status == 403, "node B refuses the banned user's token")
+    }
+}
