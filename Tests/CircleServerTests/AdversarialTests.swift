@@ -62,9 +62,11 @@ func signedToken(_ claims: String) throws -> String {
 func withCanaryServer(
     _ limits: CircleServerConfiguration.Limits = .init(),
     echo: Bool = false,
+    configure: (inout CircleServerConfiguration) -> Void = { _ in },
     _ body: (TestServer, Canary) async throws -> Void
 ) async throws {
     let server = TestServer(limits: limits, echo: echo)
+    configure(&server.configuration)
     defer { server.remove() }
     try await server.start()
     let canary = try await Canary(server)
