@@ -52,6 +52,7 @@ struct ServerAPI: Sendable {
             guard (200..<300).contains(response.status) else {
                 throw Self.refusal(response.head.status, body: response.body)
             }
+            if response.status == 204, let nothing = NoContent() as? Answer { return nothing }
             guard let answer = HTTPAPI.decode(Answer.self, from: response.body) else {
                 throw CircleClientError(
                     .httpError,
@@ -62,6 +63,9 @@ struct ServerAPI: Sendable {
             return answer
         }
     }
+
+    /// The answer of a call that answers 204.
+    struct NoContent: Decodable, Sendable {}
 
     private func send(_ method: HTTPMethod, _ uri: String, headers: HTTPHeaders, body: [UInt8]?) async throws(CircleClientError) -> HTTPClient.Response {
         do {

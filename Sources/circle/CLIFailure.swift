@@ -180,6 +180,9 @@ extension CLIFailure {
     /// A call of the SDK that failed.
     static func from(_ error: CircleClientError, _ context: FailureContext) -> CLIFailure {
         let detail = "\(error.code): \(error.message)"
+        if error.httpStatus == 401 || error.code == .server(.accountDisabled) {
+            return CLIFailure(.unauthorized, "the server refused the credentials: \(error.message)", detail: detail)
+        }
         switch error.code {
         case .notConnected:
             return CLIFailure(.unreachable, "lost the connection to \(context.address) and could not get it back in time", detail: detail)

@@ -38,7 +38,8 @@ struct CircleCommand: AsyncParsableCommand {
         version: CircleVersion.current,
         subcommands: [
             ServeCommand.self, TokenCommand.self, ChatCommand.self, SendCommand.self, TailCommand.self, CirclesCommand.self, UploadCommand.self,
-            DownloadCommand.self, WSCommand.self, BenchCommand.self, DiscoverCommand.self,
+            DownloadCommand.self, WSCommand.self, BenchCommand.self, DiscoverCommand.self, LoginCommand.self, LogoutCommand.self,
+            AdminCommand.self,
         ]
     )
 

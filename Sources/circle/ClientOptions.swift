@@ -30,8 +30,12 @@ struct ClientOptions: ParsableArguments {
         if let user, !TokenAuthority.isValidUserName(user) {
             throw ValidationError("\"\(user)\" is not a valid user name (letters, digits, . _ - @; at most 64)")
         }
-        if self.token == nil, ProcessInfo.processInfo.environment["CIRCLE_TOKEN"] == nil, self.user == nil {
-            throw ValidationError("say who you are: --user NAME (with the server's --data or --jwt-secret), or --token T (or CIRCLE_TOKEN)")
+        if self.token == nil, ProcessInfo.processInfo.environment["CIRCLE_TOKEN"] == nil, self.user == nil,
+            CredentialStore.entry(for: self.server) == nil
+        {
+            throw ValidationError(
+                "say who you are: circle login --server \(self.server), or --user NAME (with the server's --data or --jwt-secret), or --token T (or CIRCLE_TOKEN)"
+            )
         }
     }
 
@@ -40,9 +44,12 @@ struct ClientOptions: ParsableArguments {
         FailureContext(server: self.server, user: self.user ?? self.tokenUser, circle: circle)
     }
 
-    /// The user a given token is for (its `sub`), for sentences only; the server checks it.
+    /// The user a given token is for (its `sub`), or the one `circle login` signed in, for
+    /// sentences only; the server checks it.
     private var tokenUser: String? {
-        guard let token = self.token ?? ProcessInfo.processInfo.environment["CIRCLE_TOKEN"] else { return nil }
+        guard let token = self.token ?? ProcessInfo.processInfo.environment["CIRCLE_TOKEN"] else {
+            return self.user == nil ? CredentialStore.entry(for: self.server)?.user : nil
+        }
         let parts = token.split(separator: ".")
         guard parts.count == 3 else { return nil }
         var payload = String(parts[1]).replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
@@ -62,6 +69,10 @@ struct ClientOptions: ParsableArguments {
     /// A fresh token, each time it is asked (the SDK asks again when one expires).
     func tokenProvider() throws -> @Sendable () async throws -> String {
         if let token = self.token ?? ProcessInfo.processInfo.environment["CIRCLE_TOKEN"] {
+            return { token }
+        }
+        if self.user == nil, let kept = CredentialStore.entry(for: self.server) {
+            let token = kept.token
             return { token }
         }
         guard let user = self.user else {

@@ -1,0 +1,71 @@
+import CircleServer
+import CircleTestSupport
+import Foundation
+import Testing
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// `circle login`, `circle logout` and `circle admin` against a server with accounts.
+@Suite("circle login, logout, admin", .serialized)
+struct LoginCommandTests {
+    private func run(_ arguments: [String], config: String, input: [String] = []) async throws -> (status: Int32, stdout: String, stderr: String) {
+        let process = try CircleProcess(arguments, environment: ["CIRCLE_CONFIG_DIR": config])
+        for line in input { try process.send(line: line) }
+        process.closeInput()
+        let status = try await process.waitForExit(timeout: .seconds(40))
+        return (status, process.stdout, process.stderr)
+    }
+
+    /// Makes the first admin through the setup link, as the page would.
+    private func makeAdmin(_ server: TestServer, link: String) async throws {
+        var request = URLRequest(url: URL(string: server.httpBase + "/v1/auth/setup")!)
+        request.httpMethod = "POST"
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        let token = link.split(separator: "#setup=")[1]
+        request.httpBody = Data(#"{"token":"\#(token)","name":"ada","password":"correct horse battery"}"#.utf8)
+        let (_, response) = try await URLSession.shared.data(for: request)
+        #expect((response as? HTTPURLResponse)?.statusCode == 201)
+    }
+
+    @Test("login keeps a 0600 device credential that the other commands use; admin invites and lists; logout ends it")
+    func loginAdminLogout() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        let running = try await server.start()
+        defer { Task { await server.stop() } }
+        try await self.makeAdmin(server, link: try #require(running.setupLink))
+        let config = FileManager.default.temporaryDirectory.appendingPathComponent("circle-config-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: config) }
+        let ws = server.wsURL
+
+        let wrong = try await self.run(["login", "--server", ws, "--user", "ada"], config: config, input: ["not the password"])
+        #expect(wrong.status == 4, "\(wrong.stdout) \(wrong.stderr)")
+        #expect(wrong.stderr.contains("the name or the password is wrong"))
+
+        let login = try await self.run(["login", "--server", ws, "--user", "ada", "--device", "build box"], config: config, input: ["correct horse battery"])
+        #expect(login.status == 0, "\(login.stderr)")
+        let file = config + "/credentials.json"
+        let mode = try FileManager.default.attributesOfItem(atPath: file)[.posixPermissions] as? Int
+        #expect(mode == 0o600)
+        #expect(try String(contentsOfFile: file, encoding: .utf8).contains("circle_"))
+
+        let create = try await self.run(["circle", "create", "ops", "--server", ws], config: config)
+        #expect(create.status == 0, "the kept credential signs the other commands in: \(create.stderr)")
+        let invite = try await self.run(["admin", "invite", "--server", ws, "--uses", "2", "--circle", "ops"], config: config)
+        #expect(invite.status == 0 && invite.stdout.contains("/#invite="), "\(invite.stdout) \(invite.stderr)")
+        let invites = try await self.run(["admin", "invites", "--server", ws], config: config)
+        #expect(invites.stdout.contains("0/2") && invites.stdout.contains("open") && invites.stdout.contains("ops"))
+        let users = try await self.run(["admin", "users", "--server", ws], config: config)
+        #expect(users.stdout.contains("ada  admin  active"))
+        let refused = try await self.run(["admin", "set", "ada", "--status", "banned", "--server", ws], config: config)
+        #expect(refused.status == 1 && refused.stderr.contains("cannot demote or disable themselves"), "\(refused.stderr)")
+
+        let logout = try await self.run(["logout", "--server", ws], config: config)
+        #expect(logout.status == 0, "\(logout.stderr)")
+        #expect(try !String(contentsOfFile: file, encoding: .utf8).contains("circle_"))
+        let after = try await self.run(["admin", "users", "--server", ws], config: config)
+        #expect(after.status == 4 && after.stderr.contains("circle login"), "\(after.status) \(after.stderr)")
+    }
+}
