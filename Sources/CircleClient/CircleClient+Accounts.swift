@@ -55,6 +55,19 @@ extension CircleClient {
         }
     }
 
+    /// Admins: makes a bot account and returns its first credential (shown once).
+    public static func createBot(
+        _ bot: HTTPAPI.CreateBot,
+        token: String,
+        server: String,
+        tls: WebSocketTLSConfiguration = .init(),
+        timeout: Duration = .seconds(30)
+    ) async throws -> HTTPAPI.Credential {
+        try await Self.withAPI(server: server, token: token, tls: tls, timeout: timeout) { api in
+            try await api.call(.POST, HTTPAPI.Path.adminBots, body: bot, as: HTTPAPI.Credential.self)
+        }
+    }
+
     /// Admins: every invite, newest first.
     public static func invites(token: String, server: String, tls: WebSocketTLSConfiguration = .init(), timeout: Duration = .seconds(30)) async throws
         -> [HTTPAPI.InviteInfo]

@@ -14,6 +14,7 @@ extension HTTPAPI.Path {
     public static let users = "/v1/users"
     public static let adminUsers = "/v1/admin/users"
     public static let adminInvites = "/v1/admin/invites"
+    public static let adminBots = "/v1/admin/bots"
 
     public static func authSession(_ id: String) -> String { "\(authSessions)/\(escaped(id))" }
     public static func adminUser(_ name: String) -> String { "\(adminUsers)/\(escaped(name))" }
@@ -237,6 +238,20 @@ extension HTTPAPI {
         public init(role: String? = nil, status: String? = nil) {
             self.role = role
             self.status = status
+        }
+    }
+
+    /// `POST /v1/admin/bots`: a bot account and its first credential (a personal access token
+    /// of the bot, shown once).
+    public struct CreateBot: Codable, Sendable, Hashable {
+        public var name: String
+        public var displayName: String?
+        /// 1–365; 365 when absent.
+        public var days: Int?
+        public init(name: String, displayName: String? = nil, days: Int? = nil) {
+            self.name = name
+            self.displayName = displayName
+            self.days = days
         }
     }
 

@@ -9,7 +9,7 @@ struct AdminCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "admin",
         abstract: "Manage people and invites (admins; sign in first with circle login).",
-        subcommands: [Invite.self, Invites.self, RevokeInvite.self, Users.self, SetUser.self]
+        subcommands: [Invite.self, Invites.self, RevokeInvite.self, Users.self, SetUser.self, Bot.self]
     )
 
     /// Where and as whom an admin command acts.
@@ -56,6 +56,25 @@ struct AdminCommand: AsyncParsableCommand {
             try await self.options.perform("invite") { token in
                 let invite = try await CircleClient.createInvite(.init(hours: self.hours, uses: self.uses, circles: self.circles), token: token, server: self.options.server)
                 Console.line(invite.url ?? invite.token ?? invite.id)
+            }
+        }
+    }
+
+    struct Bot: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Make a bot account and print its token (shown once; CIRCLE_TOKEN for its scripts).")
+        @OptionGroup var options: Options
+        @Argument(help: "The bot's user name.") var name: String
+        @Option(help: "What people see as its name.") var displayName: String?
+        @Option(help: "Days the token works, 1 to 365.") var days = 365
+
+        func validate() throws {
+            try OptionRanges.check("--days", self.days, 1...365)
+        }
+
+        func run() async throws {
+            try await self.options.perform("bot") { token in
+                let credential = try await CircleClient.createBot(.init(name: self.name, displayName: self.displayName, days: self.days), token: token, server: self.options.server)
+                Console.line(credential.token)
             }
         }
     }

@@ -62,6 +62,15 @@ struct LoginCommandTests {
         let refused = try await self.run(["admin", "set", "ada", "--status", "banned", "--server", ws], config: config)
         #expect(refused.status == 1 && refused.stderr.contains("cannot demote or disable themselves"), "\(refused.stderr)")
 
+        let bot = try await self.run(["admin", "bot", "deploy-bot", "--display-name", "Deploys", "--server", ws], config: config)
+        #expect(bot.status == 0 && bot.stdout.hasPrefix("circle_"), "\(bot.stderr)")
+        let botToken = bot.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let asBot = try await self.run(["send", "ops", "deployed", "--server", ws, "--token", botToken], config: config)
+        #expect(asBot.status == 0, "the bot posts with its own token: \(asBot.stderr)")
+        let botList = try await self.run(["circle", "list", "--server", ws, "--token", botToken], config: config)
+        #expect(botList.status == 0 && botList.stdout.contains("ops"), "the bot's own token works: \(botList.stderr)")
+        #expect(try await self.run(["admin", "users", "--server", ws], config: config).stdout.contains("deploy-bot  bot  active"))
+
         let logout = try await self.run(["logout", "--server", ws], config: config)
         #expect(logout.status == 0, "\(logout.stderr)")
         #expect(try !String(contentsOfFile: file, encoding: .utf8).contains("circle_"))

@@ -96,6 +96,9 @@ struct IdentityRoutes: Sendable {
         authenticated.patch(RouterPath(HTTPAPI.Path.adminUsers + "/{name}")) { request, context in
             try await self.updateUser(request, context: context)
         }
+        authenticated.post(RouterPath(HTTPAPI.Path.adminBots)) { request, context in
+            try await self.createBot(request, context: context)
+        }
         authenticated.get(RouterPath(HTTPAPI.Path.adminInvites)) { _, context in
             _ = try await self.requireAdmin(context)
             return Response.json(.ok, HTTPAPI.InviteList(invites: try await self.store.invites().map { Self.inviteInfo($0) }))
@@ -374,6 +377,36 @@ struct IdentityRoutes: Sendable {
             metadata: ["circle.admin": "\(admin.name)", "circle.user": "\(name)", "circle.role": "\(updated.role)", "circle.status": "\(updated.status)"]
         )
         return Response.json(.ok, Self.userInfo(updated))
+    }
+
+    /// A bot: an account with the `bot` role and no password (it never signs in on the page),
+    /// and a personal access token of its own.
+    private func createBot(_ request: Request, context: some CircleRequestContext) async throws -> Response {
+        let admin = try await self.requireAdmin(context)
+        let create = try await Self.body(request, HTTPAPI.CreateBot.self, send: #"{"name": "deploy-bot", "displayName": "Deploys"}"#)
+        try self.checkNewAccount(name: create.name, password: nil, displayName: create.displayName)
+        let days = create.days ?? 365
+        guard Limits.tokenDays.contains(days) else { throw APIError(.badRequest, .badRequest, "days is between 1 and 365") }
+        let account: Account
+        do {
+            account = try await self.store.createAccount(
+                Account(name: create.name, displayName: create.displayName ?? "", role: .bot, createdAt: Identity.now),
+                passwordHash: nil,
+                invite: nil,
+                now: Identity.now
+            )
+        } catch let error as StoreError where error.code == .conflict {
+            throw APIError(.conflict, .conflict, "the name \"\(create.name)\" is taken; pick another")
+        }
+        let (secret, session) = try await self.identity.createSession(
+            for: account.name,
+            kind: .personal,
+            label: "made by \(admin.name)",
+            address: context.circleRemoteAddress,
+            lifetime: .seconds(days * 24 * 3600)
+        )
+        self.services.logger.notice("an admin made a bot", metadata: ["circle.admin": "\(admin.name)", "circle.user": "\(account.name)"])
+        return Response.json(.created, HTTPAPI.Credential(token: secret, user: account.name, session: Self.info(session, current: nil)))
     }
 
     private func createInvite(_ request: Request, context: some CircleRequestContext) async throws -> Response {
