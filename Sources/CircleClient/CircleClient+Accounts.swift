@@ -26,6 +26,43 @@ extension CircleClient {
         }
     }
 
+    /// Asks for a code that a person signed in on a page approves (a device-authorization
+    /// flow; a terminal cannot use a passkey). Show ``HTTPAPI/DeviceCode/code`` and its `url`,
+    /// then call ``pollDeviceSignIn(_:server:tls:timeout:)`` every `interval` seconds.
+    public static func startDeviceSignIn(
+        device: String,
+        server: String,
+        tls: WebSocketTLSConfiguration = .init(),
+        timeout: Duration = .seconds(30)
+    ) async throws -> HTTPAPI.DeviceCode {
+        try await Self.withAPI(server: server, token: nil, tls: tls, timeout: timeout) { api in
+            try await api.call(.POST, HTTPAPI.Path.deviceStart, body: HTTPAPI.DeviceStart(device: device), as: HTTPAPI.DeviceCode.self)
+        }
+    }
+
+    /// The device credential once the code was approved; `nil` while it waits. A code that
+    /// expired is an error (`invite_invalid`).
+    public static func pollDeviceSignIn(
+        _ code: HTTPAPI.DeviceCode,
+        server: String,
+        tls: WebSocketTLSConfiguration = .init(),
+        timeout: Duration = .seconds(30)
+    ) async throws -> HTTPAPI.Credential? {
+        let answer = try await Self.withAPI(server: server, token: nil, tls: tls, timeout: timeout) { api in
+            try await api.call(.POST, HTTPAPI.Path.deviceToken, body: HTTPAPI.DevicePoll(code: code.code, pollToken: code.pollToken), as: DevicePollAnswer.self)
+        }
+        guard let token = answer.token, let user = answer.user, let session = answer.session else { return nil }
+        return HTTPAPI.Credential(token: token, user: user, session: session)
+    }
+
+    /// A poll's answer: `{"status": "pending"}` (202), or a credential.
+    private struct DevicePollAnswer: Decodable, Sendable {
+        var status: String?
+        var token: String?
+        var user: String?
+        var session: HTTPAPI.SessionInfo?
+    }
+
     /// Ends the session `credential` belongs to (the server forgets it).
     public static func signOut(credential: String, server: String, tls: WebSocketTLSConfiguration = .init(), timeout: Duration = .seconds(30)) async throws {
         _ = try await Self.withAPI(server: server, token: credential, tls: tls, timeout: timeout) { api in

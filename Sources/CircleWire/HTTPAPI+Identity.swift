@@ -15,6 +15,9 @@ extension HTTPAPI.Path {
     public static let adminUsers = "/v1/admin/users"
     public static let adminInvites = "/v1/admin/invites"
     public static let adminBots = "/v1/admin/bots"
+    public static let deviceStart = "/v1/auth/device"
+    public static let deviceApprove = "/v1/auth/device/approve"
+    public static let deviceToken = "/v1/auth/device/token"
 
     public static func authSession(_ id: String) -> String { "\(authSessions)/\(escaped(id))" }
     public static func adminUser(_ name: String) -> String { "\(adminUsers)/\(escaped(name))" }
@@ -238,6 +241,48 @@ extension HTTPAPI {
         public init(role: String? = nil, status: String? = nil) {
             self.role = role
             self.status = status
+        }
+    }
+
+    /// `POST /v1/auth/device`: a terminal asks to be signed in by someone signed in on a page.
+    public struct DeviceStart: Codable, Sendable, Hashable {
+        /// What the sessions list will call the device.
+        public var device: String
+        public init(device: String) { self.device = device }
+    }
+
+    /// The answer to ``DeviceStart``: show `code` (and `url`) to the person; poll with
+    /// `code` and `pollToken` every `interval` seconds until `expiresAt`.
+    public struct DeviceCode: Codable, Sendable, Hashable {
+        /// Eight letters and digits in two groups (`WDJB-MJHT`), typed or confirmed on the page.
+        public var code: String
+        public var pollToken: String
+        /// The page, with the code in its fragment.
+        public var url: String
+        public var expiresAt: Int64
+        public var interval: Int
+        public init(code: String, pollToken: String, url: String, expiresAt: Int64, interval: Int) {
+            self.code = code
+            self.pollToken = pollToken
+            self.url = url
+            self.expiresAt = expiresAt
+            self.interval = interval
+        }
+    }
+
+    /// `POST /v1/auth/device/approve` (signed in): approves the device showing `code`.
+    public struct DeviceApproval: Codable, Sendable, Hashable {
+        public var code: String
+        public init(code: String) { self.code = code }
+    }
+
+    /// `POST /v1/auth/device/token`: 202 while not approved, 200 with a ``Credential`` once.
+    public struct DevicePoll: Codable, Sendable, Hashable {
+        public var code: String
+        public var pollToken: String
+        public init(code: String, pollToken: String) {
+            self.code = code
+            self.pollToken = pollToken
         }
     }
 

@@ -85,10 +85,19 @@ struct LoginCommand: AsyncParsableCommand {
     @Option(help: "What your sessions list calls this device. Default: this computer's host name.")
     var device: String?
 
+    @Flag(help: "Sign in without a password: print a code to approve on a page where you are signed in (with a passkey, say).")
+    var code = false
+
     @Flag(name: .shortAndLong, help: "On failure, print the technical details too.")
     var verbose = false
 
     func run() async throws {
+        if self.code {
+            try await reportingFailures("login", verbose: self.verbose, context: FailureContext(server: self.server)) {
+                try await self.signInWithCode()
+            }
+            return
+        }
         try await reportingFailures("login", verbose: self.verbose, context: FailureContext(server: self.server, user: self.user)) {
             try await self.signIn()
         }
@@ -107,15 +116,35 @@ struct LoginCommand: AsyncParsableCommand {
         let context = FailureContext(server: self.server, user: name)
         do {
             let credential = try await CircleClient.signIn(name: name, password: password, device: device.isEmpty ? "circle" : device, server: self.server)
-            var file = CredentialStore.read()
-            file.servers[self.server] = .init(user: credential.user, token: credential.token, session: credential.session.id)
-            try CredentialStore.write(file)
+            try Self.keep(credential, server: self.server)
             Console.line("signed in to \(context.address) as \(credential.user); the credential is in \(CredentialStore.path)")
         } catch let failure as CLIFailure {
             throw failure
         } catch {
             throw CLIFailure.from(error, context)
         }
+    }
+
+    /// The device flow: show the code, poll until it is approved or expires.
+    private func signInWithCode() async throws {
+        let device = String((self.device ?? ProcessInfo.processInfo.hostName).prefix(60))
+        let code = try await CircleClient.startDeviceSignIn(device: device.isEmpty ? "circle" : device, server: self.server)
+        Console.err("To sign in, open \(code.url) where you are signed in,\nor enter the code \(code.code) on the page (your menu → Approve a device).\n")
+        while Int64(Date().timeIntervalSince1970 * 1000) < code.expiresAt {
+            if let credential = try await CircleClient.pollDeviceSignIn(code, server: self.server) {
+                try Self.keep(credential, server: self.server)
+                Console.line("signed in to \(FailureContext(server: self.server).address) as \(credential.user); the credential is in \(CredentialStore.path)")
+                return
+            }
+            try await Task.sleep(for: .seconds(code.interval))
+        }
+        throw CLIFailure(.unauthorized, "the code \(code.code) was not approved within 10 minutes; run circle login --code again")
+    }
+
+    static func keep(_ credential: HTTPAPI.Credential, server: String) throws {
+        var file = CredentialStore.read()
+        file.servers[server] = .init(user: credential.user, token: credential.token, session: credential.session.id)
+        try CredentialStore.write(file)
     }
 
     /// Reads one line from the terminal, without echo for secrets.

@@ -71,6 +71,24 @@ struct LoginCommandTests {
         #expect(botList.status == 0 && botList.stdout.contains("ops"), "the bot's own token works: \(botList.stderr)")
         #expect(try await self.run(["admin", "users", "--server", ws], config: config).stdout.contains("deploy-bot  bot  active"))
 
+        // The device flow: a second terminal is approved from the admin's credential (as a page would).
+        let otherConfig = config + "-2"
+        defer { try? FileManager.default.removeItem(atPath: otherConfig) }
+        let waiting = try CircleProcess(["login", "--code", "--server", ws, "--device", "laptop"], environment: ["CIRCLE_CONFIG_DIR": otherConfig])
+        waiting.closeInput()
+        try await waiting.waitForStderr("#device=")
+        let code = try #require(waiting.stderr.components(separatedBy: "#device=").last?.prefix(9)).description
+        let admin = try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: file))) as? [String: Any])
+        let servers = try #require(admin["servers"] as? [String: [String: String]])
+        let adminToken = try #require(servers[ws]?["token"])
+        let approved = try await server.http("POST", "/v1/auth/device/approve", token: adminToken, json: #"{"code":"\#(code.lowercased())"}"#)
+        #expect(approved.status == 204, "\(approved.body)")
+        #expect(try await waiting.waitForExit(timeout: .seconds(30)) == 0, "\(waiting.stderr)")
+        let second = try await self.run(["circle", "list", "--server", ws], config: otherConfig)
+        #expect(second.status == 0 && second.stdout.contains("ops"), "\(second.stderr)")
+        let reused = try await server.http("POST", "/v1/auth/device/approve", token: adminToken, json: #"{"code":"\#(code)"}"#)
+        #expect(reused.status == 404, "a code is approved once")
+
         let logout = try await self.run(["logout", "--server", ws], config: config)
         #expect(logout.status == 0, "\(logout.stderr)")
         #expect(try !String(contentsOfFile: file, encoding: .utf8).contains("circle_"))

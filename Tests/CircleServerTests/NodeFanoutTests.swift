@@ -350,5 +350,7 @@ extension MutedStore {
     func deletePasskey(id: String, of user: String) async throws -> Bool { try await self.base.deletePasskey(id: id, of: user) }
     func createChallenge(_ challenge: StoredChallenge) async throws { try await self.base.createChallenge(challenge) }
     func takeChallenge(id: String, now: Int64) async throws -> StoredChallenge? { try await self.base.takeChallenge(id: id, now: now) }
+    func challenge(id: String, now: Int64) async throws -> StoredChallenge? { try await self.base.challenge(id: id, now: now) }
+    func approveChallenge(id: String, user: String, now: Int64) async throws -> Bool { try await self.base.approveChallenge(id: id, user: user, now: now) }
     func accountEvents(after: Int64?) async throws -> (events: [AccountEvent], newest: Int64) { try await self.base.accountEvents(after: after) }
 }

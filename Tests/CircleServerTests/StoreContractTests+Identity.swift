@@ -125,6 +125,14 @@ extension StoreContractTests {
             #expect(try await store.takeChallenge(id: "ch1", now: 500) == nil, "a challenge is used once")
             try await store.createChallenge(StoredChallenge(id: "ch2", purpose: "device", user: "ada", challenge: [1], expiresAt: 1000))
             #expect(try await store.takeChallenge(id: "ch2", now: 1000) == nil, "expired")
+            // A device code: read in place, approved once by one user.
+            try await store.createChallenge(StoredChallenge(id: "ch3", purpose: "device", user: nil, challenge: [2], expiresAt: 1000))
+            #expect(try await store.challenge(id: "ch3", now: 10)?.user == nil)
+            #expect(try await store.approveChallenge(id: "ch3", user: "ada", now: 10))
+            #expect(try await !store.approveChallenge(id: "ch3", user: "mallory", now: 11))
+            #expect(try await store.challenge(id: "ch3", now: 12)?.user == "ada")
+            #expect(try await store.challenge(id: "ch3", now: 1000) == nil, "expired")
+            #expect(try await !store.approveChallenge(id: "nope", user: "ada", now: 10))
 
             try await store.recordSignInFailure(keys: ["user:ada", "address:10.0.0.1"], at: 100)
             try await store.recordSignInFailure(keys: ["user:ada"], at: 200)

@@ -42,6 +42,7 @@ struct IdentityRoutes: Sendable {
         }
 
         self.addPasskeys(public: router, authenticated: authenticated)
+        self.addDeviceFlow(public: router, authenticated: authenticated)
 
         authenticated.post(RouterPath(HTTPAPI.Path.authSignOut)) { _, context in
             let user = try context.requireUser()

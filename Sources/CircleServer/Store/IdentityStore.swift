@@ -281,6 +281,11 @@ public protocol IdentityStore: Sendable {
     func createChallenge(_ challenge: StoredChallenge) async throws
     /// Removes and returns the challenge (once), if it has not expired at `now`.
     func takeChallenge(id: String, now: Int64) async throws -> StoredChallenge?
+    /// The challenge, left in place, if it has not expired at `now`.
+    func challenge(id: String, now: Int64) async throws -> StoredChallenge?
+    /// Sets the user of a challenge that has none yet and has not expired (a device sign-in
+    /// approved by `user`); `false` when there is no such challenge.
+    func approveChallenge(id: String, user: String, now: Int64) async throws -> Bool
 }
 
 /// One "end these connections" entry of the account log (a ban, a deactivation, a sign-out).

@@ -424,6 +424,31 @@ extension PostgresStore {
         }
     }
 
+    public func challenge(id: String, now: Int64) async throws -> StoredChallenge? {
+        try await self.operation("read challenge") {
+            let rows = try await self.client.query(
+                "SELECT id, purpose, user_name, challenge, expires_at FROM auth_challenges WHERE id = \(id) AND expires_at > \(now)",
+                logger: self.logger
+            )
+            for try await (id, purpose, user, challenge, expires) in rows.decode((String, String, String?, ByteBuffer, Int64).self) {
+                return StoredChallenge(id: id, purpose: purpose, user: user, challenge: Array(challenge.readableBytesView), expiresAt: expires)
+            }
+            return nil
+        }
+    }
+
+    public func approveChallenge(id: String, user: String, now: Int64) async throws -> Bool {
+        try await self.operation("approve challenge") {
+            for try await _ in try await self.client.query(
+                "UPDATE auth_challenges SET user_name = \(user) WHERE id = \(id) AND user_name IS NULL AND expires_at > \(now) RETURNING id",
+                logger: self.logger
+            ) {
+                return true
+            }
+            return false
+        }
+    }
+
     // MARK: - The account log
 
     /// Entries of the account log (``AccountEvent``) with an id above `after`, oldest first, and

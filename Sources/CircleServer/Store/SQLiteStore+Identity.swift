@@ -335,6 +335,33 @@ extension SQLiteStore {
         }
     }
 
+    public func challenge(id: String, now: Int64) async throws -> StoredChallenge? {
+        try await self.exclusive("read challenge") { connection in
+            let rows = try await connection.query(
+                "SELECT id, purpose, user, challenge, expires_at FROM auth_challenges WHERE id = ? AND expires_at > ?",
+                [.text(id), .integer(SQLiteInt64(now))]
+            )
+            return try rows.first.map { row in
+                StoredChallenge(
+                    id: try Self.text(row, "id"),
+                    purpose: try Self.text(row, "purpose"),
+                    user: row.column("user")?.string,
+                    challenge: try Self.bytes(row, "challenge"),
+                    expiresAt: try Self.integer(row, "expires_at")
+                )
+            }
+        }
+    }
+
+    public func approveChallenge(id: String, user: String, now: Int64) async throws -> Bool {
+        try await self.exclusive("approve challenge") { connection in
+            !(try await connection.query(
+                "UPDATE auth_challenges SET user = ? WHERE id = ? AND user IS NULL AND expires_at > ? RETURNING id",
+                [.text(user), .text(id), .integer(SQLiteInt64(now))]
+            )).isEmpty
+        }
+    }
+
     // MARK: - Rows
 
     private static func optional(_ text: String?) -> SQLiteData {
