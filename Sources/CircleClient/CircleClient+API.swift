@@ -25,6 +25,12 @@ extension CircleClient {
         try await self.api.call(.GET, HTTPAPI.Path.circles, as: HTTPAPI.CircleList.self).circles
     }
 
+    /// The people with accounts on the server (active ones), with their display names and
+    /// photos; empty on a server whose users all come from an app's tokens.
+    public func profiles() async throws -> [HTTPAPI.Profile] {
+        try await self.api.call(.GET, HTTPAPI.Path.users, as: HTTPAPI.ProfileList.self).users
+    }
+
     /// Creates a circle owned by this user.
     ///
     /// - Parameters:

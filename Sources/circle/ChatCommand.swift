@@ -84,6 +84,8 @@ struct ChatCommand: AsyncParsableCommand {
         resize.resume()
         defer { resize.cancel() }
         await screen.redraw()
+        // Display names, where the server has accounts (a server without any answers an empty list).
+        if let profiles = try? await client.profiles() { await screen.setDisplayNames(profiles) }
 
         // Newest page first, then the stream from where the page ends: a post committed between
         // the two is not lost (nor an entry the page reflects shown twice).
@@ -193,6 +195,21 @@ actor ChatScreen {
         "/quit leaves", "//TEXT posts text that starts with /",
     ]
     static let commandSummary = commands.joined(separator: " · ")
+
+    /// Display names of people with accounts (`GET /v1/users`), by user name.
+    private var displayNames: [String: String] = [:]
+
+    func setDisplayNames(_ profiles: [HTTPAPI.Profile]) {
+        self.displayNames = Dictionary(profiles.filter { !$0.displayName.isEmpty }.map { ($0.name, $0.displayName) }, uniquingKeysWith: { first, _ in first })
+        self.redraw()
+    }
+
+    /// How an author is shown: "Ada (ada)" when they chose a display name other than their user
+    /// name (the user name stays, so a display name cannot pass for someone else's), else the name.
+    private func shown(_ author: String) -> String {
+        guard let display = self.displayNames[author], display != author else { return author }
+        return "\(display) (\(author))"
+    }
 
     private struct Line {
         var seq: Int64?
@@ -588,14 +605,14 @@ actor ChatScreen {
         for seq in seqs {
             guard var post = self.posts[seq] else { continue }
             if post.deleted {
-                let text = "#\(seq) \(Self.clock(post.time)) \(post.author): message deleted"
+                let text = "#\(seq) \(Self.clock(post.time)) \(self.shown(post.author)): message deleted"
                 rows.append(Row(plain: text, styled: self.style(text, "2")))
                 previous = nil
                 addNotes(through: seq)
                 continue
             }
             if let replyTo = post.replyTo {
-                let quoted = self.posts[replyTo].map { $0.deleted ? "message deleted" : "\($0.author): \($0.text)" } ?? "#\(replyTo)"
+                let quoted = self.posts[replyTo].map { $0.deleted ? "message deleted" : "\(self.shown($0.author)): \($0.text)" } ?? "#\(replyTo)"
                 let quote = "   ↳ reply to #\(replyTo) \(Self.shorten(quoted, 50))"
                 rows.append(Row(plain: quote, styled: self.style(quote, "2")))
                 previous = nil
@@ -605,14 +622,15 @@ actor ChatScreen {
             let prefix = "#\(seq) \(Self.clock(post.time)) "
             // Consecutive posts of one author within five minutes share the name.
             let continues = previous.map { $0.author == post.author && post.time - $0.time < 300_000 } ?? false
+            let name = self.shown(post.author)
             if continues {
-                let indent = String(repeating: " ", count: post.author.count + 2)
+                let indent = String(repeating: " ", count: name.count + 2)
                 rows.append(Row(plain: prefix + indent + post.text, styled: self.style(prefix, "2") + indent + post.text))
             } else {
                 rows.append(
                     Row(
-                        plain: prefix + post.author + ": " + post.text,
-                        styled: self.style(prefix, "2") + self.style(post.author, self.authorStyle(post.author)) + ": " + post.text
+                        plain: prefix + name + ": " + post.text,
+                        styled: self.style(prefix, "2") + self.style(name, self.authorStyle(post.author)) + ": " + post.text
                     )
                 )
             }

@@ -2,6 +2,10 @@ import CircleTestSupport
 import Foundation
 import Testing
 
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
 /// `circle chat` as a person sees it: real terminals under tmux, keys sent with send-keys and
 /// the screen read with capture-pane.
 @Suite("circle chat under tmux", .serialized)
@@ -78,6 +82,32 @@ struct ChatTmuxTests {
         process.closeInput()
         let status = try await process.waitForExit(timeout: .seconds(30))
         return (status, process.stdout, process.stderr)
+    }
+
+    @Test("authors with a display name show as \"Display (name)\"")
+    func displayNames() async throws {
+        try self.tmux(["new-session", "-d", "-s", "keeper", "sleep 600"])
+        defer { self.stopTmux() }
+        let server = TestServer()
+        defer { server.remove() }
+        let running = try await server.start()
+        defer { Task { await server.stop() } }
+        // Ada has an account with a display name (made through the setup link); bob comes from a token.
+        var request = URLRequest(url: URL(string: server.httpBase + "/v1/auth/setup")!)
+        request.httpMethod = "POST"
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        let token = try #require(running.setupLink?.split(separator: "#setup=").last)
+        request.httpBody = Data(#"{"token":"\#(token)","name":"ada","password":"correct horse battery","displayName":"Ada Lovelace"}"#.utf8)
+        let (_, response) = try await URLSession.shared.data(for: request)
+        #expect((response as? HTTPURLResponse)?.statusCode == 201)
+        try await server.createCircle("general", owner: "ada")
+        try self.startChat("bob", user: "bob", server: server)
+        try await self.waitForScreen("bob") { $0.contains("general — bob — connected") }
+        let send = try await self.circle(["send", "general", "hello from ada", "--user", "ada"], server: server)
+        #expect(send.status == 0, "\(send.stderr)")
+        try await self.waitForScreen("bob") { $0.contains("Ada Lovelace (ada): hello from ada") }
+        try self.tmux(["send-keys", "-t", "bob", "hi", "Enter"])
+        try await self.waitForScreen("bob") { $0.contains("bob: hi") }
     }
 
     @Test("two chats and circle send see each other's posts; a server restart shows reconnecting and loses nothing")
