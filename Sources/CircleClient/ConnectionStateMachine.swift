@@ -17,7 +17,8 @@ public enum StopReason: Sendable, Hashable {
 public enum ConnectionEnd: Sendable, Hashable {
     /// A network failure, a timeout, a server error (5xx) or an abnormal closure: retry with backoff.
     case transient
-    /// The token was refused or expired (HTTP 401, close 4001): fetch a new one, then retry.
+    /// The token was refused or expired (HTTP 401, close 4001), or the session it belongs to
+    /// ended (close 4005): fetch a new one, then retry.
     case tokenRejected(String)
     /// The server is going away (1001, 1012): come back quickly, to the next URL if there are several.
     case goingAway
@@ -33,7 +34,7 @@ public enum ConnectionEnd: Sendable, Hashable {
         switch code {
         case 1000: return .normalClosure
         case 1001, 1012: return .goingAway
-        case 4001: return .tokenRejected(reason)
+        case 4001, 4005: return .tokenRejected(reason)
         case 1002, 1003, 1007, 1008, 1010, 4003, 4004: return .rejected(code: code, reason: reason)
         default: return .transient  // 1006, 1011, 1013, 4002 idle, …
         }

@@ -95,6 +95,9 @@ struct ConnectionStateMachineTests {
         #expect(ConnectionEnd.httpStatus(503, body: "") == .transient)
         #expect(ConnectionEnd.closeCode(1013, reason: "") == .transient)
         #expect(ConnectionEnd.closeCode(1012, reason: "") == .goingAway)
+        // A session that ended (signed out, banned) is a token to refresh, once, as after 4001.
+        #expect(ConnectionEnd.closeCode(4005, reason: "signed out") == .tokenRejected("signed out"))
+        #expect(ConnectionEnd.httpStatus(403, body: "account_disabled") == .rejected(code: 403, reason: "account_disabled"))
     }
 
     @Test("an expired token is refreshed once; a second refusal right after stops")
