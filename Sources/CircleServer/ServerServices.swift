@@ -56,7 +56,7 @@ final class ServerServices: Sendable {
         } catch {
             self.metrics.error(error.code.rawValue)
             self.logger.info(
-                "refused credentials",
+                "refused a token",
                 metadata: ["circle.code": "\(error.code.rawValue)", "circle.reason": "\(error.message)", "circle.address": "\(input.address ?? "-")"]
             )
             throw error

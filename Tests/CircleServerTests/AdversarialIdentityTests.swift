@@ -36,6 +36,7 @@ struct AdversarialIdentityTests {
             for attempt in 0..<8 {
                 statuses.append(try await attacker.call("POST", HTTPAPI.Path.authSignIn, #"{"name":"ada","password":"guess \#(attempt)xxxxx"}"#).status)
             }
+            // (TestServer makes the first wait two minutes, so no attempt here outlasts it.)
             #expect(statuses == [401, 401, 401, 401, 401, 429, 429, 429], "\(statuses)")
             try await canary.check("during a password guessing run")
             // Across names from one address: the address's count stops it too.

@@ -33,6 +33,9 @@ public final class TestServer: @unchecked Sendable {
         // bcrypt's least cost: the tests sign up and in by the dozen; `circle bench`-style
         // figures for the real cost are in docs/BENCHMARKS.md.
         self.configuration.identity.passwordCost = 4
+        // Waits long enough that a slow machine cannot outlast them within a test.
+        self.configuration.identity.accountThrottle.firstWait = .seconds(120)
+        self.configuration.identity.addressThrottle.firstWait = .seconds(120)
     }
 
     @discardableResult

@@ -177,8 +177,8 @@ final class Identity: Sendable {
         let keys = Self.throttleKeys(name: name, address: address)
         let failures = try await self.store.signInFailures(keys: keys)
         let waits = [
-            SignInThrottle.account.wait(after: failures[keys[0]], now: now),
-            keys.count > 1 ? SignInThrottle.address.wait(after: failures[keys[1]], now: now) : nil,
+            self.configuration.accountThrottle.wait(after: failures[keys[0]], now: now),
+            keys.count > 1 ? self.configuration.addressThrottle.wait(after: failures[keys[1]], now: now) : nil,
         ].compactMap { $0 }
         if let wait = waits.max() {
             let seconds = max(1, Int((Double(wait.components.seconds) + Double(wait.components.attoseconds) / 1e18).rounded(.up)))

@@ -17,6 +17,10 @@ public struct IdentityConfiguration: Sendable {
     public var passwordCost: UInt8
     /// How long the first-run setup link works.
     public var setupLinkLifetime: Duration
+    /// Failed sign-ins per account name tried.
+    public var accountThrottle: SignInThrottle
+    /// Failed sign-ins per address.
+    public var addressThrottle: SignInThrottle
 
     public init(
         publicURL: String? = nil,
@@ -24,7 +28,9 @@ public struct IdentityConfiguration: Sendable {
         sessionLifetime: Duration = .seconds(90 * 24 * 3600),
         minimumPasswordLength: Int = 10,
         passwordCost: UInt8 = 12,
-        setupLinkLifetime: Duration = .seconds(3600)
+        setupLinkLifetime: Duration = .seconds(3600),
+        accountThrottle: SignInThrottle = .account,
+        addressThrottle: SignInThrottle = .address
     ) {
         self.publicURL = publicURL
         self.sessionIdleTimeout = sessionIdleTimeout
@@ -32,6 +38,8 @@ public struct IdentityConfiguration: Sendable {
         self.minimumPasswordLength = minimumPasswordLength
         self.passwordCost = passwordCost
         self.setupLinkLifetime = setupLinkLifetime
+        self.accountThrottle = accountThrottle
+        self.addressThrottle = addressThrottle
     }
 
     /// Whether `url` is an origin a page can be served at: http or https, a host, an optional
@@ -57,11 +65,18 @@ public struct IdentityConfiguration: Sendable {
 ///
 /// Each failed sign-in counts under the account name tried (whether it exists or not, so the
 /// answers say nothing about which names exist) and under the address it came from. A key may
-/// fail ``freeFailures`` times; after that, each attempt must wait 2^(failures − free) seconds
-/// after the last failure, at most ``longestWait``. A success clears the account's count.
+/// fail ``freeFailures`` times; after that, each attempt must wait ``firstWait`` × 2^(failures −
+/// free) after the last failure, at most ``longestWait``. A success clears the account's count.
 public struct SignInThrottle: Sendable, Hashable {
     public var freeFailures: Int
+    public var firstWait: Duration
     public var longestWait: Duration
+
+    public init(freeFailures: Int, firstWait: Duration = .seconds(1), longestWait: Duration) {
+        self.freeFailures = freeFailures
+        self.firstWait = firstWait
+        self.longestWait = longestWait
+    }
 
     /// Per account name: 5 free failures.
     public static let account = SignInThrottle(freeFailures: 5, longestWait: .seconds(900))
@@ -72,7 +87,7 @@ public struct SignInThrottle: Sendable, Hashable {
     public func wait(after failures: SignInFailures?, now: Int64) -> Duration? {
         guard let failures, failures.count >= self.freeFailures else { return nil }
         let exponent = min(failures.count - self.freeFailures, 20)
-        let step = min(Duration.seconds(1 << exponent), self.longestWait)
+        let step = min(self.firstWait * (1 << exponent), self.longestWait)
         let waited = Duration.milliseconds(max(0, now - failures.last))
         return waited >= step ? nil : step - waited
     }

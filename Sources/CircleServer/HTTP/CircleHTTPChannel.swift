@@ -348,7 +348,7 @@ public struct CircleHTTPChannel: ServerChildChannel, HTTPChannelHandler {
             decision.value.refusal = APIError(.badRequest, .badRequest, "this server speaks the subprotocol \(circleSubprotocol) only")
             return channel.eventLoop.makeSucceededFuture(nil)
         }
-        let address = channel.remoteAddress?.ipAddress
+        let address = channel.remoteAddress.logDescription
         let credentials = CredentialsInput(
             bearer: Self.token(from: head),
             cookieHeader: head.headers["Cookie"].joined(separator: "; "),

@@ -67,7 +67,7 @@ extension IdentityRoutes {
             let approval = try await Self.body(request, HTTPAPI.DeviceApproval.self, send: #"{"code": "WDJB-MJHT"}"#)
             // Guessing codes is throttled like guessing passwords.
             let key = ["approve:" + account.name]
-            if let wait = SignInThrottle.account.wait(after: try await self.store.signInFailures(keys: key)[key[0]], now: Identity.now) {
+            if let wait = self.identity.configuration.accountThrottle.wait(after: try await self.store.signInFailures(keys: key)[key[0]], now: Identity.now) {
                 let seconds = max(1, Int(wait.components.seconds))
                 throw APIError(.tooManyRequests, .rateLimited, "too many wrong codes; try again in \(seconds) s", headers: [.retryAfter: "\(seconds)"])
             }

@@ -91,6 +91,7 @@ extension IdentityRoutes {
     // MARK: - Registration
 
     private func registrationOptions(_ request: Request, context: some CircleRequestContext) async throws -> Response {
+        try self.requireOwnOrigin(request)
         let party = try self.relyingParty()
         let start = try await Self.body(request, HTTPAPI.PasskeyRegistrationStart.self, send: #"{} signed in, or {"invite": "…", "name": "…"}"#)
         let name: String
@@ -98,7 +99,6 @@ extension IdentityRoutes {
         let purpose: CeremonyPurpose
         var exclude: [HTTPAPI.PasskeyDescriptor] = []
         if let invite = start.invite ?? start.setup {
-            try self.requireOwnOrigin(request)
             guard let wanted = start.name else { throw APIError(.badRequest, .badRequest, "give the new account's name") }
             try self.checkNewAccount(name: wanted, password: nil, displayName: start.displayName)
             if start.invite != nil {
@@ -142,6 +142,8 @@ extension IdentityRoutes {
     }
 
     private func register(_ request: Request, context: some CircleRequestContext) async throws -> Response {
+        // Finishing a sign-up or setup signs the browser in: from another site, that is login CSRF.
+        try self.requireOwnOrigin(request)
         let party = try self.relyingParty()
         let registration = try await Self.body(request, HTTPAPI.PasskeyRegistration.self, send: #"{"challengeId": "…", "credential": {…}}"#)
         let label = (registration.name ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
