@@ -186,7 +186,10 @@ def test_first_run_setup_creates_the_admin_and_opens_the_chat(accounts, new_page
 def test_sign_up_through_an_invite_made_on_the_admin_screen(accounts, new_page):
     admin = new_page()
     set_up_admin(admin, accounts)
-    assert page_fetch(admin, "POST", "/v1/circles", {"name": "lounge", "private": True})["status"] == 201
+    admin.find_element(By.ID, "newbtn").click()
+    fill(admin, "newcircle", "lounge")
+    admin.find_element(By.ID, "newprivate").click()
+    admin.find_element(By.ID, "createbtn").click()
     wait(admin, lambda: admin.find_elements(By.CSS_SELECTOR, '#circles li[data-name="lounge"]'), "lounge listed")
     url = create_invite_via_admin_screen(admin, ["lounge"])
     assert "#invite=" in url

@@ -2742,4 +2742,17 @@ async function start() {
   showSignIn("");
 }
 
+// A link opened in a tab already showing the page changes only the fragment: read it the same way.
+window.addEventListener("hashchange", () => {
+  const link = takeFragment();
+  if (!link || S.user) return;
+  if (link.kind === "setup") {
+    S.setupToken = link.token;
+    showCard("setupform");
+    $("setupname").focus();
+  } else {
+    showInvite(link.token);
+  }
+});
+
 start();
