@@ -276,6 +276,7 @@ function showSignIn(message) {
   unstagePhoto({ keepFocus: true });
   closePicker();
   $("list").replaceChildren();
+  $("circles").replaceChildren();
   $("welcome").classList.remove("hidden");
   $("main").classList.add("no-circle");
   $("title").textContent = "Circle";
@@ -1062,11 +1063,24 @@ function stopTyping(circle, user) {
 function renderCircles() {
   const ul = $("circles");
   const items = [];
+  // Each circle keeps its element across redraws (the list is drawn again on every `circles`
+  // answer): the focus stays on its button, and a click is never lost to a replaced element.
+  const existing = new Map([...ul.children].map((li) => [li.dataset.name, li]));
   for (const c of S.circles) {
-    const li = el("li");
-    li.dataset.name = c.name;
-    const button = el("button", "circle-link");
-    button.type = "button";
+    let li = existing.get(c.name);
+    let button = li && li.firstElementChild;
+    if (!li || !button) {
+      li = el("li");
+      li.dataset.name = c.name;
+      button = el("button");
+      button.type = "button";
+      button.addEventListener("click", () => openCircle(li.dataset.name));
+      li.append(button);
+    }
+    button.className = "circle-link";
+    button.removeAttribute("aria-current");
+    button.removeAttribute("title");
+    button.replaceChildren();
     if (c.name === S.current) {
       button.classList.add("active");
       button.setAttribute("aria-current", "page");
@@ -1084,11 +1098,9 @@ function renderCircles() {
       badge.setAttribute("aria-label", unread >= 1000 ? "1000 or more unread" : `${unread} unread`);
       button.append(badge);
     }
-    button.addEventListener("click", () => openCircle(c.name));
-    li.append(button);
     items.push(li);
   }
-  ul.replaceChildren(...items);
+  if (items.length !== ul.children.length || items.some((li, i) => ul.children[i] !== li)) ul.replaceChildren(...items);
   $("nocircles").classList.toggle("hidden", S.circles.length > 0);
   // The open circle counts too while its newest posts are not seen (tab in the background).
   const total = S.circles.reduce((sum, c) => sum + (c.unread || 0), 0);
@@ -1751,7 +1763,7 @@ $("list").addEventListener("keydown", (event) => {
 });
 
 function renderTyping() {
-  const users = S.current && S.typing.has(S.current) ? [...S.typing.get(S.current).keys()] : [];
+  const users = S.current && S.typing.has(S.current) ? [...S.typing.get(S.current).keys()].map(displayName) : [];
   const typing = $("typing");
   typing.replaceChildren();
   if (!users.length) return;
