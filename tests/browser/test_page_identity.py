@@ -12,10 +12,11 @@ import urllib.request
 
 import pytest
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import CIRCLE, Server, console_errors  # noqa: E402
+from harness import CIRCLE, Server, console_errors, png  # noqa: E402
 
 PASSWORD = "correct horse battery"
 # Hashing a password (bcrypt) in a debug build on a loaded machine takes a while.
@@ -324,3 +325,57 @@ def test_the_owner_adds_and_removes_members_by_name(accounts, new_page):
     wait(carol, lambda: carol.find_elements(By.CSS_SELECTOR, '#circles li[data-name="team"]'), "team listed for carol", SIGN_IN_WAIT)
     admin.find_element(By.CSS_SELECTOR, '#sheet li[data-user="carol"] button').click()
     wait(admin, lambda: not admin.find_elements(By.CSS_SELECTOR, '#sheet li[data-user="carol"]'), "carol removed")
+
+
+def test_profile_password_and_personal_tokens(accounts, new_page, tmp_path):
+    page = new_page()
+    set_up_admin(page, accounts)
+    open_menu_item(page, "profile")
+    name = page.find_element(By.CSS_SELECTOR, "#sheet input[autocomplete=name]")
+    name.clear()
+    name.send_keys("Ada L.")
+    page.find_element(By.XPATH, "//div[@id='sheet']//button[normalize-space()='Save']").click()
+    wait(page, lambda: page.find_element(By.ID, "me").text == "Ada L.", "the display name saved")
+    # A photo, uploaded with the session cookie and the CSRF header, becomes the avatar.
+    photo = tmp_path / "face.png"
+    photo.write_bytes(png(48, 48))
+    page.find_element(By.CSS_SELECTOR, "#sheet input[type=file]").send_keys(str(photo))
+    wait(page, lambda: page.execute_script(
+        "const i = document.querySelector('#meavatar img'); return !!i && i.complete && i.naturalWidth === 48"), "the avatar shown")
+    # The password: a wrong current one is refused, then changed.
+    current, new, again = page.find_elements(By.CSS_SELECTOR, "#sheet input[type=password]")
+    current.send_keys("not the password")
+    new.send_keys("another long password")
+    again.send_keys("another long password")
+    page.find_element(By.XPATH, "//div[@id='sheet']//button[normalize-space()='Change the password']").click()
+    wait(page, lambda: "current password is wrong" in page.find_element(By.ID, "sheet").text, "the wrong password refused", SIGN_IN_WAIT)
+    current.clear()
+    current.send_keys(PASSWORD)
+    page.find_element(By.XPATH, "//div[@id='sheet']//button[normalize-space()='Change the password']").click()
+    wait(page, lambda: "The password is changed." in page.find_element(By.ID, "sheet").text, "the password changed", SIGN_IN_WAIT)
+    page.find_element(By.ID, "sheetclose").click()
+
+    # A personal token is shown once, works as a bearer credential, and is revoked from the list.
+    open_menu_item(page, "tokens")
+    page.find_element(By.CSS_SELECTOR, "#sheet input[placeholder='deploy script']").send_keys("my script")
+    page.find_element(By.XPATH, "//div[@id='sheet']//button[normalize-space()='Create a token']").click()
+    wait(page, lambda: page.find_elements(By.CSS_SELECTOR, "#sheet input.token-value"), "the token shown")
+    token = page.find_element(By.CSS_SELECTOR, "#sheet input.token-value").get_attribute("value")
+    assert accounts.http("GET", "/v1/circles", headers={"Authorization": "Bearer " + token})[0] == 200
+    wait(page, lambda: len(page.find_elements(By.CSS_SELECTOR, "#sheet .rows .row-item")) == 1, "the token listed")
+    assert "my script" in page.find_element(By.CSS_SELECTOR, "#sheet .rows .row-item").text
+    page.find_element(By.XPATH, "//div[@id='sheet']//button[normalize-space()='Revoke']").click()
+    wait(page, lambda: not page.find_elements(By.CSS_SELECTOR, "#sheet .rows .row-item"), "the token revoked")
+    assert accounts.http("GET", "/v1/circles", headers={"Authorization": "Bearer " + token})[0] == 401
+    # Esc closes the panel and the focus goes back to the account button.
+    page.find_element(By.CSS_SELECTOR, "#sheet input[placeholder='deploy script']").send_keys(Keys.ESCAPE)
+    wait(page, lambda: not shown(page, "sheet"), "the panel closed")
+    assert page.switch_to.active_element.get_attribute("id") == "mebtn"
+
+    # The new password signs in; the old one no longer does.
+    other = new_page()
+    sign_in_with_password(other, accounts, "ada", PASSWORD)
+    wait(other, lambda: "wrong" in other.find_element(By.ID, "signinerr").text, "the old password refused", SIGN_IN_WAIT)
+    fill(other, "signinpass", "another long password")
+    other.find_element(By.ID, "signinbtn").click()
+    wait(other, lambda: connected(other), "signed in with the new password", SIGN_IN_WAIT)

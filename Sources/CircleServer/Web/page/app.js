@@ -2249,7 +2249,7 @@ $("menu").addEventListener("keydown", (event) => {
 $("menu").addEventListener("click", (event) => {
   const item = event.target.closest("button[data-panel]");
   if (!item) return;
-  closeAccountMenu(false);
+  closeAccountMenu(true);   // the panel gives the focus back to the account button
   const panel = item.dataset.panel;
   if (panel === "signout") signOut();
   else if (panel === "profile") openProfile();
