@@ -379,3 +379,25 @@ def test_profile_password_and_personal_tokens(accounts, new_page, tmp_path):
     fill(other, "signinpass", "another long password")
     other.find_element(By.ID, "signinbtn").click()
     wait(other, lambda: connected(other), "signed in with the new password", SIGN_IN_WAIT)
+
+
+def test_a_pasted_token_is_kept_in_memory_only(accounts, new_page):
+    page = new_page()
+    set_up_admin(page, accounts)
+    other = new_page()
+    other.get(accounts.url + "/")
+    wait(other, lambda: shown(other, "signinname"), "the sign-in form")
+    assert not shown(other, "tokenin") and not shown(other, "devname")
+    other.find_element(By.ID, "signinmode").click()
+    wait(other, lambda: shown(other, "tokenin"), "the token field")
+    other.find_element(By.ID, "tokenin").send_keys(accounts.token("ada"))
+    other.find_element(By.ID, "signinbtn").click()
+    wait(other, lambda: connected(other), "signed in with the token")
+    assert other.execute_script("return sessionStorage.getItem('circle.token')") is None
+    # The account's own panels need the session cookie; a token's page does not offer them.
+    for panel in ("profile", "sessions", "tokens", "admin"):
+        item = other.find_element(By.CSS_SELECTOR, f'#menu [data-panel="{panel}"]').find_element(By.XPATH, "..")
+        assert "hidden" in item.get_attribute("class").split(), panel
+    other.refresh()
+    wait(other, lambda: shown(other, "signinname"), "signed out after a reload")
+    assert not shown(other, "app")
