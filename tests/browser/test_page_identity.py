@@ -277,6 +277,7 @@ def test_a_banned_user_is_returned_to_the_sign_in_form_at_once(accounts, new_pag
     started = time.monotonic()
     wait(bob, lambda: at_sign_in_form(bob), "bob back at the sign-in form", 10)
     print(f"bob's page was at the sign-in form {time.monotonic() - started:.2f} s after the ban was clicked")
+    assert "signed out" in bob.find_element(By.ID, "signinerr").text
     wait(admin, lambda: admin.find_element(By.CSS_SELECTOR, '#sheet li[data-user="bob"]').get_attribute("data-status") == "banned", "bob shown banned")
     # He cannot sign in again, and is told why.
     sign_in_with_password(bob, accounts, "bob")

@@ -643,7 +643,9 @@ function connect() {
     S.requests.clear();
     if (!S.user) return;
     // 4005: the session ended (signed out, everywhere or here) or the account was disabled.
-    if (event.code === 4005) return showSignIn(event.reason ? "Signed out: " + event.reason + "." : "You were signed out.");
+    if (event.code === 4005) {
+      return showSignIn("You were signed out" + (event.reason && event.reason !== "signed out" ? ` (${event.reason})` : "") + ".");
+    }
     if (event.code === 4001) return refreshToken();
     if (event.code === 4002 && opened) {
       // Closed for idling (no circle joined, so no keep-alive): connect again quietly.
