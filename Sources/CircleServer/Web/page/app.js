@@ -18,8 +18,17 @@ const LONG_PRESS_MS = 500;
 const PRESENCE = { settle: 30000, away: 120000 };
 
 const S = {
-  token: sessionStorage.getItem("circle.token"),
+  token: null,                // an access token (development or pasted), when not signed in by cookie
+  csrf: null,                 // the session's X-Circle-CSRF value, when signed in with an account
+  session: null,              // the id of the page's session
+  keepToken: false,           // the token is a development one, kept in sessionStorage
+  signInMode: "account",
+  setupRequired: false,
+  setupToken: null,           // from a #setup= link
+  invite: null,               // from an #invite= link
   user: null,
+  profile: null,              // {name, displayName, avatar, role}
+  people: new Map(),          // name -> profile, from GET /v1/users
   dev: false,
   ws: null,
   connected: false,
@@ -79,22 +88,40 @@ class APIError extends Error {
   }
 }
 
+/// The credential headers of a request: the token, or (signed in by cookie, which the browser
+/// sends itself) the session's CSRF value on every request that changes something.
+function authHeaders(method = "GET") {
+  const headers = {};
+  if (S.token) headers["Authorization"] = "Bearer " + S.token;
+  else if (S.csrf && !["GET", "HEAD", "OPTIONS"].includes(method.toUpperCase())) headers["X-Circle-CSRF"] = S.csrf;
+  return headers;
+}
+
 async function api(path, options = {}) {
   const response = await fetch(path, {
     ...options,
-    headers: { "Authorization": "Bearer " + S.token, "Content-Type": "application/json", ...(options.headers || {}) },
+    headers: { ...authHeaders(options.method || "GET"), "Content-Type": "application/json", ...(options.headers || {}) },
   });
+  if (response.status === 204) return {};
   const body = await response.json().catch(() => ({}));
   if (!response.ok) {
     const error = body.error || {};
-    throw new APIError(response.status, error.code || "http_" + response.status, error.message || response.statusText || "the server answered " + response.status);
+    const failure = new APIError(response.status, error.code || "http_" + response.status, error.message || response.statusText || "the server answered " + response.status);
+    // A session that ended (signed out elsewhere, expired, the account disabled): back to the
+    // sign-in form, whatever the request was.
+    if (S.csrf && S.user && (response.status === 401 || failure.code === "account_disabled")) {
+      setTimeout(() => showSignIn(failure.code === "account_disabled" ? "This account is deactivated or banned." : "Your session ended. Sign in again."));
+    }
+    throw failure;
   }
   return body;
 }
 
 function mediaURL(id) {
-  // An <img> cannot send an Authorization header, so media take the token as ?token= (docs/MEDIA.md).
-  return `/v1/media/${encodeURIComponent(id)}?token=${encodeURIComponent(S.token)}`;
+  // An <img> cannot send an Authorization header, so media take a token as ?token= (docs/MEDIA.md);
+  // signed in by cookie, the browser sends the cookie itself.
+  const path = `/v1/media/${encodeURIComponent(id)}`;
+  return S.token ? `${path}?token=${encodeURIComponent(S.token)}` : path;
 }
 
 /// Initials for an avatar: "alice" → "A", "bob.smith" → "BS", "carol-ann_lee" → "CA".
@@ -172,6 +199,9 @@ function sizePhotoBox(box, size) {
 
 // ---------------------------------------------------------------- sign in
 
+// How the page is signed in: with the session cookie of an account (S.csrf set: sent back in
+// X-Circle-CSRF on every change), or with an access token (S.token: a development token on a
+// --dev server, kept in sessionStorage; a pasted token, kept in memory only).
 async function loadConfig() {
   try {
     const config = await fetch("/v1/config").then((r) => r.json());
@@ -181,6 +211,28 @@ async function loadConfig() {
   }
   $("devrow").classList.toggle("hidden", !S.dev);
   $("tokenlabel").textContent = S.dev ? "or an access token" : "Access token";
+  setSignInMode(S.dev ? "token" : "account");
+}
+
+/// The sign-in form shows either the account fields (name, password) or, as the other way in,
+/// the token field (with the development name on a --dev server).
+function setSignInMode(mode) {
+  S.signInMode = mode;
+  const account = mode === "account";
+  $("accountrows").classList.toggle("hidden", !account);
+  $("devrow").classList.toggle("hidden", account || !S.dev);
+  $("tokenrow").classList.toggle("hidden", account);
+  $("signinmode").textContent = account ? (S.dev ? "Use a development name or a token" : "Use an access token") : "Sign in with a password";
+}
+$("signinmode").addEventListener("click", () => {
+  setSignInMode(S.signInMode === "account" ? "token" : "account");
+  $("signinerr").textContent = "";
+  focusSignIn();
+});
+
+function focusSignIn() {
+  if (S.signInMode === "account") $(($("signinname").value ? "signinpass" : "signinname")).focus();
+  else (S.dev ? $("devname") : $("tokenin")).focus();
 }
 
 function stopConnection() {
@@ -194,10 +246,24 @@ function stopConnection() {
   if (ws) ws.close(1000);
 }
 
+/// Shows one of the three cards of the sign-in screen: "signinform", "setupform", "signupform".
+function showCard(id) {
+  for (const card of ["signinform", "setupform", "signupform"]) $(card).classList.toggle("hidden", card !== id);
+  document.body.className = "signed-out";
+  $("app").classList.add("hidden");
+  $("signin").classList.remove("hidden");
+}
+
 function showSignIn(message) {
   stopConnection();
+  closeSheet();
+  closeAccountMenu();
   S.token = null;
+  S.csrf = null;
+  S.session = null;
   S.user = null;
+  S.profile = null;
+  S.people.clear();
   S.current = null;
   S.circles = [];
   S.joined.clear();
@@ -210,19 +276,23 @@ function showSignIn(message) {
   unstagePhoto({ keepFocus: true });
   closePicker();
   $("list").replaceChildren();
+  $("circles").replaceChildren();
   $("welcome").classList.remove("hidden");
   $("main").classList.add("no-circle");
   $("title").textContent = "Circle";
   $("subtitle").textContent = "";
+  $("membersbtn").classList.add("hidden");
   $("typing").replaceChildren();
   for (const id of ["text", "sendbtn", "attach", "photo"]) $(id).disabled = true;
   sessionStorage.removeItem("circle.token");
-  document.body.className = "signed-out";
-  $("app").classList.add("hidden");
-  $("signin").classList.remove("hidden");
+  showCard("signinform");
   $("me").textContent = "";
+  $("signinpass").value = "";
   $("signinerr").textContent = message || "";
-  (S.dev ? $("devname") : $("tokenin")).focus();
+  $("signinnote").classList.toggle("hidden", !S.setupRequired);
+  $("signinnote").textContent = S.setupRequired
+    ? "No account exists yet: open the setup link that circle serve printed when it started." : "";
+  focusSignIn();
 }
 
 async function devToken(name) {
@@ -232,14 +302,35 @@ async function devToken(name) {
   return body.token;
 }
 
+/// A request of the sign-in screen (no credential yet): the parsed answer, or an APIError.
+async function authPost(path, body) {
+  const response = await fetch(path, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+  const answer = await response.json().catch(() => ({}));
+  if (!response.ok) {
+    const error = answer.error || {};
+    const failure = new APIError(response.status, error.code || "http_" + response.status, error.message || "the server answered " + response.status);
+    failure.retryAfter = Number(response.headers.get("Retry-After")) || 0;
+    throw failure;
+  }
+  return answer;
+}
+
+function waitText(seconds) {
+  if (seconds >= 120) return `${Math.ceil(seconds / 60)} minutes`;
+  return `${seconds} ${seconds === 1 ? "second" : "seconds"}`;
+}
+
 $("signinform").addEventListener("submit", async (event) => {
   event.preventDefault();
   $("signinerr").textContent = "";
+  if (S.signInMode === "account") return signInWithPassword();
   let token = $("tokenin").value.trim();
   const name = $("devname").value.trim();
+  let development = false;
   if (!token && name && S.dev) {
     try {
       token = await devToken(name);
+      development = true;
     } catch (error) {
       $("signinerr").textContent = error.message;
       return;
@@ -255,18 +346,138 @@ $("signinform").addEventListener("submit", async (event) => {
   }
   $("signinbtn").disabled = true;
   try {
-    await signIn(token);
+    await signIn(token, { keep: development || S.dev });
   } finally {
     $("signinbtn").disabled = false;
   }
 });
 
+async function signInWithPassword() {
+  const name = $("signinname").value.trim();
+  const password = $("signinpass").value;
+  if (!name || !password) {
+    $("signinerr").textContent = "Type your name and your password.";
+    $(name ? "signinpass" : "signinname").focus();
+    return;
+  }
+  $("signinbtn").disabled = true;
+  try {
+    const state = await authPost("/v1/auth/signin", { name, password });
+    $("signinpass").value = "";
+    enterWithSession(state);
+  } catch (error) {
+    let message = error.message;
+    if (error.code === "rate_limited") {
+      message = `Too many attempts. Try again in ${waitText(error.retryAfter || 60)}.`;
+    }
+    $("signinerr").textContent = message;
+    $("signinpass").select();
+    $("signinpass").focus();
+  } finally {
+    $("signinbtn").disabled = false;
+  }
+}
+
+/// Checks a new password's two copies; the message to show, or "".
+function passwordMismatch(first, second) {
+  if (!first) return "Choose a password.";
+  if (first !== second) return "The two passwords are not the same.";
+  return "";
+}
+
+$("setupform").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const error = $("setuperr");
+  error.textContent = "";
+  const name = $("setupname").value.trim();
+  if (!name) { error.textContent = "Choose a name."; $("setupname").focus(); return; }
+  const mismatch = passwordMismatch($("setuppass").value, $("setuppass2").value);
+  if (mismatch) { error.textContent = mismatch; $("setuppass").focus(); return; }
+  $("setupbtn").disabled = true;
+  try {
+    const body = { token: S.setupToken, name, password: $("setuppass").value };
+    if ($("setupdisplay").value.trim()) body.displayName = $("setupdisplay").value.trim();
+    const state = await authPost("/v1/auth/setup", body);
+    S.setupToken = null;
+    for (const id of ["setuppass", "setuppass2"]) $(id).value = "";
+    enterWithSession(state);
+  } catch (failure) {
+    error.textContent = failure.message;
+  } finally {
+    $("setupbtn").disabled = false;
+  }
+});
+
+/// An invite link: says what it joins, then offers the sign-up form.
+async function showInvite(invite) {
+  S.invite = invite;
+  showCard("signupform");
+  $("signupfields").classList.add("hidden");
+  $("signuperr").textContent = "";
+  $("signupoffer").textContent = "Checking the invite…";
+  try {
+    const offer = await authPost("/v1/auth/invite", { invite });
+    const circles = offer.circles.length ? " It adds you to " + offer.circles.map((c) => "#" + c).join(", ") + "." : "";
+    $("signupoffer").textContent = `You are invited to this Circle server.${circles} The invite works until ${fullFormat.format(offer.expiresAt)}.`;
+    $("signupfields").classList.remove("hidden");
+    $("signupname").focus();
+  } catch (error) {
+    $("signupoffer").textContent = "";
+    $("signuperr").textContent = error.code === "invite_invalid" ? "This invite link does not work: " + error.message : error.message;
+    $("signupback").focus();
+  }
+}
+
+$("signupform").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const error = $("signuperr");
+  error.textContent = "";
+  const name = $("signupname").value.trim();
+  if (!name) { error.textContent = "Choose a name."; $("signupname").focus(); return; }
+  const mismatch = passwordMismatch($("signuppass").value, $("signuppass2").value);
+  if (mismatch) { error.textContent = mismatch; $("signuppass").focus(); return; }
+  $("signupbtn").disabled = true;
+  try {
+    const body = { invite: S.invite, name, password: $("signuppass").value };
+    if ($("signupdisplay").value.trim()) body.displayName = $("signupdisplay").value.trim();
+    const state = await authPost("/v1/auth/signup", body);
+    S.invite = null;
+    for (const id of ["signuppass", "signuppass2"]) $(id).value = "";
+    enterWithSession(state);
+  } catch (failure) {
+    error.textContent = failure.code === "conflict" ? `The name “${name}” is taken: choose another.` : failure.message;
+    if (failure.code === "conflict") $("signupname").focus();
+  } finally {
+    $("signupbtn").disabled = false;
+  }
+});
+$("signupback").addEventListener("click", () => { S.invite = null; showSignIn(""); });
+
+/// Signed in with an account (the cookie is set): the state answer has the profile and the
+/// CSRF token.
+async function enterWithSession(state) {
+  S.token = null;
+  S.csrf = state.csrf;
+  S.session = state.session;
+  S.setupRequired = false;
+  sessionStorage.removeItem("circle.token");
+  let list = null;
+  try {
+    list = await api("/v1/circles");
+  } catch (error) {
+    if (error instanceof APIError && (error.status === 401 || error.status === 403)) return showSignIn(error.message);
+  }
+  enterApp(state.user, list);
+}
+
 /// Checks the token with the server before showing anything: a token the server refuses never
-/// gets as far as the chat (no user name shown, no connection attempts).
-async function signIn(token) {
+/// gets as far as the chat (no user name shown, no connection attempts). `keep`: remember it in
+/// the tab's sessionStorage (development tokens only).
+async function signIn(token, { keep = false } = {}) {
   const c = claims(token);
   if (!c || !c.sub) return showSignIn("");
   S.token = token;
+  S.csrf = null;
   let list = null;
   try {
     list = await api("/v1/circles");
@@ -274,42 +485,104 @@ async function signIn(token) {
     if (error instanceof APIError && error.status === 401) {
       if (error.code === "token_expired" && S.dev) {
         try {
-          return await signIn(await devToken(c.sub));
+          return await signIn(await devToken(c.sub), { keep });
         } catch { /* fall through to the sign-in form */ }
       }
       return showSignIn(error.code === "token_expired" ? "Your session has expired. Sign in again." : "The server refused this token: " + error.message);
     }
     // The server is unreachable: show the app and keep trying to connect.
   }
-  sessionStorage.setItem("circle.token", token);
-  S.user = c.sub;
+  S.keepToken = keep;
+  if (keep) sessionStorage.setItem("circle.token", token); else sessionStorage.removeItem("circle.token");
+  enterApp({ name: c.sub, displayName: "", avatar: null, role: "member" }, list);
+}
+
+function enterApp(profile, list) {
+  S.user = profile.name;
+  S.profile = profile;
   // On a phone the list comes first; on a desktop both show, whatever this class says.
   document.body.className = "signed-in view-list";
   $("tokenin").value = "";
   $("devname").value = "";
   $("signin").classList.add("hidden");
   $("app").classList.remove("hidden");
-  $("me").textContent = S.user;
-  $("meavatar").replaceWith(Object.assign(avatar(S.user), { id: "meavatar" }));
-  $("welcometitle").textContent = "Welcome, " + S.user;
+  showMe();
   if (list) { S.circles = list.circles; renderCircles(); }
   connect();
+  loadPeople();
   const last = sessionStorage.getItem("circle.current");
   if (last && !PHONE.matches && S.circles.some((circle) => circle.name === last)) openCircle(last);
 }
 
-$("signout").addEventListener("click", () => {
+/// The signed-in person at the bottom of the circle list: avatar (their photo, or initials) and name.
+function showMe() {
+  const profile = S.profile || { name: S.user };
+  $("me").textContent = profile.displayName || profile.name;
+  $("me").title = profile.name;
+  const face = profileAvatar(profile);
+  face.id = "meavatar";
+  $("meavatar").replaceWith(face);
+  $("welcometitle").textContent = "Welcome, " + (profile.displayName || profile.name);
+  $("menuadmin").parentElement.classList.toggle("hidden", profile.role !== "admin");
+  const account = !!S.csrf;
+  for (const panel of ["profile", "sessions", "tokens"]) {
+    document.querySelector(`#menu [data-panel="${panel}"]`).parentElement.classList.toggle("hidden", !account);
+  }
+}
+
+/// An avatar for a profile: its photo when it has one, else initials on a colour.
+function profileAvatar(profile, className = "avatar") {
+  if (!profile || !profile.avatar) return avatar(profile ? profile.name : "?", className);
+  const node = el("span", className + " pic");
+  node.setAttribute("aria-hidden", "true");
+  const img = el("img");
+  img.alt = "";
+  img.src = mediaURL(profile.avatar);
+  node.append(img);
+  return node;
+}
+
+/// People with accounts (GET /v1/users), for display names and for choosing members.
+async function loadPeople() {
+  try {
+    const answer = await api("/v1/users");
+    S.people = new Map(answer.users.map((u) => [u.name, u]));
+  } catch {
+    return;   // a server without accounts, or a token without one: names stay as they are
+  }
+  const list = $("peoplelist");
+  list.replaceChildren(...[...S.people.values()].map((u) => {
+    const option = el("option");
+    option.value = u.name;
+    if (u.displayName) option.label = `${u.displayName} (${u.name})`;
+    return option;
+  }));
+  if (S.current) renderTimeline();
+}
+
+/// How a person is shown: their display name when they have one.
+function displayName(name) {
+  const person = S.people.get(name);
+  return person && person.displayName ? person.displayName : name;
+}
+
+async function signOut() {
+  closeAccountMenu();
+  if (S.csrf) {
+    try { await api("/v1/auth/signout", { method: "POST" }); } catch { /* the session may be gone already */ }
+  }
   sessionStorage.removeItem("circle.token");
   sessionStorage.removeItem("circle.current");
-  stopConnection();
-  location.reload();
-});
+  showSignIn("");
+}
+$("signout").addEventListener("click", signOut);
 
 // ---------------------------------------------------------------- connection
 
 function wsURL() {
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-  return `${scheme}//${location.host}/v1/ws?token=${encodeURIComponent(S.token)}`;
+  // Signed in by cookie, the browser sends the cookie (and Origin) with the upgrade.
+  return `${scheme}//${location.host}/v1/ws` + (S.token ? `?token=${encodeURIComponent(S.token)}` : "");
 }
 
 const CONN_TEXT = { idle: "", connecting: "Connecting…", connected: "Connected", reconnecting: "Reconnecting…", offline: "Offline" };
@@ -334,7 +607,7 @@ function connect() {
   clearTimeout(S.timer);
   clearInterval(S.countdown);
   S.timer = S.countdown = null;
-  if (!S.token) return;
+  if (!S.user) return;
   if (S.ws) { const old = S.ws; S.ws = null; old.close(1000); }
   setConn(S.attempt ? "reconnecting" : "connecting", S.attempt ? "Reconnecting…" : undefined);
   const ws = new WebSocket(wsURL(), "circle.v1");
@@ -368,7 +641,11 @@ function connect() {
     presenceLost();
     for (const [, r] of S.requests) r.reject(new Error("disconnected"));
     S.requests.clear();
-    if (!S.token) return;
+    if (!S.user) return;
+    // 4005: the session ended (signed out, everywhere or here) or the account was disabled.
+    if (event.code === 4005) {
+      return showSignIn("You were signed out" + (event.reason && event.reason !== "signed out" ? ` (${event.reason})` : "") + ".");
+    }
     if (event.code === 4001) return refreshToken();
     if (event.code === 4002 && opened) {
       // Closed for idling (no circle joined, so no keep-alive): connect again quietly.
@@ -378,9 +655,9 @@ function connect() {
     if (!opened) {
       // A refused upgrade looks like any failed connection to the page: ask over HTTP why.
       const verdict = await checkToken();
-      if (S.ws || !S.token) return;
+      if (S.ws || !S.user) return;
       if (verdict === "expired") return refreshToken();
-      if (verdict instanceof Error) return showSignIn("The server refused this token: " + verdict.message);
+      if (verdict instanceof Error) return showSignIn(S.csrf ? verdict.message : "The server refused this token: " + verdict.message);
     }
     scheduleReconnect(event.code);
   });
@@ -393,6 +670,7 @@ async function checkToken() {
     return "ok";
   } catch (error) {
     if (error instanceof APIError && error.status === 401) return error.code === "token_expired" ? "expired" : error;
+    if (error instanceof APIError && error.code === "account_disabled") return error;
     return "unreachable";
   }
 }
@@ -415,10 +693,10 @@ function scheduleReconnect(code) {
 }
 
 async function refreshToken() {
-  if (S.dev && S.user) {
+  if (S.dev && S.user && S.token) {
     try {
       S.token = await devToken(S.user);
-      sessionStorage.setItem("circle.token", S.token);
+      if (S.keepToken) sessionStorage.setItem("circle.token", S.token);
       S.attempt = 0;
       connect();
       return;
@@ -428,7 +706,7 @@ async function refreshToken() {
 }
 
 function reconnectNow() {
-  if (S.token && S.user && !S.connected && !(S.ws && S.ws.readyState === WebSocket.CONNECTING)) {
+  if (S.user && !S.connected && !(S.ws && S.ws.readyState === WebSocket.CONNECTING)) {
     S.attempt = 0;
     connect();
   }
@@ -787,11 +1065,24 @@ function stopTyping(circle, user) {
 function renderCircles() {
   const ul = $("circles");
   const items = [];
+  // Each circle keeps its element across redraws (the list is drawn again on every `circles`
+  // answer): the focus stays on its button, and a click is never lost to a replaced element.
+  const existing = new Map([...ul.children].map((li) => [li.dataset.name, li]));
   for (const c of S.circles) {
-    const li = el("li");
-    li.dataset.name = c.name;
-    const button = el("button", "circle-link");
-    button.type = "button";
+    let li = existing.get(c.name);
+    let button = li && li.firstElementChild;
+    if (!li || !button) {
+      li = el("li");
+      li.dataset.name = c.name;
+      button = el("button");
+      button.type = "button";
+      button.addEventListener("click", () => openCircle(li.dataset.name));
+      li.append(button);
+    }
+    button.className = "circle-link";
+    button.removeAttribute("aria-current");
+    button.removeAttribute("title");
+    button.replaceChildren();
     if (c.name === S.current) {
       button.classList.add("active");
       button.setAttribute("aria-current", "page");
@@ -809,11 +1100,9 @@ function renderCircles() {
       badge.setAttribute("aria-label", unread >= 1000 ? "1000 or more unread" : `${unread} unread`);
       button.append(badge);
     }
-    button.addEventListener("click", () => openCircle(c.name));
-    li.append(button);
     items.push(li);
   }
-  ul.replaceChildren(...items);
+  if (items.length !== ul.children.length || items.some((li, i) => ul.children[i] !== li)) ul.replaceChildren(...items);
   $("nocircles").classList.toggle("hidden", S.circles.length > 0);
   // The open circle counts too while its newest posts are not seen (tab in the background).
   const total = S.circles.reduce((sum, c) => sum + (c.unread || 0), 0);
@@ -835,7 +1124,7 @@ async function loadCircles() {
     S.circles = (await api("/v1/circles")).circles;
     renderCircles();
   } catch (error) {
-    if (error instanceof APIError && error.status === 401) showSignIn("The server refused this token: " + error.message);
+    if (error instanceof APIError && error.status === 401 && S.token) showSignIn("The server refused this token: " + error.message);
   }
 }
 
@@ -909,7 +1198,8 @@ async function openCircle(name) {
   const info = S.circles.find((c) => c.name === name);
   $("title").textContent = (info && info.private ? "" : "# ") + name;
   if (info && info.private) $("title").prepend(lockIcon());
-  $("subtitle").textContent = info ? `${info.private ? "Private circle: members only" : "Public circle"} · started by ${info.owner}` : "";
+  $("subtitle").textContent = info ? `${info.private ? "Private circle: members only" : "Public circle"} · started by ${displayName(info.owner)}` : "";
+  $("membersbtn").classList.remove("hidden");
   $("welcome").classList.add("hidden");
   $("main").classList.remove("no-circle");
   for (const id of ["text", "attach", "photo"]) $(id).disabled = false;
@@ -1024,7 +1314,7 @@ async function loadOlder(name, initial) {
   } catch (error) {
     d.loading = false;
     if (name === S.current) showOlder("Could not load posts: " + error.message);
-    if (error instanceof APIError && error.status === 401) showSignIn("The server refused this token: " + error.message);
+    if (error instanceof APIError && error.status === 401 && S.token) showSignIn("The server refused this token: " + error.message);
   }
 }
 
@@ -1104,7 +1394,7 @@ function postNode(p, status) {
   const signature = [status, p.seq || "", postTime(p), p.attachment || "", p.reason || "", p.progress || "", p.rev || 0,
     p.deleted ? "D" : "", p.text || "", p.edited || "", reactionsSignature(p),
     p.replyTo ? p.replyTo + ":" + (quoted ? (quoted.author + snippet(quoted)) : "") : "",
-    editing ? "E" : "", S.confirming === key ? "C" : "", S.menu === key ? "M" : ""].join("|");
+    editing ? "E" : "", S.confirming === key ? "C" : "", S.menu === key ? "M" : "", personSignature(p.author || S.user)].join("|");
   if (node && node.dataset.signature === signature) return node;
   const photo = node && node.photo && (p.attachment || p.preview) ? node.photo : null;
   if (!node) {
@@ -1125,10 +1415,12 @@ function postNode(p, status) {
   node.classList.toggle("menu-open", S.menu === key);
 
   const gutter = el("div", "gutter");
-  gutter.append(avatar(p.author || S.user), timeNode(postTime(p), "side-time"));
+  gutter.append(personAvatar(p.author || S.user), timeNode(postTime(p), "side-time"));
   const content = el("div", "content");
   const head = el("div", "head");
-  head.append(el("span", "author", p.author || S.user), timeNode(postTime(p), "time"));
+  const author = el("span", "author", displayName(p.author || S.user));
+  if (author.textContent !== (p.author || S.user)) author.title = p.author || S.user;
+  head.append(author, timeNode(postTime(p), "time"));
   content.append(head);
   if (p.replyTo && !p.deleted) content.append(quoteNode(p, quoted));
   if (p.deleted) {
@@ -1167,7 +1459,7 @@ function quoteNode(p, quoted) {
   const quote = el("button", "quote");
   quote.type = "button";
   quote.dataset.target = String(p.replyTo);
-  if (quoted) quote.append(el("span", "quote-author", quoted.author));
+  if (quoted) quote.append(el("span", "quote-author", displayName(quoted.author)));
   quote.append(el("span", "quote-text", snippet(quoted)));
   quote.setAttribute("aria-label", `In reply to ${quoted ? quoted.author + ": " : ""}${snippet(quoted)}. Show that post.`);
   quote.addEventListener("click", () => scrollToPost(p.circle, p.replyTo));
@@ -1473,7 +1765,7 @@ $("list").addEventListener("keydown", (event) => {
 });
 
 function renderTyping() {
-  const users = S.current && S.typing.has(S.current) ? [...S.typing.get(S.current).keys()] : [];
+  const users = S.current && S.typing.has(S.current) ? [...S.typing.get(S.current).keys()].map(displayName) : [];
   const typing = $("typing");
   typing.replaceChildren();
   if (!users.length) return;
@@ -1666,7 +1958,7 @@ function upload(post) {
   renderTimeline();
   const xhr = new XMLHttpRequest();
   xhr.open("POST", "/v1/media");
-  xhr.setRequestHeader("Authorization", "Bearer " + S.token);
+  for (const [name, value] of Object.entries(authHeaders("POST"))) xhr.setRequestHeader(name, value);
   xhr.setRequestHeader("Content-Type", post.file.type || "application/octet-stream");
   xhr.upload.addEventListener("progress", (event) => {
     if (!event.lengthComputable) return;
@@ -1814,7 +2106,7 @@ function setReply(p) {
   const bar = $("replybar");
   bar.classList.toggle("hidden", !p);
   if (p) {
-    $("replyauthor").textContent = p.author;
+    $("replyauthor").textContent = displayName(p.author);
     $("replytext").textContent = snippet(p);
     composer.focus();
   }
@@ -1840,6 +2132,559 @@ async function scrollToPost(circle, seq) {
   node.classList.add("flash");
   setTimeout(() => node.classList.remove("flash"), 1600);
 }
+
+// ---------------------------------------------------------------- people, account menu, panels
+
+function personAvatar(name) {
+  return profileAvatar(S.people.get(name) || { name });
+}
+
+/// What of a person a drawn post shows: redrawn when their display name or photo changes.
+function personSignature(name) {
+  const person = S.people.get(name);
+  return person ? (person.displayName || "") + "/" + (person.avatar || "") : "";
+}
+
+function button(text, className, onClick) {
+  const node = el("button", className, text);
+  node.type = "button";
+  if (onClick) node.addEventListener("click", onClick);
+  return node;
+}
+
+/// A labelled field: {row, input}.
+function field(label, input, hint) {
+  const id = "f" + (++S.counter);
+  input.id = id;
+  const row = el("div", "field");
+  const caption = el("label", undefined, label);
+  caption.htmlFor = id;
+  if (hint) caption.append(" ", el("span", "hint", hint));
+  row.append(caption, input);
+  return { row, input };
+}
+
+function input(type = "text", attributes = {}) {
+  const node = el("input");
+  node.type = type;
+  for (const [name, value] of Object.entries(attributes)) node.setAttribute(name, value);
+  return node;
+}
+
+function errorLine() {
+  const node = el("p", "form-error");
+  node.setAttribute("role", "alert");
+  return node;
+}
+
+function statusLine() {
+  const node = el("p", "hint");
+  node.setAttribute("role", "status");
+  return node;
+}
+
+function when(ms) {
+  return ms ? fullFormat.format(ms) : "never";
+}
+
+/// Copies `text`, saying so on `button`.
+async function copyText(text, source, control) {
+  let done = false;
+  try { await navigator.clipboard.writeText(text); done = true; } catch { /* not allowed here */ }
+  if (!done && source) {
+    source.select();
+    try { done = document.execCommand("copy"); } catch { done = false; }
+  }
+  const before = control.textContent;
+  control.textContent = done ? "Copied" : "Select and copy it";
+  setTimeout(() => { control.textContent = before; }, 2000);
+}
+
+/// A read-only field with a secret or a link, and its Copy button.
+function copyRow(label, value, className) {
+  const box = input("text", { readonly: "", spellcheck: "false" });
+  box.value = value;
+  box.className = className || "";
+  const { row } = field(label, box);
+  const copy = button("Copy", "", () => copyText(value, box, copy));
+  const line = el("div", "copy-row");
+  line.append(box, copy);
+  row.append(line);
+  box.addEventListener("focus", () => box.select());
+  return row;
+}
+
+// The account menu under the signed-in person's avatar.
+function openAccountMenu() {
+  const menu = $("menu");
+  menu.classList.remove("hidden");
+  $("mebtn").setAttribute("aria-expanded", "true");
+  const rect = $("mebtn").getBoundingClientRect();
+  menu.style.left = Math.max(8, rect.left) + "px";
+  menu.style.bottom = Math.max(8, window.innerHeight - rect.top + 6) + "px";
+  menuItems()[0].focus();
+}
+
+function closeAccountMenu(focusButton) {
+  if ($("menu").classList.contains("hidden")) return;
+  $("menu").classList.add("hidden");
+  $("mebtn").setAttribute("aria-expanded", "false");
+  if (focusButton) $("mebtn").focus();
+}
+
+function menuItems() {
+  return [...$("menu").querySelectorAll("li:not(.hidden) button")];
+}
+
+$("mebtn").addEventListener("click", (event) => {
+  event.stopPropagation();
+  if ($("menu").classList.contains("hidden")) openAccountMenu(); else closeAccountMenu(true);
+});
+$("menu").addEventListener("keydown", (event) => {
+  const items = menuItems();
+  const at = items.indexOf(document.activeElement);
+  if (event.key === "Escape") { event.preventDefault(); closeAccountMenu(true); }
+  else if (event.key === "ArrowDown") { event.preventDefault(); items[(at + 1) % items.length].focus(); }
+  else if (event.key === "ArrowUp") { event.preventDefault(); items[(at - 1 + items.length) % items.length].focus(); }
+  else if (event.key === "Tab") closeAccountMenu(false);
+});
+$("menu").addEventListener("click", (event) => {
+  const item = event.target.closest("button[data-panel]");
+  if (!item) return;
+  closeAccountMenu(true);   // the panel gives the focus back to the account button
+  const panel = item.dataset.panel;
+  if (panel === "signout") signOut();
+  else if (panel === "profile") openProfile();
+  else if (panel === "sessions") openSessions();
+  else if (panel === "tokens") openTokens();
+  else if (panel === "admin") openAdmin();
+});
+document.addEventListener("click", (event) => {
+  if (!$("menu").contains(event.target) && event.target !== $("mebtn")) closeAccountMenu(false);
+});
+
+// The panel: one at a time over the page, Esc or × closes it and focus goes back where it was.
+let sheetReturn = null;
+function openSheet(title, name, ...content) {
+  const sheet = $("sheet");
+  if (sheet.classList.contains("hidden")) sheetReturn = document.activeElement;
+  sheet.dataset.panel = name;
+  $("sheettitle").textContent = title;
+  $("sheetbody").replaceChildren(...content);
+  sheet.classList.remove("hidden");
+  const first = $("sheetbody").querySelector("input, select, button, textarea");
+  (first || $("sheetclose")).focus();
+}
+
+function closeSheet() {
+  const sheet = $("sheet");
+  if (sheet.classList.contains("hidden")) return;
+  sheet.classList.add("hidden");
+  delete sheet.dataset.panel;
+  $("sheetbody").replaceChildren();
+  const back = sheetReturn;
+  sheetReturn = null;
+  if (back && document.contains(back) && !$("app").classList.contains("hidden")) back.focus();
+}
+$("sheetclose").addEventListener("click", closeSheet);
+$("sheet").addEventListener("click", (event) => { if (event.target === $("sheet")) closeSheet(); });
+$("sheet").addEventListener("keydown", (event) => {
+  if (event.key === "Escape") { event.preventDefault(); closeSheet(); return; }
+  if (event.key !== "Tab") return;
+  // Keeps Tab inside the panel.
+  const focusable = [...$("sheet").querySelectorAll("button, input, select, textarea, a[href]")].filter((n) => !n.disabled && n.offsetParent !== null);
+  if (!focusable.length) return;
+  const first = focusable[0], last = focusable[focusable.length - 1];
+  if (event.shiftKey && document.activeElement === first) { event.preventDefault(); last.focus(); }
+  else if (!event.shiftKey && document.activeElement === last) { event.preventDefault(); first.focus(); }
+});
+
+function section(title, ...content) {
+  const node = el("section", "sheet-section");
+  node.append(el("h3", undefined, title), ...content);
+  return node;
+}
+
+function smallForm(onSubmit, ...content) {
+  const form = el("form", "sheet-form");
+  form.noValidate = true;
+  form.append(...content);
+  form.addEventListener("submit", (event) => { event.preventDefault(); onSubmit(); });
+  return form;
+}
+
+// ---- profile
+
+function openProfile() {
+  const profile = S.profile;
+  const display = field("Display name", input("text", { maxlength: "64", autocomplete: "name" }), "(shown instead of your name)");
+  display.input.value = profile.displayName || "";
+  const displayError = errorLine(), displayDone = statusLine();
+  const save = el("button", "primary", "Save");
+  save.type = "submit";
+  const names = smallForm(async () => {
+    displayError.textContent = displayDone.textContent = "";
+    try {
+      setProfile(await api("/v1/profile", { method: "PATCH", body: JSON.stringify({ displayName: display.input.value.trim() }) }));
+      displayDone.textContent = "Saved.";
+    } catch (error) { displayError.textContent = error.message; }
+  }, el("p", "hint", "You sign in as " + profile.name + "."), display.row, save, displayDone, displayError);
+
+  const face = profileAvatar(profile, "avatar large");
+  const file = input("file", { accept: "image/jpeg,image/png,image/gif,image/webp" });
+  file.className = "visually-hidden";
+  file.tabIndex = -1;
+  const photoError = errorLine(), photoDone = statusLine();
+  const choose = button("Choose a photo…", "", () => file.click());
+  const remove = button("Remove the photo", "", async () => {
+    photoError.textContent = photoDone.textContent = "";
+    try {
+      setProfile(await api("/v1/profile", { method: "PATCH", body: JSON.stringify({ avatar: "" }) }));
+      openProfile();
+    } catch (error) { photoError.textContent = error.message; }
+  });
+  remove.classList.toggle("hidden", !profile.avatar);
+  file.addEventListener("change", async () => {
+    const chosen = file.files[0];
+    file.value = "";
+    if (!chosen) return;
+    photoError.textContent = "";
+    photoDone.textContent = "Uploading…";
+    try {
+      const media = await uploadFile(chosen);
+      setProfile(await api("/v1/profile", { method: "PATCH", body: JSON.stringify({ avatar: media.id }) }));
+      openProfile();
+    } catch (error) {
+      photoDone.textContent = "";
+      photoError.textContent = error.message;
+    }
+  });
+  const photoRow = el("div", "photo-row");
+  photoRow.append(face, choose, remove, file);
+
+  const current = field("Current password", input("password", { autocomplete: "current-password" }));
+  const fresh = field("New password", input("password", { autocomplete: "new-password" }));
+  const again = field("New password again", input("password", { autocomplete: "new-password" }));
+  const passError = errorLine(), passDone = statusLine();
+  const change = el("button", "primary", "Change the password");
+  change.type = "submit";
+  const password = smallForm(async () => {
+    passError.textContent = passDone.textContent = "";
+    const mismatch = passwordMismatch(fresh.input.value, again.input.value);
+    if (mismatch) { passError.textContent = mismatch; fresh.input.focus(); return; }
+    try {
+      await api("/v1/auth/password", { method: "POST", body: JSON.stringify({ current: current.input.value, new: fresh.input.value }) });
+      for (const f of [current, fresh, again]) f.input.value = "";
+      passDone.textContent = "The password is changed.";
+    } catch (error) { passError.textContent = error.message; }
+  }, current.row, fresh.row, again.row, change, passDone, passError);
+
+  openSheet("Profile", "profile", section("Name", names), section("Photo", photoRow, photoDone, photoError), section("Password", password));
+}
+
+function setProfile(profile) {
+  S.profile = profile;
+  S.people.set(profile.name, profile);
+  showMe();
+  if (S.current) renderTimeline();
+}
+
+/// Uploads a file (POST /v1/media): the media object.
+async function uploadFile(file) {
+  const response = await fetch("/v1/media", {
+    method: "POST",
+    headers: { ...authHeaders("POST"), "Content-Type": file.type || "application/octet-stream" },
+    body: file,
+  });
+  const body = await response.json().catch(() => ({}));
+  if (!response.ok) throw new APIError(response.status, body.error ? body.error.code : "", body.error ? body.error.message : "the upload failed (" + response.status + ")");
+  return body;
+}
+
+// ---- sessions and personal tokens
+
+const KIND_TEXT = { page: "Browser", device: "App", personal: "Personal token" };
+
+function sessionItem(session, onEnd, endText) {
+  const item = el("li", "row-item");
+  item.dataset.id = session.id;
+  const text = el("div", "row-text");
+  const title = el("strong", undefined, session.label || KIND_TEXT[session.kind] || session.kind);
+  text.append(title);
+  if (session.current) text.append(" ", el("span", "tag", "this browser"));
+  text.append(el("span", "hint", `${KIND_TEXT[session.kind] || session.kind}${session.address ? " · " + session.address : ""} · last used ${when(session.lastUsedAt)} · until ${when(session.expiresAt)}`));
+  item.append(text, button(endText, "danger", () => onEnd(session, item)));
+  return item;
+}
+
+async function openSessions() {
+  const list = el("ul", "rows");
+  const error = errorLine();
+  const everywhere = button("Sign out everywhere", "danger", () => {
+    confirmInline(everywhere, "Sign out of every browser and app (personal tokens stay)?", "Sign out everywhere", async () => {
+      try {
+        await api("/v1/auth/signout-everywhere", { method: "POST" });
+        showSignIn("You signed out everywhere.");
+      } catch (failure) { error.textContent = failure.message; }
+    });
+  });
+  openSheet("Sessions", "sessions", el("p", "hint", "Where you are signed in. Signing a session out closes its connections at once."), list, error, everywhere);
+  try {
+    const { sessions } = await api("/v1/auth/sessions");
+    list.replaceChildren(...sessions.filter((s) => s.kind !== "personal").map((session) => sessionItem(session, async (ended, item) => {
+      if (ended.current) return signOut();
+      try {
+        await api("/v1/auth/sessions/" + encodeURIComponent(ended.id), { method: "DELETE" });
+        item.remove();
+      } catch (failure) { error.textContent = failure.message; }
+    }, session.current ? "Sign out" : "Sign it out")));
+  } catch (failure) { error.textContent = failure.message; }
+}
+
+/// Asks "Sure?" next to `anchor` (a button), replacing it until answered.
+function confirmInline(anchor, question, yes, action) {
+  const box = el("div", "confirm-inline");
+  box.setAttribute("role", "group");
+  box.append(el("span", undefined, question));
+  const ok = button(yes, "danger", async () => { box.replaceWith(anchor); await action(); });
+  const cancel = button("Cancel", "", () => { box.replaceWith(anchor); anchor.focus(); });
+  box.addEventListener("keydown", (event) => { if (event.key === "Escape") { event.stopPropagation(); cancel.click(); } });
+  box.append(ok, cancel);
+  anchor.replaceWith(box);
+  cancel.focus();
+}
+
+async function openTokens() {
+  const name = field("Name", input("text", { maxlength: "60", placeholder: "deploy script" }), "(what it is for)");
+  const days = field("Valid for (days)", input("number", { min: "1", max: "365", value: "90" }));
+  const error = errorLine();
+  const shown = el("div", "token-shown");
+  const list = el("ul", "rows");
+  const create = el("button", "primary", "Create a token");
+  create.type = "submit";
+  const form = smallForm(async () => {
+    error.textContent = "";
+    shown.replaceChildren();
+    const label = name.input.value.trim();
+    if (!label) { error.textContent = "Give the token a name."; name.input.focus(); return; }
+    try {
+      const made = await api("/v1/auth/tokens", { method: "POST", body: JSON.stringify({ name: label, days: Number(days.input.value) || 90 }) });
+      name.input.value = "";
+      shown.append(copyRow("Your new token (shown only now: copy it)", made.token, "token-value"));
+      shown.querySelector("input").focus();
+      await fillTokens(list, error);
+    } catch (failure) { error.textContent = failure.message; }
+  }, name.row, days.row, create, error);
+  openSheet("Personal tokens", "tokens",
+    el("p", "hint", "A personal token lets a script or the circle tool act as you: send it as Authorization: Bearer …"),
+    form, shown, section("Your tokens", list));
+  await fillTokens(list, error);
+}
+
+async function fillTokens(list, error) {
+  try {
+    const { sessions } = await api("/v1/auth/sessions");
+    const tokens = sessions.filter((s) => s.kind === "personal");
+    list.replaceChildren(...tokens.map((session) => sessionItem(session, async (ended, item) => {
+      try {
+        await api("/v1/auth/sessions/" + encodeURIComponent(ended.id), { method: "DELETE" });
+        item.remove();
+      } catch (failure) { error.textContent = failure.message; }
+    }, "Revoke")));
+    if (!tokens.length) list.append(el("li", "hint", "No personal tokens."));
+  } catch (failure) { error.textContent = failure.message; }
+}
+
+// ---- admin
+
+async function openAdmin() {
+  const users = el("ul", "rows");
+  const invites = el("ul", "rows");
+  const error = errorLine();
+  const hours = field("Valid for (hours)", input("number", { min: "1", max: "720", value: "168" }));
+  const uses = field("Uses", input("number", { min: "1", max: "1000", value: "1" }));
+  const circles = el("fieldset", "circle-choice");
+  circles.append(el("legend", undefined, "Joins the circles"));
+  for (const c of S.circles) {
+    const label = el("label", "check");
+    const box = input("checkbox");
+    box.value = c.name;
+    label.append(box, " " + (c.private ? "🔒 " : "#") + c.name);
+    circles.append(label);
+  }
+  if (!S.circles.length) circles.append(el("p", "hint", "No circles yet."));
+  const made = el("div", "invite-made");
+  const inviteError = errorLine();
+  const create = el("button", "primary", "Create an invite");
+  create.type = "submit";
+  const form = smallForm(async () => {
+    inviteError.textContent = "";
+    made.replaceChildren();
+    const chosen = [...circles.querySelectorAll("input:checked")].map((b) => b.value);
+    try {
+      const invite = await api("/v1/admin/invites", { method: "POST", body: JSON.stringify({ hours: Number(hours.input.value) || 168, uses: Number(uses.input.value) || 1, circles: chosen }) });
+      made.append(copyRow("The invite link (shown only now)", invite.url, "invite-url"));
+      made.querySelector("input").focus();
+      await fillInvites(invites, inviteError);
+    } catch (failure) { inviteError.textContent = failure.message; }
+  }, hours.row, uses.row, circles, create, inviteError);
+  openSheet("Admin", "admin", section("People", users, error), section("Invite someone", form, made), section("Invites", invites));
+  await Promise.all([fillUsers(users, error), fillInvites(invites, inviteError)]);
+}
+
+async function fillUsers(list, error) {
+  try {
+    const { users } = await api("/v1/admin/users");
+    list.replaceChildren(...users.map((user) => userItem(user, list, error)));
+  } catch (failure) { error.textContent = failure.message; }
+}
+
+function userItem(user, list, error) {
+  const item = el("li", "row-item");
+  item.dataset.user = user.name;
+  item.dataset.status = user.status;
+  const text = el("div", "row-text");
+  text.append(el("strong", undefined, user.displayName || user.name));
+  if (user.displayName) text.append(" ", el("span", "hint", user.name));
+  if (user.status !== "active") text.append(" ", el("span", "tag bad", user.status));
+  text.append(el("span", "hint", `joined ${when(user.createdAt)} · last seen ${when(user.lastSeenAt)}`));
+  const role = el("select", "role");
+  role.setAttribute("aria-label", "Role of " + user.name);
+  for (const value of ["member", "admin", "bot"]) {
+    const option = el("option", undefined, value);
+    option.value = value;
+    role.append(option);
+  }
+  role.value = user.role;
+  const self = user.name === S.user;
+  role.disabled = self;
+  const change = async (body) => {
+    error.textContent = "";
+    try {
+      const updated = await api("/v1/admin/users/" + encodeURIComponent(user.name), { method: "PATCH", body: JSON.stringify(body) });
+      const fresh = userItem(updated, list, error);
+      item.replaceWith(fresh);
+      fresh.querySelector("select").focus();
+    } catch (failure) {
+      error.textContent = failure.message;
+      role.value = user.role;
+    }
+  };
+  role.addEventListener("change", () => change({ role: role.value }));
+  const actions = el("div", "row-actions");
+  actions.append(role);
+  if (!self) {
+    if (user.status === "active") {
+      const deactivate = button("Deactivate", "", () => confirmInline(deactivate, `Deactivate ${user.name}? They are signed out everywhere.`, "Deactivate", () => change({ status: "deactivated" })));
+      const ban = button("Ban", "danger", () => confirmInline(ban, `Ban ${user.name}? They are signed out everywhere.`, "Ban", () => change({ status: "banned" })));
+      deactivate.setAttribute("aria-label", "Deactivate " + user.name);
+      ban.setAttribute("aria-label", "Ban " + user.name);
+      actions.append(deactivate, ban);
+    } else {
+      const reactivate = button("Reactivate", "", () => confirmInline(reactivate, `Let ${user.name} sign in again?`, "Reactivate", () => change({ status: "active" })));
+      reactivate.setAttribute("aria-label", "Reactivate " + user.name);
+      actions.append(reactivate);
+    }
+  }
+  item.append(text, actions);
+  return item;
+}
+
+async function fillInvites(list, error) {
+  try {
+    const { invites } = await api("/v1/admin/invites");
+    const now = Date.now();
+    list.replaceChildren(...invites.map((invite) => {
+      const item = el("li", "row-item");
+      item.dataset.id = invite.id;
+      const text = el("div", "row-text");
+      const state = invite.revoked ? "revoked" : invite.expiresAt <= now ? "expired" : invite.uses >= invite.maxUses ? "used up" : "open";
+      text.append(el("strong", undefined, `Invite ${invite.id}`), " ", el("span", "tag" + (state === "open" ? "" : " bad"), state));
+      const joins = invite.circles.length ? " · joins " + invite.circles.map((c) => "#" + c).join(", ") : "";
+      text.append(el("span", "hint", `by ${invite.createdBy} · used ${invite.uses} of ${invite.maxUses} · until ${when(invite.expiresAt)}${joins}`));
+      item.append(text);
+      if (state === "open") {
+        const revoke = button("Revoke", "danger", () => confirmInline(revoke, "Revoke this invite?", "Revoke", async () => {
+          try {
+            await api("/v1/admin/invites/" + encodeURIComponent(invite.id), { method: "DELETE" });
+            await fillInvites(list, error);
+          } catch (failure) { error.textContent = failure.message; }
+        }));
+        item.append(revoke);
+      }
+      return item;
+    }));
+    if (!invites.length) list.append(el("li", "hint", "No invites yet."));
+  } catch (failure) { error.textContent = failure.message; }
+}
+
+// ---- a circle's members
+
+function mayManage(circle) {
+  const info = circleInfo(circle);
+  return !!info && (info.owner === S.user || (S.profile && S.profile.role === "admin"));
+}
+
+async function openMembers() {
+  const circle = S.current;
+  if (!circle) return;
+  const list = el("ul", "rows");
+  const error = errorLine();
+  const content = [el("p", "hint", circleInfo(circle) && circleInfo(circle).private
+    ? "Only members see this private circle." : "Anyone signed in may read this public circle; members are listed here."), list, error];
+  if (mayManage(circle)) {
+    const who = field("Add a person", input("text", { list: "peoplelist", autocomplete: "off", spellcheck: "false", placeholder: "name" }), "(people with an account)");
+    const add = el("button", "primary", "Add");
+    add.type = "submit";
+    content.push(smallForm(async () => {
+      error.textContent = "";
+      const typed = who.input.value.trim();
+      if (!typed) { who.input.focus(); return; }
+      // A display name typed instead of a name is taken when it names one person.
+      const byDisplay = [...S.people.values()].filter((p) => p.displayName && p.displayName.toLowerCase() === typed.toLowerCase());
+      const user = S.people.has(typed) || byDisplay.length !== 1 ? typed : byDisplay[0].name;
+      try {
+        const answer = await api(`/v1/circles/${encodeURIComponent(circle)}/members`, { method: "POST", body: JSON.stringify({ user }) });
+        who.input.value = "";
+        fillMembers(circle, list, answer.members, error);
+        who.input.focus();
+      } catch (failure) { error.textContent = failure.message; }
+    }, who.row, add));
+  }
+  openSheet("Members of #" + circle, "members", ...content);
+  await loadPeople();   // people who joined since the page loaded can be chosen too
+  try {
+    const answer = await api(`/v1/circles/${encodeURIComponent(circle)}/members`);
+    fillMembers(circle, list, answer.members, error);
+  } catch (failure) { error.textContent = failure.message; }
+}
+
+function fillMembers(circle, list, members, error) {
+  const info = circleInfo(circle);
+  list.replaceChildren(...members.map((name) => {
+    const item = el("li", "row-item");
+    item.dataset.user = name;
+    const text = el("div", "row-text");
+    const who = el("div", "who");
+    who.append(personAvatar(name), el("strong", undefined, displayName(name)));
+    if (displayName(name) !== name) who.append(" ", el("span", "hint", name));
+    if (info && info.owner === name) who.append(" ", el("span", "tag", "owner"));
+    text.append(who);
+    item.append(text);
+    if (info && info.owner !== name && (mayManage(circle) || name === S.user)) {
+      const remove = button(name === S.user ? "Leave" : "Remove", "danger", async () => {
+        try {
+          const answer = await api(`/v1/circles/${encodeURIComponent(circle)}/members/${encodeURIComponent(name)}`, { method: "DELETE" });
+          fillMembers(circle, list, answer.members, error);
+        } catch (failure) { error.textContent = failure.message; }
+      });
+      remove.setAttribute("aria-label", (name === S.user ? "Leave " : "Remove " + name + " from ") + "#" + circle);
+      item.append(remove);
+    }
+    return item;
+  }));
+}
+$("membersbtn").addEventListener("click", openMembers);
 
 // ---------------------------------------------------------------- photo viewer
 
@@ -1878,6 +2723,50 @@ $("back").addEventListener("click", () => {
 
 // ---------------------------------------------------------------- start
 
-loadConfig().then(() => {
-  if (S.token) signIn(S.token); else showSignIn("");
+/// Reads a #setup= or #invite= link once and takes it out of the address bar, so the secret
+/// does not stay in the history or on the screen.
+function takeFragment() {
+  const match = /^#(setup|invite)=([^&]+)/.exec(location.hash);
+  if (!match) return null;
+  history.replaceState(null, "", location.pathname + location.search);
+  return { kind: match[1], token: decodeURIComponent(match[2]) };
+}
+
+async function start() {
+  const link = takeFragment();
+  await loadConfig();
+  let state = null;
+  try {
+    const response = await fetch("/v1/auth/state");
+    if (response.ok) state = await response.json();
+  } catch { /* an older server, or none: the token sign-in still works */ }
+  S.setupRequired = !!(state && state.setupRequired);
+  if (link && link.kind === "setup") {
+    S.setupToken = link.token;
+    showCard("setupform");
+    $("setupname").focus();
+    return;
+  }
+  if (state && state.user && state.csrf) return enterWithSession(state);
+  if (link && link.kind === "invite") return showInvite(link.token);
+  // A development token of this tab (kept only on --dev servers); one left on another server
+  // is checked and refused the same way, then forgotten.
+  const kept = sessionStorage.getItem("circle.token");
+  if (kept) return signIn(kept, { keep: S.dev });
+  showSignIn("");
+}
+
+// A link opened in a tab already showing the page changes only the fragment: read it the same way.
+window.addEventListener("hashchange", () => {
+  const link = takeFragment();
+  if (!link || S.user) return;
+  if (link.kind === "setup") {
+    S.setupToken = link.token;
+    showCard("setupform");
+    $("setupname").focus();
+  } else {
+    showInvite(link.token);
+  }
 });
+
+start();
