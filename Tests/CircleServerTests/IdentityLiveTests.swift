@@ -267,6 +267,23 @@ struct IdentityLiveTests {
         #expect(try await server.http("GET", HTTPAPI.Path.circles, token: "circle_forged").status == 401)
     }
 
+    @Test("admins manage the members of any circle, private ones too, without reading them; members of a circle do not")
+    func adminsManageMembers() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        let admin = try await Self.serverWithAdmin(server)
+        defer { Task { await server.stop() } }
+        try await server.createCircle("secret", owner: "owner", isPrivate: true)
+        let cy = try await Self.signUp(server, invite: try await Self.invite(admin), name: "cy")
+        #expect(try await admin.call("POST", HTTPAPI.Path.members("secret"), #"{"user":"cy"}"#).status == 200)
+        #expect(try await admin.call("GET", HTTPAPI.Path.members("secret")).body.contains("cy"))
+        #expect(try await admin.call("GET", HTTPAPI.Path.messages("secret")).status == 403, "an admin manages, but does not read")
+        let refused = try await cy.call("POST", HTTPAPI.Path.members("secret"), #"{"user":"dee"}"#)
+        #expect(refused.status == 403 && refused.body.contains("owner (owner) or an admin"))
+        #expect(try await admin.call("DELETE", HTTPAPI.Path.member("cy", of: "secret")).status == 200)
+        #expect(try await cy.call("GET", HTTPAPI.Path.messages("secret")).status == 403)
+    }
+
     /// Reads until the server closes the connection; returns the close code.
     static func closeCode(of client: TestClient) async throws -> UInt16? {
         while try await client.next(timeout: .seconds(10)) != nil {}

@@ -123,13 +123,15 @@ struct CircleRoutes: Sendable {
             return try await self.messages(request, circle: info.name, viewer: try context.requireUser().name)
         }
         router.get(RouterPath(circle + "/members")) { _, context in
-            let info = try await self.visibleCircle(context)
+            let info = try await self.visibleCircle(context, managing: true)
             return Response.json(.ok, HTTPAPI.MemberList(members: try await store.members(of: info.name)))
         }
         router.post(RouterPath(circle + "/members")) { request, context in
-            let info = try await self.visibleCircle(context)
+            let info = try await self.visibleCircle(context, managing: true)
             let user = try context.requireUser().name
-            guard info.owner == user else { throw APIError(.forbidden, .forbidden, "only the owner (\(info.owner)) adds members") }
+            guard try await self.managesMembers(of: info, user: user) else {
+                throw APIError(.forbidden, .forbidden, "only the owner (\(info.owner)) or an admin adds members")
+            }
             var request = request
             let body = try await request.jsonBody()
             let add = try body.decodeJSON(HTTPAPI.AddMember.self, send: #"{"user": "name"}"#)
@@ -140,14 +142,15 @@ struct CircleRoutes: Sendable {
             return Response.json(.ok, HTTPAPI.MemberList(members: try await store.members(of: info.name)))
         }
         router.delete(RouterPath(circle + "/members/{user}")) { _, context in
-            let info = try await self.visibleCircle(context)
+            let info = try await self.visibleCircle(context, managing: true)
             let user = try context.requireUser().name
             let member = try context.pathParameter("user")
             guard TokenAuthority.isValidUserName(member) else {
                 throw APIError(.badRequest, .badRequest, "\"\(member)\" is not a valid user name")
             }
-            guard info.owner == user || member == user else {
-                throw APIError(.forbidden, .forbidden, "only the owner removes other members")
+            let allowed = member == user ? true : try await self.managesMembers(of: info, user: user)
+            guard allowed else {
+                throw APIError(.forbidden, .forbidden, "only the owner or an admin removes other members")
             }
             guard member != info.owner else {
                 throw APIError(.badRequest, .badRequest, "the owner stays a member of their circle")
@@ -158,14 +161,23 @@ struct CircleRoutes: Sendable {
         }
     }
 
+    /// Whether `user` may add and remove members of `circle`: its owner, or an admin.
+    private func managesMembers(of circle: CircleInfo, user: String) async throws -> Bool {
+        if circle.owner == user { return true }
+        guard let account = try await self.services.store.account(named: user) else { return false }
+        return account.role == .admin && account.status == .active
+    }
+
     /// The circle of the `{name}` in the path, if the user may see it: 404 when there is none,
     /// 403 when it is private and the user is not a member.
-    private func visibleCircle(_ context: some CircleRequestContext) async throws -> CircleInfo {
+    private func visibleCircle(_ context: some CircleRequestContext, managing: Bool = false) async throws -> CircleInfo {
         let name = try context.pathParameter("name")
         let user = try context.requireUser().name
         guard let info = try await self.services.store.circle(named: name) else {
             throw APIError(.notFound, .notFound, "no circle \"\(name)\"")
         }
+        // Admins manage the members of private circles they are not in (but do not read them).
+        if managing, info.isPrivate, try await self.managesMembers(of: info, user: user) { return info }
         if info.isPrivate, try await !self.services.store.isMember(user, of: name) {
             throw APIError(.forbidden, .forbidden, "\"\(name)\" is private and you are not a member")
         }
