@@ -333,7 +333,7 @@ struct ServeCommand: AsyncParsableCommand {
         let secure = tls != nil
         let announcerLogger = logger
         let announced = AnnounceWhenListening(server: server) { port in
-            self.printBanner(port: port, tls: secure)
+            self.printBanner(port: port, tls: secure, setupLink: server.setupLink)
             return try self.makeAnnouncer(port: port, tls: secure, logger: announcerLogger)
         }
         let group = ServiceGroup(
@@ -354,7 +354,7 @@ struct ServeCommand: AsyncParsableCommand {
         }
     }
 
-    private func printBanner(port: Int, tls: Bool) {
+    private func printBanner(port: Int, tls: Bool, setupLink: String?) {
         let scheme = tls ? "wss" : "ws"
         let httpScheme = tls ? "https" : "http"
         let shownHost = self.host.contains(":") ? "[\(self.host)]" : self.host
@@ -375,6 +375,16 @@ struct ServeCommand: AsyncParsableCommand {
 
             """
         )
+        if let setupLink {
+            // Whatever the log level: without it no one can sign in on a new server.
+            Console.err(
+                """
+                No account exists yet. Open this link to create the first admin (it works once, for an hour):
+                  \(setupLink)
+
+                """
+            )
+        }
     }
 
     /// How to run `circle` as this process was run: `swift run circle` from a checkout's
