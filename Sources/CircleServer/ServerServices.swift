@@ -10,7 +10,8 @@ final class ServerServices: Sendable {
     let hub: Hub
     let committer: PostCommitter
     let metrics: ServerMetrics
-    let authority: TokenAuthority
+    let verifier: TokenVerifier
+    var authority: TokenAuthority { self.verifier.authority }
     let logger: Logger
     let admission: ConnectionAdmission
     private let connectionsPerUser = NIOLockedValueBox([String: Int]())
@@ -23,7 +24,13 @@ final class ServerServices: Sendable {
         self.hub = Hub()
         let metrics = ServerMetrics()
         self.metrics = metrics
-        self.authority = authority
+        self.verifier = TokenVerifier(
+            authority: authority,
+            issuers: configuration.tokenIssuers,
+            settings: configuration.jwks,
+            allowPrivateOutbound: configuration.allowPrivateOutbound,
+            logger: logger
+        )
         self.logger = logger
         self.admission = ConnectionAdmission(
             maxTotal: configuration.limits.effectiveMaxPendingConnections,
@@ -41,7 +48,7 @@ final class ServerServices: Sendable {
             throw APIError.missingToken
         }
         do throws(TokenError) {
-            return try await self.authority.verify(token)
+            return try await self.verifier.verify(token)
         } catch {
             self.metrics.error(error.code.rawValue)
             self.logger.info(
