@@ -40,6 +40,9 @@ public struct CircleErrorCode: RawRepresentable, Hashable, Sendable, Codable, Cu
     public static let tooManyReactions = Self(rawValue: "too_many_reactions")
     /// `react` or `unreact` with an `emoji` that is not exactly one emoji.
     public static let invalidEmoji = Self(rawValue: "invalid_emoji")
+    /// `auth`: the new token is valid but names another user than the connection's (the
+    /// connection keeps its token; reconnect to change users).
+    public static let userMismatch = Self(rawValue: "user_mismatch")
     /// Something failed inside the server; the request may be retried.
     public static let internalError = Self(rawValue: "internal")
 
