@@ -62,10 +62,12 @@ func signedToken(_ claims: String) throws -> String {
 func withCanaryServer(
     _ limits: CircleServerConfiguration.Limits = .init(),
     echo: Bool = false,
+    configure: (inout CircleServerConfiguration) -> Void = { _ in },
     _ body: (TestServer, Canary) async throws -> Void
 ) async throws {
     let server = TestServer(limits: limits, echo: echo)
     defer { server.remove() }
+    configure(&server.configuration)
     try await server.start()
     let canary = try await Canary(server)
     try await body(server, canary)
