@@ -26,6 +26,17 @@ struct IssuerOptions: ParsableArguments {
     @Option(help: "A token naming an unknown kid refreshes its issuer's JWKS at most this often, e.g. 60s.")
     var jwksUnknownKeyInterval: String = "60s"
 
+    /// Checks the specs and durations before anything else runs (a usage error, 64).
+    func validate() throws {
+        var configuration = CircleServerConfiguration(tokenKeys: .hs256(secret: String(repeating: "x", count: TokenAuthority.minimumSecretLength)))
+        try self.apply(to: &configuration)
+        do {
+            try configuration.validateIssuers()
+        } catch {
+            throw ValidationError("\(error)")
+        }
+    }
+
     /// The issuers and JWKS settings, written into `configuration`.
     func apply(to configuration: inout CircleServerConfiguration) throws {
         let environment = ProcessInfo.processInfo.environment
@@ -70,6 +81,9 @@ struct IssuerOptions: ParsableArguments {
         guard let jwks, !jwks.isEmpty else { throw ValidationError("--jwt-issuer \(iss) needs jwks=URL or jwks=FILE") }
         guard !userClaim.isEmpty else { throw ValidationError("--jwt-issuer \(iss): user-claim must name a claim") }
         let lowered = jwks.lowercased()
+        if lowered.contains("://") && !(lowered.hasPrefix("https://") || lowered.hasPrefix("http://")) {
+            throw ValidationError("--jwt-issuer \(iss): jwks=\(jwks) is neither an https:// (or http://) URL nor a file path")
+        }
         let source: TokenIssuer.KeySource = lowered.hasPrefix("https://") || lowered.hasPrefix("http://") ? .url(jwks) : .file(jwks)
         return TokenIssuer(issuer: iss, audiences: audiences, keys: source, userClaim: userClaim, allowsPrivateAddresses: allowPrivate)
     }

@@ -149,7 +149,7 @@ package func formatNumber(_ value: Double) -> String {
 extension CircleServerConfiguration {
     /// The issuers: each with an `iss`, once, a user claim, and an `http(s)` JWKS URL or a file;
     /// the JWKS timings more than zero.
-    func validateIssuers() throws(InvalidSetting) {
+    public func validateIssuers() throws(InvalidSetting) {
         var seen: Set<String> = []
         for (index, issuer) in self.tokenIssuers.enumerated() {
             let setting = "tokenIssuers[\(index)]"
