@@ -1,5 +1,6 @@
 import CircleHTTPClient
 import Foundation
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import NIOPosix
@@ -57,25 +58,33 @@ package struct OutboundHTTP: Sendable {
         } catch {
             throw Failure("\(error)")
         }
+        // The exchange runs in a task of its own that the time limit cancels; the caller resumes
+        // at the limit even if part of the exchange cannot be cancelled (getaddrinfo on its
+        // thread), and that part ends on its own later.
         let timeout = self.timeout
-        let outcome: Result<Response, Failure> = await withTaskGroup(of: Result<Response, Failure>?.self) { group in
-            group.addTask {
+        let gate = NIOLockedValueBox<CheckedContinuation<Result<Response, Failure>, Never>?>(nil)
+        let timer = NIOLockedValueBox<Task<Void, Never>?>(nil)
+        let outcome = await withCheckedContinuation { (continuation: CheckedContinuation<Result<Response, Failure>, Never>) in
+            gate.withLockedValue { $0 = continuation }
+            let exchange = Task {
+                let result: Result<Response, Failure>
                 do throws(Failure) {
-                    return .success(try await self.exchange(target: target, uri: uri, headers: headers))
+                    result = .success(try await self.exchange(target: target, uri: uri, headers: headers))
                 } catch {
-                    return .failure(error)
+                    result = .failure(error)
                 }
+                gate.withLockedValue { $0.take() }?.resume(returning: result)
+                timer.withLockedValue { $0 }?.cancel()
             }
-            group.addTask {
+            let limit = Task {
                 try? await Task.sleep(for: timeout)
-                return Task.isCancelled ? nil : .failure(Failure("no answer from \(target.address) within \(timeout)"))
+                guard let waiting = gate.withLockedValue({ $0.take() }) else { return }
+                exchange.cancel()
+                waiting.resume(returning: .failure(Failure("no answer from \(target.address) within \(timeout)")))
             }
-            var first: Result<Response, Failure>?
-            while first == nil, let next = await group.next() {
-                first = next
-            }
-            group.cancelAll()
-            return first ?? .failure(Failure("the fetch was cancelled"))
+            timer.withLockedValue { $0 = limit }
+            // The exchange may have ended before the timer was stored.
+            if gate.withLockedValue({ $0 == nil }) { limit.cancel() }
         }
         return try outcome.get()
     }
