@@ -66,13 +66,17 @@ public struct TokenRenewalStateMachine: Sendable {
         self.policy = policy
     }
 
-    /// When the connection's token should be renewed, or `nil` when it has no readable `exp`.
+    /// When the connection's token should be renewed, or `nil` when it has no readable `exp`:
+    /// the earlier of ``TokenRenewalPolicy/lifetimeFraction`` of its lifetime and
+    /// ``TokenRenewalPolicy/lead`` before `exp`, but never before half its lifetime (a token
+    /// shorter than twice the lead is renewed at its middle, not at once).
     public func renewalTime(of token: String, now: Double) -> (expires: Double, renewAt: Double)? {
         guard let claims = Self.timeClaims(of: token) else { return nil }
         let issued = min(claims.issued ?? now, claims.expires)
-        let byFraction = issued + (claims.expires - issued) * self.policy.lifetimeFraction
+        let lifetime = claims.expires - issued
+        let byFraction = issued + lifetime * self.policy.lifetimeFraction
         let byLead = claims.expires - Self.seconds(self.policy.lead)
-        return (claims.expires, min(byFraction, byLead))
+        return (claims.expires, max(min(byFraction, byLead), issued + lifetime / 2))
     }
 
     /// A connection opened with `token`.
@@ -88,9 +92,14 @@ public struct TokenRenewalStateMachine: Sendable {
         return .fetchToken
     }
 
-    /// The provider gave a token: send it with `auth`.
+    /// The provider gave a token: send it with `auth`. A token that would itself be due for
+    /// renewal already (the provider handed back the same or an equally old token) counts as a
+    /// provider failure, so that a provider with a cache cannot make the client renew in a loop.
     public mutating func tokenFetched(_ token: String, now: Double) -> Action {
         guard case .fetching(let expires) = self.state else { return .none }
+        if let (newExpires, renewAt) = self.renewalTime(of: token, now: now), renewAt <= now || newExpires <= expires {
+            return self.tokenFetchFailed(now: now)
+        }
         self.state = .authenticating(expires: expires, token: token)
         return .sendAuth(token)
     }

@@ -19,7 +19,7 @@ private func token(exp: Double?, iat: Double? = nil) -> String {
 struct TokenRenewalStateMachineTests {
     let start = 1_800_000_000.0
 
-    @Test("renews at 80% of the lifetime or 60 s before exp, whichever is earlier")
+    @Test("renews at 80% of the lifetime or 60 s before exp, whichever is earlier, not before half the lifetime")
     func renewalTime() {
         let machine = TokenRenewalStateMachine()
         // One hour: 60 s before exp (3540 s) is later than 80% (2880 s): 80% wins.
@@ -28,6 +28,8 @@ struct TokenRenewalStateMachineTests {
         #expect(machine.renewalTime(of: token(exp: start + 120, iat: start), now: start)?.renewAt == start + 60)
         // No iat: the lifetime counts from now.
         #expect(machine.renewalTime(of: token(exp: start + 1000), now: start)?.renewAt == start + 800)
+        // Shorter than twice the lead: at half the lifetime, not at once.
+        #expect(machine.renewalTime(of: token(exp: start + 10, iat: start), now: start)?.renewAt == start + 5)
         #expect(machine.renewalTime(of: token(exp: nil), now: start) == nil)
         #expect(machine.renewalTime(of: "not a token", now: start) == nil)
     }
@@ -37,8 +39,9 @@ struct TokenRenewalStateMachineTests {
         var machine = TokenRenewalStateMachine(policy: .init(checkInterval: .seconds(15)))
         #expect(machine.connected(token: token(exp: start + 100, iat: start), now: start) == .scheduleTimer(after: .seconds(15)))
         #expect(machine.timerFired(now: start + 15) == .scheduleTimer(after: .seconds(15)))
-        #expect(machine.timerFired(now: start + 39.5) == .scheduleTimer(after: .milliseconds(500)))
-        #expect(machine.timerFired(now: start + 40) == .fetchToken)
+        // 80% is 80 s, 60 s before exp is 40 s, half the lifetime 50 s: at 50 s.
+        #expect(machine.timerFired(now: start + 49.5) == .scheduleTimer(after: .milliseconds(500)))
+        #expect(machine.timerFired(now: start + 50) == .fetchToken)
         #expect(machine.timerFired(now: start + 41) == .none, "a fetch is under way")
         let next = token(exp: start + 200, iat: start + 41)
         #expect(machine.tokenFetched(next, now: start + 41) == .sendAuth(next))
@@ -61,13 +64,25 @@ struct TokenRenewalStateMachineTests {
         #expect(machine.connected(token: token(exp: start + 30, iat: start - 600), now: start) == .fetchToken)
     }
 
+    @Test("a provider that hands back the same (or an equally old) token is retried later, not sent: no renewal loop")
+    func sameTokenAgain() {
+        var machine = TokenRenewalStateMachine(policy: .init(retryInterval: .seconds(10)))
+        let old = token(exp: start + 100, iat: start)
+        _ = machine.connected(token: old, now: start)
+        #expect(machine.timerFired(now: start + 50) == .fetchToken)
+        #expect(machine.tokenFetched(old, now: start + 50) == .scheduleTimer(after: .seconds(10)))
+        #expect(machine.timerFired(now: start + 60) == .fetchToken)
+        let fresh = token(exp: start + 200, iat: start + 60)
+        #expect(machine.tokenFetched(fresh, now: start + 60) == .sendAuth(fresh))
+    }
+
     @Test("a provider failure retries while the token is valid, then gives up (the server's 4001 reconnects)")
     func providerFailure() {
         var machine = TokenRenewalStateMachine(policy: .init(retryInterval: .seconds(10)))
         _ = machine.connected(token: token(exp: start + 100, iat: start), now: start)
-        #expect(machine.timerFired(now: start + 40) == .fetchToken)
-        #expect(machine.tokenFetchFailed(now: start + 40) == .scheduleTimer(after: .seconds(10)))
         #expect(machine.timerFired(now: start + 50) == .fetchToken)
+        #expect(machine.tokenFetchFailed(now: start + 50) == .scheduleTimer(after: .seconds(10)))
+        #expect(machine.timerFired(now: start + 60) == .fetchToken)
         #expect(machine.tokenFetchFailed(now: start + 95) == .none)
         #expect(machine.timerFired(now: start + 200) == .none)
     }
@@ -78,9 +93,10 @@ struct TokenRenewalStateMachineTests {
         #expect(machine.authAccepted(now: start) == .none)
         #expect(machine.tokenFetched("x", now: start) == .none)
         _ = machine.connected(token: token(exp: start + 100, iat: start), now: start)
-        #expect(machine.timerFired(now: start + 40) == .fetchToken)
-        #expect(machine.tokenFetched("new", now: start + 40) == .sendAuth("new"))
-        #expect(machine.authRefused(now: start + 40) == .reconnect)
+        #expect(machine.timerFired(now: start + 50) == .fetchToken)
+        let new = token(exp: start + 150, iat: start + 50)
+        #expect(machine.tokenFetched(new, now: start + 50) == .sendAuth(new))
+        #expect(machine.authRefused(now: start + 50) == .reconnect)
         #expect(machine.timerFired(now: start + 99) == .none)
         _ = machine.connected(token: token(exp: start + 100, iat: start), now: start)
         machine.disconnected()

@@ -87,8 +87,15 @@ final class TokenVerifier: Sendable {
         guard case .number(let expText)? = claims["exp"], let exp = Double(expText), exp.isFinite else {
             throw refuse("the token has no numeric expiry (\"exp\")")
         }
-        if case .number(let nbfText)? = claims["nbf"], let nbf = Double(nbfText), nbf > now.timeIntervalSince1970 + Self.clockSkew {
-            throw refuse("the token is not valid yet (\"nbf\")")
+        switch claims["nbf"] {
+        case nil:
+            break
+        case .number(let nbfText)?:
+            guard let nbf = Double(nbfText), nbf.isFinite, nbf <= now.timeIntervalSince1970 + Self.clockSkew else {
+                throw refuse("the token is not valid yet (\"nbf\")")
+            }
+        default:
+            throw refuse("the token's \"nbf\" is not a number")
         }
         guard case .string(let user)? = claims[issuer.userClaim], TokenAuthority.isValidUserName(user) else {
             throw refuse("the token's \"\(issuer.userClaim)\" is not a valid user name")
