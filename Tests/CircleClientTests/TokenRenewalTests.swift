@@ -114,7 +114,7 @@ struct TokenRenewalStateMachineTests {
 
 @Suite("Token renewal against a real server", .serialized, .timeLimit(.minutes(2)))
 struct TokenRenewalLiveClientTests {
-    @Test("2 s tokens renewed with auth on the open connection: three renewals, one connection, no 4001")
+    @Test("4 s tokens renewed with auth on the open connection: three renewals, one connection, no 4001")
     func renewsOnTheOpenConnection() async throws {
         let server = TestServer()
         defer { server.remove() }
@@ -125,7 +125,7 @@ struct TokenRenewalLiveClientTests {
                 servers: [server.wsURL],
                 tokenProvider: {
                     calls.withLockedValue { $0 += 1 }
-                    return try await server.token("dora", ttl: .seconds(2))
+                    return try await server.token("dora", ttl: .seconds(4))
                 },
                 reconnect: .init(base: .milliseconds(100), cap: .seconds(1)),
                 tokenRenewal: .init(lifetimeFraction: 0.5, lead: .seconds(1), checkInterval: .milliseconds(200))

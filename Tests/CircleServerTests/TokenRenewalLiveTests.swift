@@ -14,12 +14,11 @@ struct TokenRenewalLiveTests {
         defer { server.remove() }
         try await server.start()
         try await server.createCircle("renew", owner: "dora")
-        let short = try await server.token("dora", ttl: .seconds(2))
-        let renewed = try await TestClient(url: server.wsURL, token: short)
+        // The short token must outlive the setup (two upgrades and the auth) even on a loaded
+        // machine, so it is not shorter than 8 s; the test waits for its expiry as an event.
+        let short = try await server.token("dora", ttl: .seconds(8))
         let control = try await TestClient(url: server.wsURL, token: short)
-        let joined = try await renewed.request { .join("renew", id: $0) }
-        #expect(joined.ackSeq != nil, "\(joined)")
-
+        let renewed = try await TestClient(url: server.wsURL, token: short)
         let fresh = try await server.token("dora", ttl: .seconds(3600))
         let ack = try await renewed.request { .auth(token: fresh, id: $0) }
         guard case .ack(_, let seq, _, _) = ack else {
@@ -27,10 +26,12 @@ struct TokenRenewalLiveTests {
             return
         }
         #expect(seq == nil)
+        let joined = try await renewed.request { .join("renew", id: $0) }
+        #expect(joined.ackSeq != nil, "\(joined)")
 
-        // The control connection, which kept the 2 s token, ends at its expiry: an event, after
+        // The control connection, which kept the 8 s token, ends at its expiry: an event, after
         // which the renewed connection is past the old expiry too.
-        #expect(try await control.next(timeout: .seconds(20)) == nil)
+        #expect(try await control.next(timeout: .seconds(60)) == nil)
         #expect(await control.socket.closeInfo.code == WebSocketCloseCode(CircleCloseCode.tokenExpired))
 
         // Still open and still joined: a post from another member arrives, nothing was resent.
