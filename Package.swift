@@ -85,6 +85,7 @@ let package = Package(
             dependencies: [
                 "CircleWire",
                 "CircleSocket",
+                "CircleHTTPClient",
                 "CCircleHeap",
                 "CCircleCPU",
                 .product(name: "NIOCore", package: "swift-nio"),

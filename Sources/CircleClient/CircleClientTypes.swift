@@ -12,6 +12,8 @@ public struct CircleClientConfiguration: Sendable {
     public var tokenProvider: @Sendable () async throws -> String
     public var reconnect: ReconnectPolicy
     public var heartbeat: HeartbeatPolicy
+    /// When the token of an open connection is renewed with `auth` (docs/CLIENT.md).
+    public var tokenRenewal: TokenRenewalPolicy
     /// Time allowed for a reply to join, history, typing and leave while connected.
     public var requestTimeout: Duration
     /// Time a post may take, across reconnects, before it resolves as timed out.
@@ -40,6 +42,7 @@ public struct CircleClientConfiguration: Sendable {
         tokenProvider: @escaping @Sendable () async throws -> String,
         reconnect: ReconnectPolicy = .init(),
         heartbeat: HeartbeatPolicy = .init(),
+        tokenRenewal: TokenRenewalPolicy = .init(),
         requestTimeout: Duration = .seconds(10),
         postTimeout: Duration = .seconds(120),
         failFast: Bool = false,
@@ -52,6 +55,7 @@ public struct CircleClientConfiguration: Sendable {
     ) {
         self.servers = servers
         self.tokenProvider = tokenProvider
+        self.tokenRenewal = tokenRenewal
         self.reconnect = reconnect
         self.heartbeat = heartbeat
         self.requestTimeout = requestTimeout

@@ -46,6 +46,9 @@ actor ClientCore {
     private var logger: Logger
     private var machine: ConnectionStateMachine<ContinuousClock.Instant>
     private var heartbeat: HeartbeatStateMachine<ContinuousClock.Instant>
+    /// Renews the open connection's token before it expires (`auth`).
+    private var renewal: TokenRenewalStateMachine
+    private var renewalTask: Task<Void, Never>?
     private(set) var state: ConnectionState = .disconnected
     private var stateSubscribers: [UUID: AsyncStream<ConnectionState>.Continuation] = [:]
     private var outboxSubscribers: [UUID: AsyncStream<OutboxEvent>.Continuation] = [:]
@@ -104,6 +107,7 @@ actor ClientCore {
         self.logger = configuration.logger
         self.machine = ConnectionStateMachine(policy: configuration.reconnect, serverCount: configuration.servers.count)
         self.heartbeat = HeartbeatStateMachine(policy: configuration.heartbeat)
+        self.renewal = TokenRenewalStateMachine(policy: configuration.tokenRenewal)
         self.outbox = outbox
         self.mayBeStored = sent
         self.eventLoop = WebSocket.defaultEventLoop()
@@ -269,6 +273,9 @@ actor ClientCore {
         self.perform(self.machine.connected())
         Task(executorPreference: socket.taskExecutor) { await self.read(socket, generation: generation) }
         self.startHeartbeat(generation: generation)
+        if let token = self.token {
+            self.performRenewal(self.renewal.connected(token: token, now: Self.wallNow()), generation: generation)
+        }
         for name in self.circles.keys { self.circles[name]?.joined = false; self.circles[name]?.joinRequested = false }
         // Re-join what the app reads, then what the outbox needs, then re-send the outbox in order.
         for (name, circle) in self.circles where circle.wanted { self.join(name) }
@@ -295,6 +302,7 @@ actor ClientCore {
         self.socket = nil
         self.heartbeatTask?.cancel()
         self.heartbeat.disconnected()
+        self.stopRenewal()
         for name in self.circles.keys { self.circles[name]?.joined = false; self.circles[name]?.joinRequested = false }
         self.failRequests(CircleClientError(.notConnected, "the connection closed before the reply"))
         // No close frame from the server (1006): the network or the server died; retry.
@@ -308,6 +316,7 @@ actor ClientCore {
         self.generation += 1
         self.heartbeatTask?.cancel()
         self.heartbeat.disconnected()
+        self.stopRenewal()
         self.failRequests(CircleClientError(.notConnected, "the connection was closed"))
         if let socket = self.socket {
             self.socket = nil
@@ -359,7 +368,83 @@ actor ClientCore {
     }
 
     private func heartbeatTimer() -> HeartbeatStateMachine<ContinuousClock.Instant>.Action {
-        self.heartbeat.timerFired(now: .now)
+        // Each heartbeat also looks at the wall clock for the token's renewal (a process that
+        // was suspended finds its timers late).
+        self.performRenewal(self.renewal.timerFired(now: Self.wallNow()), generation: self.generation)
+        return self.heartbeat.timerFired(now: .now)
+    }
+
+    // MARK: Token renewal
+
+    static func wallNow() -> Double { Date().timeIntervalSince1970 }
+
+    private func stopRenewal() {
+        self.renewalTask?.cancel()
+        self.renewalTask = nil
+        self.renewal.disconnected()
+    }
+
+    private func performRenewal(_ action: TokenRenewalStateMachine.Action, generation: Int) {
+        guard generation == self.generation, self.socket != nil else { return }
+        switch action {
+        case .none:
+            break
+        case .scheduleTimer(let delay):
+            self.renewalTask?.cancel()
+            self.renewalTask = Task {
+                try? await Task.sleep(for: delay)
+                guard !Task.isCancelled else { return }
+                self.performRenewal(self.renewal.timerFired(now: Self.wallNow()), generation: generation)
+            }
+        case .fetchToken:
+            self.renewalTask?.cancel()
+            self.renewalTask = nil
+            let provider = self.configuration.tokenProvider
+            Task {
+                do {
+                    let token = try await provider()
+                    self.renewalFetched(.success(token), generation: generation)
+                } catch {
+                    self.renewalFetched(.failure(error), generation: generation)
+                }
+            }
+        case .sendAuth(let token):
+            Task {
+                var accepted = false
+                do {
+                    if case .ack = try await self.request({ .auth(token: token, id: $0) }) { accepted = true }
+                } catch {
+                    self.logger.warning("the server refused the renewed token; reconnecting", metadata: ["error": "\(error)"])
+                }
+                self.renewalAnswered(token: token, accepted: accepted, generation: generation)
+            }
+        case .reconnect:
+            self.token = nil
+            self.dropConnection()
+            self.perform(self.machine.ended(.closeCode(Int(CircleCloseCode.tokenExpired), reason: "auth refused"), now: .now, random: .random(in: 0..<1)))
+        }
+    }
+
+    private func renewalFetched(_ result: Result<String, any Error>, generation: Int) {
+        guard generation == self.generation else { return }
+        switch result {
+        case .success(let token):
+            self.performRenewal(self.renewal.tokenFetched(token, now: Self.wallNow()), generation: generation)
+        case .failure(let error):
+            self.logger.warning("token provider failed while renewing", metadata: ["error": "\(error)"])
+            self.performRenewal(self.renewal.tokenFetchFailed(now: Self.wallNow()), generation: generation)
+        }
+    }
+
+    private func renewalAnswered(token: String, accepted: Bool, generation: Int) {
+        guard generation == self.generation else { return }
+        if accepted {
+            self.token = token
+            self.logger.debug("renewed the connection's token")
+            self.performRenewal(self.renewal.authAccepted(now: Self.wallNow()), generation: generation)
+        } else {
+            self.performRenewal(self.renewal.authRefused(now: Self.wallNow()), generation: generation)
+        }
     }
 
     private func ping(generation: Int) {

@@ -31,6 +31,12 @@ enum FuzzTarget: String, CaseIterable {
     /// A passkey's bytes: the bounded CBOR decoder, COSE keys, authenticator data, attestation
     /// objects and both WebAuthn ceremonies (``WebAuthnFuzzing``).
     case webauthn
+    /// What an identity provider and a token's bearer control: the bytes up to the first
+    /// newline as a compact JWT (``UnverifiedJWT``: base64url, the header and payload JSON), the
+    /// rest as a JWKS document (``JWKSDocument``: the limits, each key's checks and its
+    /// conversion to a jwt-kit JWK). A parsed document must keep its promises: at most
+    /// ``JWKSDocument/maxKeys`` keys, distinct kids, each with supported algorithms only.
+    case jwks
 
     func run(_ bytes: [UInt8]) {
         switch self {
@@ -47,6 +53,26 @@ enum FuzzTarget: String, CaseIterable {
             PipelineFuzzing.run(bytes)
         case .webauthn:
             WebAuthnFuzzing.run(bytes)
+        case .jwks:
+            Self.jwks(bytes)
+        }
+    }
+
+    private static func jwks(_ bytes: [UInt8]) {
+        let newline = bytes.firstIndex(of: UInt8(ascii: "\n")) ?? bytes.endIndex
+        let token = String(decoding: bytes[..<newline], as: UTF8.self)
+        if let parsed = UnverifiedJWT.parse(token) {
+            guard case .object = parsed.claims else { preconditionFailure("claims that are not an object") }
+        }
+        let document = newline < bytes.endIndex ? bytes[(newline + 1)...] : bytes[...]
+        for input in [document, bytes[...]] {
+            guard case .success(let parsed) = JWKSDocument.parse(input) else { continue }
+            precondition(parsed.keys.count <= JWKSDocument.maxKeys, "more keys than the limit")
+            precondition(Set(parsed.keys.map(\.id)).count == parsed.keys.count, "a kid twice")
+            for key in parsed.keys {
+                precondition(!key.algorithms.isEmpty && key.algorithms.isSubset(of: JWKSDocument.supportedAlgorithms), "a key for \(key.algorithms)")
+                precondition(!key.id.isEmpty && key.id.utf8.count <= JWKSDocument.maxKeyIDBytes, "a kid out of bounds")
+            }
         }
     }
 

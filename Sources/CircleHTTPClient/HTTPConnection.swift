@@ -44,8 +44,12 @@ package final class HTTPConnection: Sendable {
 
     /// Opens a connection (TCP, then TLS for `https`), within `timeout`. A later write that
     /// the server does not take within `writeTimeout` closes the connection.
+    ///
+    /// With `address`, the TCP connection goes to that address (one the caller resolved and
+    /// checked) while TLS still names and verifies `target.host`.
     package static func connect(
         to target: Target,
+        address: SocketAddress? = nil,
         tls: ClientTLSConfiguration = .init(),
         timeout: Duration,
         writeTimeout: Duration = .seconds(30),
@@ -76,7 +80,11 @@ package final class HTTPConnection: Sendable {
             }
         let channel: any Channel
         do {
-            channel = try await bootstrap.connect(host: target.host, port: target.port).get()
+            if let address {
+                channel = try await bootstrap.connect(to: address).get()
+            } else {
+                channel = try await bootstrap.connect(host: target.host, port: target.port).get()
+            }
         } catch {
             handshake.fail(error)
             if case ChannelError.connectTimeout = error {

@@ -317,6 +317,9 @@ public final class CircleServer: Service, Sendable {
                     logger: services.logger
                 )
             }
+            for keys in services.verifier.issuerKeys {
+                group.addTask { await keys.run() }
+            }
             if let interval = services.configuration.heapTrimInterval {
                 group.addTask {
                     await HeapTrimmer(interval: interval, minimumThreshold: 1 << 20, trims: services.metrics.heapTrims, logger: services.logger).run()

@@ -10,7 +10,8 @@ final class ServerServices: Sendable {
     let hub: Hub
     let committer: PostCommitter
     let metrics: ServerMetrics
-    let authority: TokenAuthority
+    let verifier: TokenVerifier
+    var authority: TokenAuthority { self.verifier.authority }
     let identity: Identity
     let logger: Logger
     let admission: ConnectionAdmission
@@ -24,11 +25,18 @@ final class ServerServices: Sendable {
         self.hub = Hub()
         let metrics = ServerMetrics()
         self.metrics = metrics
-        self.authority = authority
+        let verifier = TokenVerifier(
+            authority: authority,
+            issuers: configuration.tokenIssuers,
+            settings: configuration.jwks,
+            allowPrivateOutbound: configuration.allowPrivateOutbound,
+            logger: logger
+        )
+        self.verifier = verifier
         self.identity = Identity(
             store: store,
             configuration: configuration.identity,
-            authority: authority,
+            verifier: verifier,
             servesTLS: configuration.tls != nil,
             logger: logger
         )

@@ -45,6 +45,9 @@ public struct CircleErrorCode: RawRepresentable, Hashable, Sendable, Codable, Cu
     public static let inviteInvalid = Self(rawValue: "invite_invalid")
     /// The account is deactivated or banned (HTTP 403; an open connection closes with 4005).
     public static let accountDisabled = Self(rawValue: "account_disabled")
+    /// `auth`: the new token is valid but names another user than the connection's (the
+    /// connection keeps its token; reconnect to change users).
+    public static let userMismatch = Self(rawValue: "user_mismatch")
     /// Something failed inside the server; the request may be retried.
     public static let internalError = Self(rawValue: "internal")
 

@@ -27,19 +27,22 @@ public enum CircleAction: String, Sendable, CaseIterable, Codable {
     case read
     /// List the circles the user sees, with read markers and unread counts. `circle` is not needed.
     case circles
+    /// Replace the connection's token with a fresh one (`token`) for the same user: its `exp`
+    /// becomes the connection's expiry. `circle` is not needed.
+    case auth
 
     /// The actions stored as entries of the circle's stream (each acked with its `seq`, and
     /// idempotent by request id like a post).
     public var isStored: Bool {
         switch self {
         case .post, .edit, .delete, .react, .unreact: return true
-        case .join, .leave, .history, .typing, .ping, .read, .circles: return false
+        case .join, .leave, .history, .typing, .ping, .read, .circles, .auth: return false
         }
     }
 
-    /// Whether the request must name a `circle` (every action but `ping` and `circles`).
+    /// Whether the request must name a `circle` (every action but `ping`, `circles` and `auth`).
     public var needsCircle: Bool {
-        self != .ping && self != .circles
+        self != .ping && self != .circles && self != .auth
     }
 
     /// The change a stored action makes to an earlier post (`nil` for a post).
@@ -86,6 +89,8 @@ public struct CircleRequest: Sendable, Hashable, Codable {
     public var replyTo: Int64?
     /// `read`: the new read marker.
     public var seq: Int64?
+    /// `auth`: the new access token (a JWT, at most ``CircleRequest/maxTokenBytes``).
+    public var token: String?
 
     public init(
         action: CircleAction,
@@ -101,7 +106,8 @@ public struct CircleRequest: Sendable, Hashable, Codable {
         target: Int64? = nil,
         emoji: String? = nil,
         replyTo: Int64? = nil,
-        seq: Int64? = nil
+        seq: Int64? = nil,
+        token: String? = nil
     ) {
         self.action = action
         self.id = id
@@ -117,6 +123,7 @@ public struct CircleRequest: Sendable, Hashable, Codable {
         self.emoji = emoji
         self.replyTo = replyTo
         self.seq = seq
+        self.token = token
     }
 
     public static func join(_ circle: String, id: String, since: Int64? = nil, quiet: Bool? = nil) -> CircleRequest {
@@ -151,6 +158,11 @@ public struct CircleRequest: Sendable, Hashable, Codable {
         CircleRequest(action: .read, id: id, circle: circle, seq: seq)
     }
 
+    /// Renews the connection's token (see ``CircleAction/auth``).
+    public static func auth(token: String, id: String) -> CircleRequest {
+        CircleRequest(action: .auth, id: id, circle: "", token: token)
+    }
+
     public static func circles(id: String) -> CircleRequest {
         CircleRequest(action: .circles, id: id, circle: "")
     }
@@ -175,6 +187,9 @@ extension CircleRequest {
 
     /// Largest accepted request id, in bytes.
     public static let maxIDLength = 128
+
+    /// Largest accepted `auth` token, in bytes.
+    public static let maxTokenBytes = 16 * 1024
 
     /// Decodes and validates a request, turning every problem into a ``DecodingFailure`` with a
     /// documented code: `bad_request` for malformed JSON (duplicate keys included), missing
@@ -224,7 +239,8 @@ extension CircleRequest {
             target: fields.optionalInteger("target"),
             emoji: fields.optionalString("emoji"),
             replyTo: fields.optionalInteger("replyTo"),
-            seq: fields.optionalInteger("seq")
+            seq: fields.optionalInteger("seq"),
+            token: fields.optionalString("token")
         )
         if let problem = fields.problem {
             return .failure(.init(id: id, code: .badRequest, message: problem))
@@ -308,6 +324,11 @@ extension CircleRequest {
 
     /// A sentence describing a missing or out-of-range field for this action, or `nil`.
     private var fieldProblem: String? {
+        if self.action == .auth {
+            guard let token, !token.isEmpty else { return "\"auth\" needs a non-empty \"token\"" }
+            if token.utf8.count > Self.maxTokenBytes { return "\"token\" must be at most \(Self.maxTokenBytes) bytes" }
+            return nil
+        }
         guard self.action.needsCircle else { return nil }
         if self.circle.isEmpty { return "\"circle\" must not be empty" }
         switch self.action {
@@ -330,7 +351,7 @@ extension CircleRequest {
             if (self.before ?? 0) < 0 || (self.after ?? 0) < 0 { return "\"before\" and \"after\" must not be negative" }
         case .join:
             if let since, since < 0 { return "\"since\" must not be negative" }
-        case .leave, .typing, .ping, .circles:
+        case .leave, .typing, .ping, .circles, .auth:
             break
         }
         return nil

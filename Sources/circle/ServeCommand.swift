@@ -58,6 +58,8 @@ struct ServeCommand: AsyncParsableCommand {
 
     @OptionGroup(title: "Connection limits") var connectionLimits: ConnectionLimitOptions
 
+    @OptionGroup(title: "Identity providers (JWKS)") var issuers: IssuerOptions
+
     @Option(name: .long, help: ArgumentHelp("TLS certificate chain (PEM); serves wss:// and https://. Env: CIRCLE_TLS_CERT.", valueName: "file"))
     var tlsCert: String?
 
@@ -270,7 +272,7 @@ struct ServeCommand: AsyncParsableCommand {
         // one sentence that names it.
         try DataDirectory.prepare(self.keys.data)
         raiseOpenFileLimit()
-        let configuration = CircleServerConfiguration(
+        var configuration = CircleServerConfiguration(
             host: self.host,
             port: self.listenPort,
             dataDirectory: self.keys.data,
@@ -286,6 +288,7 @@ struct ServeCommand: AsyncParsableCommand {
             heapTrimInterval: heapTrimInterval,
             identity: IdentityConfiguration(publicURL: self.effectivePublicURL)
         )
+        try self.issuers.apply(to: &configuration)
         guard let postgresURL = self.postgres ?? ProcessInfo.processInfo.environment["CIRCLE_POSTGRES_URL"] else {
             try await self.serve(configuration: configuration, store: nil, logger: logger)
             return

@@ -33,6 +33,21 @@ struct ServeFlagsTests {
     }
 
     static let cases: [Case] = [
+        serve("--jwt-issuer", "iss=x,audience=y", "--jwt-issuer: unknown part \"audience=y\""),
+        serve("--jwt-issuer", "jwks=/f", "--jwt-issuer needs iss=ISSUER"),
+        serve("--jwt-issuer", "iss=x", "--jwt-issuer x needs jwks=URL or jwks=FILE"),
+        serve("--jwt-issuer", "iss=x,jwks=ftp://h/j", "is neither an https:// (or http://) URL nor a file path"),
+        serve("--jwt-issuer", "iss=x,jwks=https://", "tokenIssuers[0].keys must be an https:// (or http://) URL"),
+        serve("--jwks-fetch-timeout", "1ms", "--jwks-fetch-timeout must be a duration of at least 0.1 seconds"),
+        Case(
+            arguments: ["serve", "--jwt-issuer", "iss=x,jwks=/a", "--jwt-issuer", "iss=x,jwks=/b", "--data", "/nonexistent/circle-data", "--jwt-secret", testSecret],
+            message: "tokenIssuers[1].issuer must be configured once, not \"x\""
+        ),
+        Case(
+            arguments: ["serve", "--data", "/nonexistent/circle-data", "--jwt-secret", testSecret],
+            environment: ["CIRCLE_JWT_ISSUERS": "iss=a,jwks=/a; iss=b"],
+            message: "--jwt-issuer b needs jwks=URL or jwks=FILE"
+        ),
         serve("--port", "99999", "--port must be from 0 to 65,535 (0 picks a free port), not 99999"),
         serve("--port", "70000", "--port must be from 0 to 65,535 (0 picks a free port), not 70000"),
         serve("--port", "65536", "--port must be from 0 to 65,535 (0 picks a free port), not 65536"),

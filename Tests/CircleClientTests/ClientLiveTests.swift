@@ -15,6 +15,7 @@ private func makeClient(
     servers: [String]? = nil,
     tokenTTL: Duration = .seconds(3600),
     heartbeat: HeartbeatPolicy = .init(),
+    tokenRenewal: TokenRenewalPolicy = .init(),
     failFast: Bool = false
 ) async throws -> CircleClient {
     try await CircleClient(
@@ -23,6 +24,7 @@ private func makeClient(
             tokenProvider: { try await server.token(user, ttl: tokenTTL) },
             reconnect: .init(base: .milliseconds(100), cap: .seconds(1)),
             heartbeat: heartbeat,
+            tokenRenewal: tokenRenewal,
             postTimeout: .seconds(60),
             failFast: failFast,
             stateFile: stateFile
@@ -237,7 +239,9 @@ struct ClientLiveTests {
         defer { server.remove() }
         try await server.start()
         try await server.createCircle("t", owner: "tom")
-        let client = try await makeClient(server, user: "tom", tokenTTL: .seconds(1))
+        // Renewal off: this is the path of a client whose token was not renewed (4001, reconnect);
+        // TokenRenewalTests has the renewal on an open connection.
+        let client = try await makeClient(server, user: "tom", tokenTTL: .seconds(1), tokenRenewal: .init(enabled: false))
         let states = await client.states()
         let sawReconnect = Task {
             var connectedCount = 0

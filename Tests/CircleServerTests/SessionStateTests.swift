@@ -88,6 +88,8 @@ struct SessionStateTests {
                 return ["submit \(post.clientID) at \(post.time)" + change]
             case .markRead(let request): return ["mark \(request.circle) \(request.seq ?? -1)"]
             case .listCircles(let request): return ["circles \(request.id)"]
+            case .verifyToken(let request): return ["verify \(request.id)"]
+            case .expiryChanged(let expiry): return ["expiry \(expiry.map { "\($0.uptimeNanoseconds / 1_000_000_000)" } ?? "none")"]
             case .broadcastRead(let circle, let seq): return ["tell read \(circle) \(seq)"]
             case .read: return ["read"]
             case .close(let code, let reason): return ["close \(code.rawValue) \(reason)"]
@@ -587,6 +589,36 @@ struct SessionStateTests {
         // Once closing, nothing closes twice.
         clock.advance(100)
         #expect(Self.describe(state.timerFired(now: clock.now)).isEmpty)
+    }
+
+    @Test("auth: a verified token for the same user moves the expiry; another user, or a refused token, leaves it")
+    func authMovesTheExpiry() {
+        var clock = Clock()
+        var state = Self.makeState(clock: clock, expires: clock.now.uptime + .seconds(150))
+        let user = state.settings.user
+        let auth = CircleRequest.auth(token: "t", id: "a1")
+        #expect(Self.describe(state.received(.success(auth), now: clock.now)) == ["verify a1"])
+        let later = clock.now.uptime + .seconds(3600)
+        let actions = Self.describe(state.tokenVerified(auth, .success((user, later)), now: clock.now))
+        #expect(actions.count == 2 && actions[0].hasPrefix("expiry ") && actions[1] == "send ack a1", "\(actions)")
+        #expect(state.expires == later)
+        let other = CircleRequest.auth(token: "t", id: "a2")
+        _ = state.received(.success(other), now: clock.now)
+        #expect(Self.describe(state.tokenVerified(other, .success(("mallory", clock.now.uptime + .seconds(10))), now: clock.now))
+            == ["error a2 user_mismatch: the token names another user than this connection's; reconnect to change users"])
+        let refused = CircleRequest.auth(token: "t", id: "a3")
+        _ = state.received(.success(refused), now: clock.now)
+        #expect(Self.describe(state.tokenVerified(refused, .failure(TokenError(code: .tokenExpired, message: "expired")), now: clock.now))
+            == ["error a3 token_expired: expired"])
+        #expect(state.expires == later)
+        // Past the first token's expiry: no 4001 (frames keep the idle timer quiet).
+        clock.advance(60)
+        state.frameArrived(now: clock.now)
+        clock.advance(60)
+        state.frameArrived(now: clock.now)
+        clock.advance(60)
+        #expect(Self.describe(state.timerFired(now: clock.now)).isEmpty)
+        #expect(state.requestsInFlight == 0)
     }
 
     @Test("binary messages and ping requests")

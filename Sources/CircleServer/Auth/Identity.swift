@@ -31,7 +31,8 @@ struct CredentialsInput: Sendable {
 final class Identity: Sendable {
     let store: any CircleStore
     let configuration: IdentityConfiguration
-    let authority: TokenAuthority
+    /// JWTs: the server's own key and the identity providers' (JWKS).
+    let verifier: TokenVerifier
     let logger: Logger
     /// Whether the server speaks TLS itself (the cookie is `Secure` then, as with an https public URL).
     let servesTLS: Bool
@@ -50,10 +51,10 @@ final class Identity: Sendable {
     /// bearer token is told from a JWT without trying to parse it.
     static let secretPrefix = "circle_"
 
-    init(store: any CircleStore, configuration: IdentityConfiguration, authority: TokenAuthority, servesTLS: Bool, logger: Logger) {
+    init(store: any CircleStore, configuration: IdentityConfiguration, verifier: TokenVerifier, servesTLS: Bool, logger: Logger) {
         self.store = store
         self.configuration = configuration
-        self.authority = authority
+        self.verifier = verifier
         self.servesTLS = servesTLS
         self.logger = logger
         self.decoyHash = Bcrypt.hash(Self.prehash(Self.randomSecret(bytes: 16)), cost: configuration.passwordCost)
@@ -298,7 +299,7 @@ final class Identity: Sendable {
                 user = try await self.sessionUser(secret: bearer, cookie: false)
             } else {
                 do throws(TokenError) {
-                    user = try await self.authority.verify(bearer)
+                    user = try await self.verifier.verify(bearer)
                 } catch {
                     throw APIError(.unauthorized, error.code, error.message)
                 }

@@ -1,3 +1,4 @@
+import CircleHTTPClient
 import NIOCore
 
 extension CircleServerConfiguration {
@@ -67,6 +68,7 @@ extension CircleServerConfiguration {
         try Self.checkPositive(self.identity.sessionIdleTimeout, "identity.sessionIdleTimeout")
         try Self.checkPositive(self.identity.sessionLifetime, "identity.sessionLifetime")
         try Self.checkPositive(self.identity.setupLinkLifetime, "identity.setupLinkLifetime")
+        try self.validateIssuers()
         let limits = self.limits
         try Self.check(limits.maxPostBytes, Allowed.maxPostBytes, "limits.maxPostBytes")
         try Self.check(limits.maxMessageBytes, Allowed.maxMessageBytes, "limits.maxMessageBytes")
@@ -154,4 +156,35 @@ package func formatNumber(_ value: Int64) -> String {
 package func formatNumber(_ value: Double) -> String {
     if value.isFinite, value == value.rounded(), value.magnitude < 1e15 { return formatNumber(Int64(value)) }
     return "\(value)"
+}
+
+extension CircleServerConfiguration {
+    /// The issuers: each with an `iss`, once, a user claim, and an `http(s)` JWKS URL or a file;
+    /// the JWKS timings more than zero.
+    public func validateIssuers() throws(InvalidSetting) {
+        var seen: Set<String> = []
+        for (index, issuer) in self.tokenIssuers.enumerated() {
+            let setting = "tokenIssuers[\(index)]"
+            guard !issuer.issuer.isEmpty else { throw InvalidSetting(setting: "\(setting).issuer", value: "\"\"", allowed: "a non-empty string") }
+            guard seen.insert(issuer.issuer).inserted else {
+                throw InvalidSetting(setting: "\(setting).issuer", value: "\"\(issuer.issuer)\"", allowed: "configured once")
+            }
+            guard !issuer.userClaim.isEmpty else { throw InvalidSetting(setting: "\(setting).userClaim", value: "\"\"", allowed: "a claim name") }
+            switch issuer.keys.value {
+            case .url(let url):
+                let lowered = url.lowercased()
+                guard lowered.hasPrefix("https://") || lowered.hasPrefix("http://"), (try? HTTPTarget.parse(url, schemes: ["http", "https"])) != nil else {
+                    throw InvalidSetting(setting: "\(setting).keys", value: "\"\(url)\"", allowed: "an https:// (or http://) URL")
+                }
+            case .file(let path):
+                guard !path.isEmpty else { throw InvalidSetting(setting: "\(setting).keys", value: "\"\"", allowed: "a file path") }
+            }
+        }
+        try Self.checkPositive(self.jwks.fetchTimeout, "jwks.fetchTimeout")
+        try Self.checkPositive(self.jwks.refreshInterval, "jwks.refreshInterval")
+        try Self.checkPositive(self.jwks.minimumRefreshInterval, "jwks.minimumRefreshInterval")
+        if self.jwks.unknownKeyRefreshInterval < .zero {
+            throw InvalidSetting(setting: "jwks.unknownKeyRefreshInterval", value: "\(self.jwks.unknownKeyRefreshInterval)", allowed: "zero or more")
+        }
+    }
 }

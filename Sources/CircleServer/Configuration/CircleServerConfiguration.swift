@@ -58,6 +58,14 @@ public struct CircleServerConfiguration: Sendable {
     public var dataDirectory: String
     /// Keys for access tokens.
     public var tokenKeys: TokenKeys
+    /// Identity providers whose tokens are accepted too, each with its JWKS (docs/API.md,
+    /// "Tokens from your identity provider").
+    public var tokenIssuers: [TokenIssuer]
+    /// How the issuers' JWKS documents are fetched and refreshed.
+    public var jwks: JWKSSettings
+    /// Lets outbound fetches of configured URLs (JWKS) reach private, loopback, link-local and
+    /// unspecified addresses; off, only public addresses are used (``OutboundAddressPolicy``).
+    public var allowPrivateOutbound: Bool
     /// TLS certificate chain and key; `nil` serves plain HTTP and `ws://`.
     public var tls: TLSConfiguration?
     /// Limits that keep one client from hurting the others.
@@ -199,6 +207,9 @@ public struct CircleServerConfiguration: Sendable {
         port: Int = 8080,
         dataDirectory: String = "./circle-data",
         tokenKeys: TokenKeys,
+        tokenIssuers: [TokenIssuer] = [],
+        jwks: JWKSSettings = .init(),
+        allowPrivateOutbound: Bool = false,
         tls: TLSConfiguration? = nil,
         limits: Limits = .init(),
         developmentTokens: Bool = false,
@@ -214,6 +225,9 @@ public struct CircleServerConfiguration: Sendable {
         self.port = port
         self.dataDirectory = dataDirectory
         self.tokenKeys = tokenKeys
+        self.tokenIssuers = tokenIssuers
+        self.jwks = jwks
+        self.allowPrivateOutbound = allowPrivateOutbound
         self.tls = tls
         self.limits = limits
         self.developmentTokens = developmentTokens

@@ -5,7 +5,7 @@ import Logging
 import NIOCore
 
 /// Token auth, written once: the routes behind it get ``CircleRequestContext/circleUser``; the
-/// WebSocket upgrade uses the same ``ServerServices/authenticate(token:address:)``.
+/// WebSocket upgrade uses the same ``ServerServices/authenticate(_:)``.
 struct TokenAuthMiddleware<Context: CircleRequestContext>: RouterMiddleware {
     let services: ServerServices
 

@@ -259,6 +259,13 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, Sessi
                 self.markRead(request)
             case .listCircles(let request):
                 self.listCircles(request)
+            case .verifyToken(let request):
+                self.verifyToken(request)
+            case .expiryChanged(let expiry):
+                self.expiryTimer?.cancel()
+                self.expiryTimer = nil
+                self.expiry = expiry
+                if let ticker { self.armExpiryTimer(ifBefore: NIODeadline.now() + ticker.interval) }
             case .broadcastRead(let circle, let seq):
                 self.services.hub.send(.read(circle: circle, seq: seq), toUser: self.user.name, except: self.subscriber)
             case .read:
@@ -381,6 +388,34 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, Sessi
         let store = self.services.store
         self.onLoop({ try await store.circles(visibleTo: user).map(\.summary) }) { handler, result in
             handler.feed { $0.circlesListed(request, result, now: .now()) }
+        }
+    }
+
+    /// `auth`: the one credential check (``ServerServices/authenticate(_:)``), off the loop: a
+    /// JWT, or a credential of the server's own sent as a bearer token.
+    private func verifyToken(_ request: CircleRequest) {
+        let services = self.services
+        let token = request.token
+        let address = self.context?.channel.remoteAddress.logDescription
+        self.onLoop({ () async throws -> Result<AuthenticatedUser, TokenError> in
+            do throws(APIError) {
+                let credentials = CredentialsInput(bearer: token, changesState: false, isUpgrade: false, address: address)
+                return .success(try await services.authenticate(credentials))
+            } catch {
+                return .failure(TokenError(code: error.code, message: error.message))
+            }
+        }) { handler, outcome in
+            let result: Result<(user: String, expires: NIODeadline?), TokenError>
+            switch outcome {
+            case .success(.success(let user)):
+                let expires = TimeAmount(clampedSeconds: user.expires.timeIntervalSinceNow, horizon: Self.expiryHorizon).map { NIODeadline.now() + $0 }
+                result = .success((user.name, expires))
+            case .success(.failure(let error)):
+                result = .failure(error)
+            case .failure(let error):
+                result = .failure(TokenError(code: .internalError, message: "\(error)"))
+            }
+            handler.feed { $0.tokenVerified(request, result, now: .now()) }
         }
     }
 

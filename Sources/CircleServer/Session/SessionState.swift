@@ -119,6 +119,11 @@ struct SessionState {
         case markRead(CircleRequest)
         /// Read the user's circle list, then feed ``SessionState/circlesListed(_:_:now:)``.
         case listCircles(CircleRequest)
+        /// Verify `auth`'s token with the server's token check, then feed
+        /// ``SessionState/tokenVerified(_:_:now:)``.
+        case verifyToken(CircleRequest)
+        /// The connection's token expiry changed (`auth`): re-arm the expiry timer for it.
+        case expiryChanged(NIODeadline?)
         /// Tell the user's other connections (on every node) where their read marker now stands.
         case broadcastRead(circle: String, seq: Int64)
         /// Resume reading from the socket.
@@ -158,7 +163,8 @@ struct SessionState {
     private var memberships = JoinedCircles<Membership>()
     private var bucket: TokenBucket
     private var lastRead: NIODeadline
-    private let expires: NIODeadline?
+    /// When the token expires; an `auth` request replaces it.
+    private(set) var expires: NIODeadline?
     /// Requests that wait for capacity, in arrival order: `queued[queuedStart...]`. An array,
     /// so that an idle connection holds no buffer.
     private var queued: [Result<CircleRequest, CircleRequest.DecodingFailure>] = []
@@ -368,6 +374,28 @@ struct SessionState {
         return actions
     }
 
+    /// What the token check said about an `auth` request's token: `expires` is the new token's
+    /// expiry on the monotonic clock (`nil`: not within the connection's life). A token for
+    /// another user is refused with `user_mismatch`; a refused token leaves the old expiry.
+    mutating func tokenVerified(_ request: CircleRequest, _ result: Result<(user: String, expires: NIODeadline?), TokenError>, now: SessionInstant) -> [Action] {
+        var actions: [Action] = []
+        self.requestsInFlight -= 1
+        switch result {
+        case .success(let verified) where verified.user == self.settings.user:
+            if !self.isClosing {
+                self.expires = verified.expires
+                actions.append(.expiryChanged(verified.expires))
+                actions.append(.send(.ack(id: request.id, seq: nil, time: now.wallMilliseconds, duplicate: false)))
+            }
+        case .success:
+            self.fail(request.id, .userMismatch, "the token names another user than this connection's; reconnect to change users", into: &actions)
+        case .failure(let error):
+            self.fail(request.id, error.code, error.message, into: &actions)
+        }
+        self.drain(now: now, into: &actions)
+        return actions
+    }
+
     /// The committer's answer for the post with request id `id`.
     mutating func postCommitted(id: String, _ result: Result<PostOutcome, any Error>) -> [Action] {
         var actions: [Action] = []
@@ -512,6 +540,9 @@ struct SessionState {
         case .circles:
             self.requestsInFlight += 1
             actions.append(.listCircles(request))
+        case .auth:
+            self.requestsInFlight += 1
+            actions.append(.verifyToken(request))
         case .history:
             self.requestsInFlight += 1
             actions.append(.readHistory(request))
