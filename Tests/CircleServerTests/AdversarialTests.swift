@@ -68,7 +68,6 @@ func withCanaryServer(
     let server = TestServer(limits: limits, echo: echo)
     configure(&server.configuration)
     defer { server.remove() }
-    configure(&server.configuration)
     try await server.start()
     let canary = try await Canary(server)
     try await body(server, canary)
