@@ -13,7 +13,7 @@ from selenium.webdriver.common.virtual_authenticator import VirtualAuthenticator
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import console_errors  # noqa: E402
 from test_page_identity import (  # noqa: E402
-    SIGN_IN_WAIT, AccountServer, connected, create_invite_via_admin_screen, fill, open_menu_item, page_fetch, shown, wait,
+    PASSWORD, SIGN_IN_WAIT, AccountServer, connected, create_invite_via_admin_screen, fill, open_menu_item, page_fetch, shown, wait,
 )
 
 
@@ -93,6 +93,17 @@ def test_the_first_admin_sets_up_and_signs_in_with_a_passkey(keys_server, new_pa
     page.find_element(By.ID, "passkeysignin").click()
     wait(page, lambda: in_chat(page), "signed in with the passkey", SIGN_IN_WAIT)
     assert page.find_element(By.ID, "me").text == "ada"
+
+    # The account has no password; the Profile panel sets one with the current one left empty.
+    open_menu_item(page, "profile")
+    boxes = page.find_elements(By.CSS_SELECTOR, "#sheet input[type=password]")
+    assert len(boxes) == 3
+    boxes[1].send_keys(PASSWORD)
+    boxes[2].send_keys(PASSWORD)
+    page.find_element(By.XPATH, "//div[@id='sheet']//button[normalize-space()='Change the password']").click()
+    wait(page, lambda: "The password is changed." in page.find_element(By.ID, "sheet").text, "the password set", SIGN_IN_WAIT)
+    status, _, _ = keys_server.http("POST", "/v1/auth/signin", body={"name": "ada", "password": PASSWORD})
+    assert status == 200
     assert not [e for e in console_errors(page) if "Content Security Policy" in e["message"]]
 
 

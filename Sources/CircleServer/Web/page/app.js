@@ -2494,7 +2494,8 @@ function openProfile() {
   const photoRow = el("div", "photo-row");
   photoRow.append(face, choose, remove, file);
 
-  const current = field("Current password", input("password", { autocomplete: "current-password" }));
+  const current = field("Current password", input("password", { autocomplete: "current-password" }),
+    passkeysAvailable() ? "(empty when the account was made with a passkey and has none)" : undefined);
   const fresh = field("New password", input("password", { autocomplete: "new-password" }));
   const again = field("New password again", input("password", { autocomplete: "new-password" }));
   const passError = errorLine(), passDone = statusLine();
