@@ -227,3 +227,18 @@ def test_approving_a_device_from_its_link_and_from_the_menu(keys_server, new_pag
     wait(page, lambda: "is signed in as ada" in page.find_element(By.ID, "sheet").text, "the typed code approved")
     status, _, credential = keys_server.http("POST", "/v1/auth/device/token", body={"code": second["code"], "pollToken": second["pollToken"]})
     assert status == 200 and credential["user"] == "ada", credential
+
+    # The link opened while signed out: the sign-in form says why, and the question follows the sign-in.
+    page.find_element(By.XPATH, "//div[@id='sheet']//button[normalize-space()='Done']").click()
+    sign_out(page)
+    status, _, third = keys_server.http("POST", "/v1/auth/device", body={"device": "tablet"})
+    assert status in (200, 201), third
+    page.get(third["url"])
+    wait(page, lambda: shown(page, "signinnote") and third["code"] in page.find_element(By.ID, "signinnote").text, "the note")
+    page.find_element(By.ID, "passkeysignin").click()
+    wait(page, lambda: page.find_element(By.ID, "sheet").get_attribute("data-panel") == "device", "the approval panel after signing in", SIGN_IN_WAIT)
+    assert f"Sign in the device showing {third['code']}?" in page.find_element(By.ID, "sheet").text
+    page.find_element(By.XPATH, "//div[@id='sheet']//button[normalize-space()='Cancel']").click()
+    wait(page, lambda: not shown(page, "sheet"), "the panel closed")
+    status, _, _ = keys_server.http("POST", "/v1/auth/device/token", body={"code": third["code"], "pollToken": third["pollToken"]})
+    assert status == 202
