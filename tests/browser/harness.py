@@ -207,6 +207,12 @@ def sign_in(page, port, name):
 
 def sign_in_with_token(page, port, token):
     page.get(f"http://127.0.0.1:{port}/")
+    # The first load's start() settles (the sign-in form or the chat shown) before the token is
+    # stored and the page reloaded: otherwise its requests, cut by the reload, can still open a
+    # WebSocket or clear the stored token (a race seen under a loaded full suite).
+    wait_until(lambda: page.execute_script(
+        "return !document.getElementById('signin').classList.contains('hidden') || !document.getElementById('app').classList.contains('hidden')"),
+        what="the page settled before storing the token")
     page.execute_script("sessionStorage.setItem('circle.token', arguments[0])", token)
     page.get(f"http://127.0.0.1:{port}/")
 

@@ -24,6 +24,10 @@ const S = {
   keepToken: false,           // the token is a development one, kept in sessionStorage
   signInMode: "account",
   setupRequired: false,
+  methods: [],                // how one signs in here (GET /v1/auth/state): "password", "passkey"
+  setupMode: "password",      // the setup form's way: "passkey" or "password"
+  signupMode: "password",     // the sign-up form's way, the same
+  deviceCode: null,           // from a #device= link: the code of a device waiting for approval
   setupToken: null,           // from a #setup= link
   invite: null,               // from an #invite= link
   user: null,
@@ -249,6 +253,8 @@ function stopConnection() {
 /// Shows one of the three cards of the sign-in screen: "signinform", "setupform", "signupform".
 function showCard(id) {
   for (const card of ["signinform", "setupform", "signupform"]) $(card).classList.toggle("hidden", card !== id);
+  if (id === "setupform") setCredentialMode("setup", "passkey");
+  if (id === "signupform") setCredentialMode("signup", "passkey");
   document.body.className = "signed-out";
   $("app").classList.add("hidden");
   $("signin").classList.remove("hidden");
@@ -289,9 +295,11 @@ function showSignIn(message) {
   $("me").textContent = "";
   $("signinpass").value = "";
   $("signinerr").textContent = message || "";
-  $("signinnote").classList.toggle("hidden", !S.setupRequired);
+  $("passkeysignin").classList.toggle("hidden", !passkeysAvailable());
+  $("signinnote").classList.toggle("hidden", !S.setupRequired && !S.deviceCode);
   $("signinnote").textContent = S.setupRequired
-    ? "No account exists yet: open the setup link that circle serve printed when it started." : "";
+    ? "No account exists yet: open the setup link that circle serve printed when it started."
+    : S.deviceCode ? `Sign in to approve the device showing ${S.deviceCode}.` : "";
   focusSignIn();
 }
 
@@ -352,6 +360,112 @@ $("signinform").addEventListener("submit", async (event) => {
   }
 });
 
+// ---- passkeys (WebAuthn; docs/API.md, "Passkeys")
+
+/// Whether this server (it knows its public URL) and this browser both do passkeys.
+function passkeysAvailable() {
+  return S.methods.includes("passkey") && !!window.PublicKeyCredential && !!navigator.credentials;
+}
+
+function fromBase64url(text) {
+  const binary = atob(text.replace(/-/g, "+").replace(/_/g, "/") + "===".slice((text.length + 3) % 4));
+  return Uint8Array.from(binary, (c) => c.charCodeAt(0)).buffer;
+}
+
+function toBase64url(buffer) {
+  let binary = "";
+  for (const byte of new Uint8Array(buffer)) binary += String.fromCharCode(byte);
+  return btoa(binary).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+}
+
+/// The server's options (WebAuthn L3 JSON form) as the browser takes them: with
+/// parse*FromJSON where the browser has it, else by decoding the base64url fields here.
+function creationOptions(json) {
+  if (PublicKeyCredential.parseCreationOptionsFromJSON) return PublicKeyCredential.parseCreationOptionsFromJSON(json);
+  return {
+    ...json,
+    challenge: fromBase64url(json.challenge),
+    user: { ...json.user, id: fromBase64url(json.user.id) },
+    excludeCredentials: (json.excludeCredentials || []).map((c) => ({ ...c, id: fromBase64url(c.id) })),
+  };
+}
+
+function requestOptions(json) {
+  if (PublicKeyCredential.parseRequestOptionsFromJSON) return PublicKeyCredential.parseRequestOptionsFromJSON(json);
+  return {
+    ...json,
+    challenge: fromBase64url(json.challenge),
+    allowCredentials: (json.allowCredentials || []).map((c) => ({ ...c, id: fromBase64url(c.id) })),
+  };
+}
+
+/// A credential as the server reads it: credential.toJSON(), or the same built here.
+function credentialJSON(credential) {
+  if (typeof credential.toJSON === "function") return credential.toJSON();
+  const response = { clientDataJSON: toBase64url(credential.response.clientDataJSON) };
+  if (credential.response.attestationObject) response.attestationObject = toBase64url(credential.response.attestationObject);
+  if (credential.response.authenticatorData) {
+    response.authenticatorData = toBase64url(credential.response.authenticatorData);
+    response.signature = toBase64url(credential.response.signature);
+    if (credential.response.userHandle) response.userHandle = toBase64url(credential.response.userHandle);
+  }
+  return { id: credential.id, rawId: toBase64url(credential.rawId), type: credential.type, response, clientExtensionResults: {} };
+}
+
+/// What to say when the browser's passkey dialog fails (an APIError keeps the server's words).
+function passkeyMessage(error) {
+  if (error instanceof APIError) return error.message;
+  if (error && error.name === "NotAllowedError") return "No passkey was used: the browser's dialog was closed or timed out. Try again when you are ready.";
+  if (error && error.name === "InvalidStateError") return "This device already keeps a passkey for this account.";
+  if (error && error.name === "SecurityError") return "This browser refused passkeys for this address: " + error.message;
+  return "The passkey did not work: " + ((error && error.message) || error);
+}
+
+/// Registers a passkey: the options (`start`, sent with `post`), the browser's dialog, then the
+/// credential. The server's answer: the auth state (sign-up, setup) or the passkey (one's own).
+async function registerPasskey(post, start, name) {
+  const options = await post("/v1/auth/passkeys/register/options", start);
+  const credential = await navigator.credentials.create({ publicKey: creationOptions(options.publicKey) });
+  const body = { challengeId: options.challengeId, credential: credentialJSON(credential) };
+  if (name) body.name = name;
+  return post("/v1/auth/passkeys/register", body);
+}
+
+const signedInPost = (path, body) => api(path, { method: "POST", body: JSON.stringify(body) });
+
+$("passkeysignin").addEventListener("click", async () => {
+  $("signinerr").textContent = "";
+  $("passkeysignin").disabled = true;
+  try {
+    const options = await authPost("/v1/auth/passkeys/signin/options", {});
+    const credential = await navigator.credentials.get({ publicKey: requestOptions(options.publicKey) });
+    const state = await authPost("/v1/auth/passkeys/signin", { challengeId: options.challengeId, credential: credentialJSON(credential) });
+    enterWithSession(state);
+  } catch (error) {
+    $("signinerr").textContent = passkeyMessage(error);
+  } finally {
+    $("passkeysignin").disabled = false;
+  }
+});
+
+/// The setup and sign-up forms: a passkey is the first way where it works, a password the other.
+function setCredentialMode(form, mode) {
+  if (!passkeysAvailable()) mode = "password";
+  S[form + "Mode"] = mode;
+  const passkey = mode === "passkey";
+  $(form + "passrows").classList.toggle("hidden", passkey);
+  $(form + "mode").classList.toggle("hidden", !passkeysAvailable());
+  $(form + "mode").textContent = passkey ? "Use a password instead" : "Use a passkey instead";
+  $(form + "btn").textContent = passkey ? "Use a passkey" : (form === "setup" ? "Create the account" : "Create my account");
+}
+for (const form of ["setup", "signup"]) {
+  $(form + "mode").addEventListener("click", () => {
+    setCredentialMode(form, S[form + "Mode"] === "passkey" ? "password" : "passkey");
+    $(form + "err").textContent = "";
+    $(S[form + "Mode"] === "passkey" ? form + "name" : form + "pass").focus();
+  });
+}
+
 async function signInWithPassword() {
   const name = $("signinname").value.trim();
   const password = $("signinpass").value;
@@ -391,6 +505,21 @@ $("setupform").addEventListener("submit", async (event) => {
   error.textContent = "";
   const name = $("setupname").value.trim();
   if (!name) { error.textContent = "Choose a name."; $("setupname").focus(); return; }
+  if (S.setupMode === "passkey") {
+    $("setupbtn").disabled = true;
+    try {
+      const start = { setup: S.setupToken, name };
+      if ($("setupdisplay").value.trim()) start.displayName = $("setupdisplay").value.trim();
+      const state = await registerPasskey(authPost, start);
+      S.setupToken = null;
+      enterWithSession(state);
+    } catch (failure) {
+      error.textContent = passkeyMessage(failure);
+    } finally {
+      $("setupbtn").disabled = false;
+    }
+    return;
+  }
   const mismatch = passwordMismatch($("setuppass").value, $("setuppass2").value);
   if (mismatch) { error.textContent = mismatch; $("setuppass").focus(); return; }
   $("setupbtn").disabled = true;
@@ -434,18 +563,19 @@ $("signupform").addEventListener("submit", async (event) => {
   error.textContent = "";
   const name = $("signupname").value.trim();
   if (!name) { error.textContent = "Choose a name."; $("signupname").focus(); return; }
-  const mismatch = passwordMismatch($("signuppass").value, $("signuppass2").value);
+  const passkey = S.signupMode === "passkey";
+  const mismatch = passkey ? "" : passwordMismatch($("signuppass").value, $("signuppass2").value);
   if (mismatch) { error.textContent = mismatch; $("signuppass").focus(); return; }
   $("signupbtn").disabled = true;
   try {
-    const body = { invite: S.invite, name, password: $("signuppass").value };
+    const body = passkey ? { invite: S.invite, name } : { invite: S.invite, name, password: $("signuppass").value };
     if ($("signupdisplay").value.trim()) body.displayName = $("signupdisplay").value.trim();
-    const state = await authPost("/v1/auth/signup", body);
+    const state = passkey ? await registerPasskey(authPost, body) : await authPost("/v1/auth/signup", body);
     S.invite = null;
     for (const id of ["signuppass", "signuppass2"]) $(id).value = "";
     enterWithSession(state);
   } catch (failure) {
-    error.textContent = failure.code === "conflict" ? `The name “${name}” is taken: choose another.` : failure.message;
+    error.textContent = failure.code === "conflict" && failure.message.includes("taken") ? `The name “${name}” is taken: choose another.` : passkeyMessage(failure);
     if (failure.code === "conflict") $("signupname").focus();
   } finally {
     $("signupbtn").disabled = false;
@@ -512,6 +642,7 @@ function enterApp(profile, list) {
   loadPeople();
   const last = sessionStorage.getItem("circle.current");
   if (last && !PHONE.matches && S.circles.some((circle) => circle.name === last)) openCircle(last);
+  if (S.deviceCode && S.csrf) openDeviceApproval(S.deviceCode);
 }
 
 /// The signed-in person at the bottom of the circle list: avatar (their photo, or initials) and name.
@@ -525,7 +656,7 @@ function showMe() {
   $("welcometitle").textContent = "Welcome, " + (profile.displayName || profile.name);
   $("menuadmin").parentElement.classList.toggle("hidden", profile.role !== "admin");
   const account = !!S.csrf;
-  for (const panel of ["profile", "sessions", "tokens"]) {
+  for (const panel of ["profile", "sessions", "tokens", "device"]) {
     document.querySelector(`#menu [data-panel="${panel}"]`).parentElement.classList.toggle("hidden", !account);
   }
 }
@@ -2257,6 +2388,7 @@ $("menu").addEventListener("click", (event) => {
   else if (panel === "profile") openProfile();
   else if (panel === "sessions") openSessions();
   else if (panel === "tokens") openTokens();
+  else if (panel === "device") openDeviceApproval(null);
   else if (panel === "admin") openAdmin();
 });
 document.addEventListener("click", (event) => {
@@ -2362,7 +2494,8 @@ function openProfile() {
   const photoRow = el("div", "photo-row");
   photoRow.append(face, choose, remove, file);
 
-  const current = field("Current password", input("password", { autocomplete: "current-password" }));
+  const current = field("Current password", input("password", { autocomplete: "current-password" }),
+    passkeysAvailable() ? "(empty when the account was made with a passkey and has none)" : undefined);
   const fresh = field("New password", input("password", { autocomplete: "new-password" }));
   const again = field("New password again", input("password", { autocomplete: "new-password" }));
   const passError = errorLine(), passDone = statusLine();
@@ -2379,7 +2512,96 @@ function openProfile() {
     } catch (error) { passError.textContent = error.message; }
   }, current.row, fresh.row, again.row, change, passDone, passError);
 
-  openSheet("Profile", "profile", section("Name", names), section("Photo", photoRow, photoDone, photoError), section("Password", password));
+  const sections = [section("Name", names), section("Photo", photoRow, photoDone, photoError), section("Password", password)];
+  if (passkeysAvailable()) sections.push(passkeySection());
+  openSheet("Profile", "profile", ...sections);
+}
+
+/// The Profile panel's passkeys: the list (name, added, last used), adding one, removing one.
+function passkeySection() {
+  const list = el("ul", "rows passkeys");
+  const error = errorLine(), done = statusLine();
+  const name = field("Name", input("text", { maxlength: "60", placeholder: "laptop" }), "(which device keeps it)");
+  const add = el("button", "primary", "Add a passkey");
+  add.type = "submit";
+  const form = smallForm(async () => {
+    error.textContent = done.textContent = "";
+    add.disabled = true;
+    try {
+      const made = await registerPasskey(signedInPost, {}, name.input.value.trim());
+      name.input.value = "";
+      done.textContent = `The passkey “${made.name}” is added.`;
+      await fillPasskeys(list, error, done);
+    } catch (failure) {
+      error.textContent = passkeyMessage(failure);
+    } finally {
+      add.disabled = false;
+    }
+  }, name.row, add);
+  fillPasskeys(list, error, done);
+  return section("Passkeys", el("p", "hint", "A passkey signs you in with this device's screen lock or a security key, without the password."),
+    list, form, done, error);
+}
+
+async function fillPasskeys(list, error, done) {
+  try {
+    const { passkeys } = await api("/v1/auth/passkeys");
+    if (!passkeys.length) { list.replaceChildren(el("li", "hint", "No passkeys yet.")); return; }
+    list.replaceChildren(...passkeys.map((passkey) => {
+      const item = el("li", "row-item");
+      item.dataset.id = passkey.id;
+      const text = el("div", "row-text");
+      text.append(el("strong", undefined, passkey.name),
+        el("span", "hint", `added ${when(passkey.createdAt)} · last used ${when(passkey.lastUsedAt)}`));
+      const remove = button("Remove", "danger", () => {
+        confirmInline(remove, `Remove the passkey “${passkey.name}”?`, "Remove", async () => {
+          error.textContent = done.textContent = "";
+          try {
+            await api("/v1/auth/passkeys/" + encodeURIComponent(passkey.id), { method: "DELETE" });
+            done.textContent = `The passkey “${passkey.name}” is removed.`;
+            await fillPasskeys(list, error, done);
+          } catch (failure) { error.textContent = failure.message; }
+        });
+      });
+      remove.setAttribute("aria-label", `Remove the passkey ${passkey.name}`);
+      item.append(text, remove);
+      return item;
+    }));
+  } catch (failure) { error.textContent = failure.message; }
+}
+
+// ---- approving a device (circle login --code)
+
+/// With `code` (a #device= link): asks "Sign in the device showing CODE?"; without, asks for
+/// the code the device shows.
+function openDeviceApproval(code) {
+  S.deviceCode = null;
+  const error = errorLine(), done = statusLine();
+  const typed = field("Code", input("text", { autocomplete: "off", spellcheck: "false", autocapitalize: "characters", placeholder: "WDJB-MJHT", maxlength: "20" }), "(the device shows it)");
+  const approve = el("button", "primary", "Approve");
+  approve.type = "submit";
+  const cancel = button("Cancel", "", closeSheet);
+  const buttons = el("div", "row");
+  buttons.append(cancel, approve);
+  const question = el("p", "device-question", code ? `Sign in the device showing ${code}?` : "");
+  const form = smallForm(async () => {
+    error.textContent = done.textContent = "";
+    const wanted = (code || typed.input.value).trim().toUpperCase();
+    if (!wanted) { error.textContent = "Type the code the device shows."; typed.input.focus(); return; }
+    approve.disabled = true;
+    try {
+      await api("/v1/auth/device/approve", { method: "POST", body: JSON.stringify({ code: wanted }) });
+      done.textContent = `The device showing ${wanted} is signed in as ${S.user}.`;
+      buttons.replaceChildren(button("Done", "primary", closeSheet));
+      buttons.firstChild.focus();
+      typed.input.disabled = true;
+    } catch (failure) {
+      error.textContent = failure.code === "invite_invalid" ? `No device is waiting with the code ${wanted}: it is mistyped or expired.` : failure.message;
+      approve.disabled = false;
+    }
+  }, ...(code ? [question] : [typed.row]), el("p", "hint", "Approve only a device you are using yourself: it gets to act as you."), buttons, done, error);
+  openSheet("Approve a device", "device", form);
+  if (code) approve.focus();
 }
 
 function setProfile(profile) {
@@ -2726,7 +2948,7 @@ $("back").addEventListener("click", () => {
 /// Reads a #setup= or #invite= link once and takes it out of the address bar, so the secret
 /// does not stay in the history or on the screen.
 function takeFragment() {
-  const match = /^#(setup|invite)=([^&]+)/.exec(location.hash);
+  const match = /^#(setup|invite|device)=([^&]+)/.exec(location.hash);
   if (!match) return null;
   history.replaceState(null, "", location.pathname + location.search);
   return { kind: match[1], token: decodeURIComponent(match[2]) };
@@ -2741,6 +2963,8 @@ async function start() {
     if (response.ok) state = await response.json();
   } catch { /* an older server, or none: the token sign-in still works */ }
   S.setupRequired = !!(state && state.setupRequired);
+  S.methods = (state && state.methods) || [];
+  if (link && link.kind === "device") S.deviceCode = link.token;
   if (link && link.kind === "setup") {
     S.setupToken = link.token;
     showCard("setupform");
@@ -2759,6 +2983,11 @@ async function start() {
 // A link opened in a tab already showing the page changes only the fragment: read it the same way.
 window.addEventListener("hashchange", () => {
   const link = takeFragment();
+  if (link && link.kind === "device") {
+    if (S.user && S.csrf) openDeviceApproval(link.token);
+    else { S.deviceCode = link.token; if (!S.user) showSignIn(""); }
+    return;
+  }
   if (!link || S.user) return;
   if (link.kind === "setup") {
     S.setupToken = link.token;
