@@ -119,8 +119,11 @@ enum PipelineFuzzing {
         Self.inputs += 1
         if Self.inputs % 64 == 1 {
             // A server that stopped answering (a stuck event loop, a lost accept loop) fails the
-            // run, with this input named.
-            let health = Self.exchange(Array("GET /healthz HTTP/1.1\r\nHost: fuzz\r\nConnection: close\r\n\r\n".utf8), cuts: 0, port: target.port, patience: 5000)
+            // run, with this input named. 8 s, under libFuzzer's 10 s hang limit: under
+            // AddressSanitizer on a loaded 2-core CI machine the server once gave no byte within
+            // the 5 s this waited before, and the input then replayed in 0.6 s with an ordinary
+            // build (reports in the issue 33 note).
+            let health = Self.exchange(Array("GET /healthz HTTP/1.1\r\nHost: fuzz\r\nConnection: close\r\n\r\n".utf8), cuts: 0, port: target.port, patience: 8_000)
             precondition(health.answer.starts(with: Array("HTTP/1.1 200".utf8)), "the server stopped answering after this input")
         }
     }
