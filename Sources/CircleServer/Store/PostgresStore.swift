@@ -663,12 +663,13 @@ public final class PostgresStore: CircleStore {
     }
 
     static func storeError(_ error: any Error, _ operation: String) -> StoreError {
+        // A rule of the operation (a name taken, an invite used up) said no inside its transaction.
+        if let transaction = error as? PostgresTransactionError, let refusal = transaction.closureError as? StoreError {
+            return refusal
+        }
         switch error {
         case let error as StoreError:
             return error
-        case let error as PostgresTransactionError where error.closureError is StoreError:
-            // A rule of the operation (a name taken, an invite used up) said no inside its transaction.
-            return error.closureError as! StoreError
         case let error as TimedOut:
             return StoreError(.unavailable, "PostgreSQL store: \(operation) took over \(error.limit): PostgreSQL is unreachable or overloaded")
         case let error where !Self.postgresErrors(in: error).isEmpty:
