@@ -348,7 +348,9 @@ extension MutedStore {
     func passkey(id: String) async throws -> StoredPasskey? { try await self.base.passkey(id: id) }
     func usePasskey(id: String, signCount: Int64, at time: Int64) async throws { try await self.base.usePasskey(id: id, signCount: signCount, at: time) }
     func deletePasskey(id: String, of user: String) async throws -> Bool { try await self.base.deletePasskey(id: id, of: user) }
-    func createChallenge(_ challenge: StoredChallenge) async throws { try await self.base.createChallenge(challenge) }
+    func createChallenge(_ challenge: StoredChallenge, now: Int64, outstandingLimit: Int) async throws -> Bool {
+        try await self.base.createChallenge(challenge, now: now, outstandingLimit: outstandingLimit)
+    }
     func takeChallenge(id: String, now: Int64) async throws -> StoredChallenge? { try await self.base.takeChallenge(id: id, now: now) }
     func challenge(id: String, now: Int64) async throws -> StoredChallenge? { try await self.base.challenge(id: id, now: now) }
     func approveChallenge(id: String, user: String, now: Int64) async throws -> Bool { try await self.base.approveChallenge(id: id, user: user, now: now) }
