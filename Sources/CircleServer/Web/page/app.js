@@ -227,6 +227,12 @@ function setSignInMode(mode) {
   $("devrow").classList.toggle("hidden", account || !S.dev);
   $("tokenrow").classList.toggle("hidden", account);
   $("signinmode").textContent = account ? (S.dev ? "Use a development name or a token" : "Use an access token") : "Sign in with a password";
+  showPasskeySignIn();
+}
+
+/// The passkey button goes with the account fields, once an account can exist to sign in to.
+function showPasskeySignIn() {
+  $("passkeysignin").classList.toggle("hidden", !passkeysAvailable() || S.signInMode !== "account" || S.setupRequired);
 }
 $("signinmode").addEventListener("click", () => {
   setSignInMode(S.signInMode === "account" ? "token" : "account");
@@ -295,7 +301,7 @@ function showSignIn(message) {
   $("me").textContent = "";
   $("signinpass").value = "";
   $("signinerr").textContent = message || "";
-  $("passkeysignin").classList.toggle("hidden", !passkeysAvailable());
+  showPasskeySignIn();
   $("signinnote").classList.toggle("hidden", !S.setupRequired && !S.deviceCode);
   $("signinnote").textContent = S.setupRequired
     ? "No account exists yet: open the setup link that circle serve printed when it started."
@@ -642,7 +648,8 @@ function enterApp(profile, list) {
   loadPeople();
   const last = sessionStorage.getItem("circle.current");
   if (last && !PHONE.matches && S.circles.some((circle) => circle.name === last)) openCircle(last);
-  if (S.deviceCode && S.csrf) openDeviceApproval(S.deviceCode);
+  // Signed in by token, the server decides: the token's user needs an account to approve.
+  if (S.deviceCode) openDeviceApproval(S.deviceCode);
 }
 
 /// The signed-in person at the bottom of the circle list: avatar (their photo, or initials) and name.
@@ -2984,8 +2991,8 @@ async function start() {
 window.addEventListener("hashchange", () => {
   const link = takeFragment();
   if (link && link.kind === "device") {
-    if (S.user && S.csrf) openDeviceApproval(link.token);
-    else { S.deviceCode = link.token; if (!S.user) showSignIn(""); }
+    if (S.user) openDeviceApproval(link.token);
+    else { S.deviceCode = link.token; showSignIn(""); }
     return;
   }
   if (!link || S.user) return;
