@@ -308,6 +308,7 @@ public final class CircleServer: Service, Sendable {
             group.addTask(executorPreference: services.store.commitExecutor) { await services.committer.run() }
             group.addTask { await media.runExpiry() }
             group.addTask { await services.identity.runCleanup() }
+            group.addTask { await services.webhooks.run() }
             group.addTask {
                 await services.hub.link.run(
                     hub: services.hub,

@@ -13,6 +13,7 @@ final class ServerServices: Sendable {
     let verifier: TokenVerifier
     var authority: TokenAuthority { self.verifier.authority }
     let identity: Identity
+    let webhooks: WebhookDispatcher
     let logger: Logger
     let admission: ConnectionAdmission
     private let connectionsPerUser = NIOLockedValueBox([String: Int]())
@@ -45,7 +46,15 @@ final class ServerServices: Sendable {
             maxTotal: configuration.limits.effectiveMaxPendingConnections,
             maxPerAddress: configuration.limits.maxPendingConnectionsPerAddress
         )
-        self.committer = PostCommitter(store: store, hub: self.hub, metrics: metrics, logger: logger)
+        let webhooks = WebhookDispatcher(
+            store: store,
+            settings: configuration.webhooks,
+            allowPrivateOutbound: configuration.allowPrivateOutbound,
+            node: self.hub.link.node,
+            logger: logger
+        )
+        self.webhooks = webhooks
+        self.committer = PostCommitter(store: store, hub: self.hub, metrics: metrics, logger: logger, committed: { webhooks.wake() })
         // Another node ended all of a user's connections: the account may be disabled now.
         self.hub.observeAccounts { [identity, store] user in
             Task {

@@ -356,3 +356,21 @@ extension MutedStore {
     func approveChallenge(id: String, user: String, now: Int64) async throws -> Bool { try await self.base.approveChallenge(id: id, user: user, now: now) }
     func accountEvents(after: Int64?) async throws -> (events: [AccountEvent], newest: Int64) { try await self.base.accountEvents(after: after) }
 }
+
+extension MutedStore {
+    func createWebhook(_ webhook: Webhook) async throws { try await self.base.createWebhook(webhook) }
+    func webhooks() async throws -> [Webhook] { try await self.base.webhooks() }
+    func webhook(id: String) async throws -> Webhook? { try await self.base.webhook(id: id) }
+    func updateWebhook(_ webhook: Webhook) async throws -> Bool { try await self.base.updateWebhook(webhook) }
+    func deleteWebhook(id: String) async throws -> Bool { try await self.base.deleteWebhook(id: id) }
+    func deliveries(of webhook: String, limit: Int) async throws -> [WebhookDelivery] { try await self.base.deliveries(of: webhook, limit: limit) }
+    func deliveryCounts(of webhook: String) async throws -> [WebhookDeliveryStatus: Int] { try await self.base.deliveryCounts(of: webhook) }
+    func claimDeliveries(node: String, now: Int64, lease: Int64, limit: Int, perWebhook: Int, excluding: [String]) async throws -> [WebhookDelivery] {
+        try await self.base.claimDeliveries(node: node, now: now, lease: lease, limit: limit, perWebhook: perWebhook, excluding: excluding)
+    }
+    func finishDelivery(_ id: String, node: String, result: DeliveryResult, at now: Int64) async throws -> Bool {
+        try await self.base.finishDelivery(id, node: node, result: result, at: now)
+    }
+    func retryDelivery(_ id: String, of webhook: String, now: Int64) async throws -> Bool { try await self.base.retryDelivery(id, of: webhook, now: now) }
+    func pruneDeliveries(deliveredBefore time: Int64) async throws -> Int { try await self.base.pruneDeliveries(deliveredBefore: time) }
+}

@@ -118,6 +118,44 @@ extension PostgresStore {
         func decodeRow(_ row: PostgresRow) throws {}
     }
 
+    /// The webhook subscriptions a commit delivers to.
+    struct ActiveWebhooks: PostgresPreparedStatement {
+        static let sql = "SELECT id, circle, events FROM webhooks WHERE status = 'active'"
+        typealias Row = (String, String?, String)
+
+        func makeBindings() -> PostgresBindings { PostgresBindings() }
+
+        func decodeRow(_ row: PostgresRow) throws -> Row { try row.decode(Row.self) }
+    }
+
+    /// Records a commit's webhook deliveries (``CommitPlan/webhookDeliveries(_:now:)``).
+    struct InsertDeliveries: PostgresPreparedStatement {
+        static let sql = """
+            INSERT INTO webhook_deliveries (id, webhook, circle, seq, event, status, created_at, next_attempt_at)
+            SELECT id, webhook, circle, seq, event, 'pending', created_at, next_attempt_at
+            FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[], $5::text[], $6::int8[], $7::int8[])
+              AS v(id, webhook, circle, seq, event, created_at, next_attempt_at)
+            ON CONFLICT (id) DO NOTHING
+            """
+        typealias Row = ()
+
+        var deliveries: [WebhookDelivery]
+
+        func makeBindings() -> PostgresBindings {
+            var bindings = PostgresBindings(capacity: 7)
+            bindings.append(self.deliveries.map(\.id))
+            bindings.append(self.deliveries.map(\.webhook))
+            bindings.append(self.deliveries.map(\.circle))
+            bindings.append(self.deliveries.map(\.seq))
+            bindings.append(self.deliveries.map(\.event.rawValue))
+            bindings.append(self.deliveries.map(\.createdAt))
+            bindings.append(self.deliveries.map(\.nextAttemptAt))
+            return bindings
+        }
+
+        func decodeRow(_ row: PostgresRow) throws {}
+    }
+
     /// Sends notifications on ``signalChannel``, in order.
     struct NotifyNodes: PostgresPreparedStatement {
         static let sql = "SELECT pg_notify($1, n) FROM unnest($2::text[]) WITH ORDINALITY AS s(n, i) ORDER BY i"

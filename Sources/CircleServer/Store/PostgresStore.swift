@@ -474,6 +474,17 @@ public final class PostgresStore: CircleStore {
         if !plan.newLastSeqs.isEmpty {
             try await connection.run(SetLastSeqs(counters: plan.newLastSeqs), logger: logger)
         }
+        // 4. What the commit sets off, in the same transaction: webhook deliveries.
+        if !plan.inserts.isEmpty {
+            var webhooks: [Webhook] = []
+            for try await (id, circle, events) in try await connection.execute(ActiveWebhooks(), logger: logger) {
+                webhooks.append(Webhook(id: id, url: "", circle: circle, events: Webhook.events(from: events), secrets: [], createdBy: "", createdAt: 0))
+            }
+            let deliveries = plan.webhookDeliveries(webhooks, now: Int64(Date().timeIntervalSince1970 * 1000))
+            if !deliveries.isEmpty {
+                try await connection.run(InsertDeliveries(deliveries: deliveries), logger: logger)
+            }
+        }
         return plan.outcomes
     }
 

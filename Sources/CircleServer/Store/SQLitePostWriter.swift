@@ -222,6 +222,22 @@ final class SQLitePostWriter: @unchecked Sendable {
                 }
                 try self.run(statement, "write a reaction")
             }
+            // 4. What the commit sets off, in the same transaction: webhook deliveries.
+            if !plan.inserts.isEmpty {
+                let webhooks = try self.activeWebhooks(statements[.activeWebhooks])
+                for delivery in plan.webhookDeliveries(webhooks, now: Int64(Date().timeIntervalSince1970 * 1000)) {
+                    let insert = statements[.insertDelivery]
+                    defer { self.reset(insert) }
+                    try self.bind(insert, 1, delivery.id)
+                    try self.bind(insert, 2, delivery.webhook)
+                    try self.bind(insert, 3, delivery.circle)
+                    try self.bind(insert, 4, delivery.seq)
+                    try self.bind(insert, 5, delivery.event.rawValue)
+                    try self.bind(insert, 6, delivery.createdAt)
+                    try self.bind(insert, 7, delivery.nextAttemptAt)
+                    try self.run(insert, "record a webhook delivery")
+                }
+            }
             for entry in plan.newLastSeqs {
                 let update = statements[.updateLastSeq]
                 defer { self.reset(update) }
@@ -283,6 +299,22 @@ final class SQLitePostWriter: @unchecked Sendable {
         )
     }
 
+    /// The subscriptions a commit delivers to (only what ``Webhook/wants(_:)`` asks).
+    private func activeWebhooks(_ statement: OpaquePointer) throws -> [Webhook] {
+        defer { self.reset(statement) }
+        var webhooks: [Webhook] = []
+        while try self.step(statement, "read the webhooks") {
+            guard let id = self.columnText(statement, 0) else { continue }
+            webhooks.append(
+                Webhook(
+                    id: id, url: "", circle: self.columnText(statement, 1), events: Webhook.events(from: self.columnText(statement, 2) ?? ""),
+                    secrets: [], createdBy: "", createdAt: 0
+                )
+            )
+        }
+        return webhooks
+    }
+
     private func circle(_ name: String, _ statement: OpaquePointer) throws -> CommitPlan.Circle? {
         defer { self.reset(statement) }
         try self.bind(statement, 1, name)
@@ -325,6 +357,7 @@ final class SQLitePostWriter: @unchecked Sendable {
         case begin, commit, rollback
         case circle, findKey, findEntry, reactionCounts, findReaction
         case insert, updatePost, clearEdits, deleteReactions, deleteReaction, putReaction, updateLastSeq
+        case activeWebhooks, insertDelivery
 
         /// The columns ``SQLitePostWriter/entry(_:)`` reads, in its order.
         static let entryColumns = "circle, seq, author, client_id, text, attachment, time, change, target, emoji, reply_to, edited_at, deleted"
@@ -354,6 +387,12 @@ final class SQLitePostWriter: @unchecked Sendable {
                 ON CONFLICT (circle, post, emoji, user) DO UPDATE SET seq = excluded.seq, first_seq = excluded.first_seq
                 """
             case .updateLastSeq: "UPDATE circles SET last_seq = ?2 WHERE name = ?1"
+            case .activeWebhooks: "SELECT id, circle, events FROM webhooks WHERE status = 'active'"
+            case .insertDelivery:
+                """
+                INSERT OR IGNORE INTO webhook_deliveries (id, webhook, circle, seq, event, status, created_at, next_attempt_at)
+                VALUES (?1, ?2, ?3, ?4, ?5, 'pending', ?6, ?7)
+                """
             }
         }
     }

@@ -1,0 +1,235 @@
+import Foundation
+import NIOCore
+import PostgresNIO
+
+extension PostgresStore {
+    // MARK: - Subscriptions
+
+    private typealias WebhookRow = (String, String, String?, String, String, String, String?, String, Int64)
+    private static let webhookColumns = "id, url, circle, events, secrets, status, disabled_reason, created_by, created_at"
+
+    public func createWebhook(_ webhook: Webhook) async throws {
+        try await self.operation("create webhook") {
+            _ = try await self.client.query(
+                """
+                INSERT INTO webhooks (id, url, circle, events, secrets, status, disabled_reason, created_by, created_at)
+                VALUES (\(webhook.id), \(webhook.url), \(webhook.circle), \(webhook.eventList), \(webhook.secrets.joined(separator: " ")),
+                        \(webhook.status.rawValue), \(webhook.disabledReason), \(webhook.createdBy), \(webhook.createdAt))
+                """,
+                logger: self.logger
+            )
+        }
+    }
+
+    public func webhooks() async throws -> [Webhook] {
+        try await self.operation("list webhooks") {
+            var webhooks: [Webhook] = []
+            let rows = try await self.client.query("SELECT id, url, circle, events, secrets, status, disabled_reason, created_by, created_at FROM webhooks ORDER BY created_at, id", logger: self.logger)
+            for try await row in rows.decode(WebhookRow.self) { webhooks.append(Self.webhook(row)) }
+            return webhooks
+        }
+    }
+
+    public func webhook(id: String) async throws -> Webhook? {
+        try await self.operation("read webhook") {
+            let rows = try await self.client.query(
+                "SELECT id, url, circle, events, secrets, status, disabled_reason, created_by, created_at FROM webhooks WHERE id = \(id)",
+                logger: self.logger
+            )
+            for try await row in rows.decode(WebhookRow.self) { return Self.webhook(row) }
+            return nil
+        }
+    }
+
+    public func updateWebhook(_ webhook: Webhook) async throws -> Bool {
+        try await self.operation("update webhook") {
+            let rows = try await self.client.query(
+                """
+                UPDATE webhooks SET status = \(webhook.status.rawValue), disabled_reason = \(webhook.disabledReason),
+                                    secrets = \(webhook.secrets.joined(separator: " "))
+                WHERE id = \(webhook.id) RETURNING id
+                """,
+                logger: self.logger
+            )
+            for try await _ in rows.decode(String.self) { return true }
+            return false
+        }
+    }
+
+    public func deleteWebhook(id: String) async throws -> Bool {
+        try await self.operation("delete webhook") {
+            try await self.client.withTransaction(logger: self.logger) { connection in
+                try await connection.query("DELETE FROM webhook_deliveries WHERE webhook = \(id)", logger: self.logger)
+                for try await _ in try await connection.query("DELETE FROM webhooks WHERE id = \(id) RETURNING id", logger: self.logger).decode(String.self) {
+                    return true
+                }
+                return false
+            }
+        }
+    }
+
+    private static func webhook(_ row: WebhookRow) -> Webhook {
+        Webhook(
+            id: row.0,
+            url: row.1,
+            circle: row.2,
+            events: Webhook.events(from: row.3),
+            secrets: row.4.split(separator: " ").map(String.init),
+            status: WebhookStatus(rawValue: row.5) ?? .disabled,
+            disabledReason: row.6,
+            createdBy: row.7,
+            createdAt: row.8
+        )
+    }
+
+    // MARK: - Deliveries
+
+    private typealias DeliveryRow = (String, String, String, Int64, String, String, Int32, Int64, Int64, Int64?, Int32?, String?)
+
+    public func deliveries(of webhook: String, limit: Int) async throws -> [WebhookDelivery] {
+        try await self.operation("list deliveries") {
+            let rows = try await self.client.query(
+                """
+                SELECT id, webhook, circle, seq, event, status, attempts, created_at, next_attempt_at, last_attempt_at, last_status, last_error
+                FROM webhook_deliveries WHERE webhook = \(webhook) ORDER BY created_at DESC, seq DESC LIMIT \(limit)
+                """,
+                logger: self.logger
+            )
+            var deliveries: [WebhookDelivery] = []
+            for try await row in rows.decode(DeliveryRow.self) { deliveries.append(Self.delivery(row)) }
+            return deliveries
+        }
+    }
+
+    public func deliveryCounts(of webhook: String) async throws -> [WebhookDeliveryStatus: Int] {
+        try await self.operation("count deliveries") {
+            var counts: [WebhookDeliveryStatus: Int] = [:]
+            let rows = try await self.client.query(
+                "SELECT status, count(*) FROM webhook_deliveries WHERE webhook = \(webhook) GROUP BY status",
+                logger: self.logger
+            )
+            for try await (status, count) in rows.decode((String, Int64).self) {
+                if let status = WebhookDeliveryStatus(rawValue: status) { counts[status] = Int(count) }
+            }
+            return counts
+        }
+    }
+
+    public func claimDeliveries(node: String, now: Int64, lease: Int64, limit: Int, perWebhook: Int, excluding: [String]) async throws -> [WebhookDelivery] {
+        try await self.operation("claim deliveries") {
+            try await self.client.withTransaction(logger: self.logger) { connection in
+                // The heads of the queues that are due. (FOR UPDATE cannot go with a window
+                // function, so the rows are locked in a second step, skipping any that another
+                // node's claim holds; its lease, once committed, fails the re-checked condition.)
+                var candidates: [String] = []
+                let heads = try await connection.query(
+                    """
+                    SELECT id FROM (
+                        SELECT d.id, d.next_attempt_at,
+                               row_number() OVER (PARTITION BY d.webhook ORDER BY d.next_attempt_at, d.created_at, d.seq) AS rank
+                        FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook
+                        WHERE d.status = 'pending' AND w.status = 'active' AND d.next_attempt_at <= \(now) AND d.lease_until <= \(now)
+                          AND NOT (d.webhook = ANY(\(excluding)::text[]))
+                          AND NOT EXISTS (
+                              SELECT 1 FROM webhook_deliveries e
+                              WHERE e.webhook = d.webhook AND e.circle = d.circle AND e.status = 'pending' AND e.seq < d.seq
+                          )
+                    ) AS heads WHERE rank <= \(perWebhook) ORDER BY next_attempt_at LIMIT \(limit)
+                    """,
+                    logger: self.logger
+                )
+                for try await id in heads.decode(String.self) { candidates.append(id) }
+                guard !candidates.isEmpty else { return [] }
+                let claimed = try await connection.query(
+                    """
+                    UPDATE webhook_deliveries SET claimed_by = \(node), lease_until = \(now + lease)
+                    WHERE id IN (
+                        SELECT id FROM webhook_deliveries
+                        WHERE id = ANY(\(candidates)::text[]) AND status = 'pending' AND lease_until <= \(now)
+                        FOR UPDATE SKIP LOCKED
+                    )
+                    RETURNING id, webhook, circle, seq, event, status, attempts, created_at, next_attempt_at, last_attempt_at, last_status, last_error
+                    """,
+                    logger: self.logger
+                )
+                var deliveries: [WebhookDelivery] = []
+                for try await row in claimed.decode(DeliveryRow.self) { deliveries.append(Self.delivery(row)) }
+                return deliveries.sorted { ($0.nextAttemptAt, $0.createdAt, $0.seq) < ($1.nextAttemptAt, $1.createdAt, $1.seq) }
+            }
+        }
+    }
+
+    public func finishDelivery(_ id: String, node: String, result: DeliveryResult, at now: Int64) async throws -> Bool {
+        try await self.operation("finish delivery") {
+            try await self.client.withTransaction(logger: self.logger) { connection in
+                let (status, httpStatus, error, next): (WebhookDeliveryStatus, Int?, String?, Int64)
+                switch result {
+                case .delivered(let code): (status, httpStatus, error, next) = (.delivered, code, nil, now)
+                case .retry(let code, let message, let retryAt): (status, httpStatus, error, next) = (.pending, code, message, retryAt)
+                case .failed(let code, let message, _): (status, httpStatus, error, next) = (.failed, code, message, now)
+                }
+                let code = httpStatus.map { Int32(clamping: $0) }
+                let rows = try await connection.query(
+                    """
+                    UPDATE webhook_deliveries
+                    SET status = \(status.rawValue), attempts = attempts + 1, last_attempt_at = \(now), last_status = \(code),
+                        last_error = \(error), next_attempt_at = \(next), claimed_by = NULL, lease_until = 0
+                    WHERE id = \(id) AND claimed_by = \(node) AND status = 'pending'
+                    RETURNING webhook
+                    """,
+                    logger: self.logger
+                )
+                var webhook: String?
+                for try await found in rows.decode(String.self) { webhook = found }
+                guard let webhook else { return false }
+                if case .failed(_, _, let reason) = result {
+                    try await connection.query("UPDATE webhooks SET status = 'disabled', disabled_reason = \(reason) WHERE id = \(webhook)", logger: self.logger)
+                }
+                return true
+            }
+        }
+    }
+
+    public func retryDelivery(_ id: String, of webhook: String, now: Int64) async throws -> Bool {
+        try await self.operation("retry delivery") {
+            let rows = try await self.client.query(
+                """
+                UPDATE webhook_deliveries SET status = 'pending', next_attempt_at = \(now), created_at = \(now), claimed_by = NULL, lease_until = 0
+                WHERE id = \(id) AND webhook = \(webhook) AND status = 'failed' RETURNING id
+                """,
+                logger: self.logger
+            )
+            for try await _ in rows.decode(String.self) { return true }
+            return false
+        }
+    }
+
+    public func pruneDeliveries(deliveredBefore time: Int64) async throws -> Int {
+        try await self.operation("prune deliveries") {
+            var count = 0
+            let rows = try await self.client.query(
+                "DELETE FROM webhook_deliveries WHERE status = 'delivered' AND last_attempt_at < \(time) RETURNING id",
+                logger: self.logger
+            )
+            for try await _ in rows.decode(String.self) { count += 1 }
+            return count
+        }
+    }
+
+    private static func delivery(_ row: DeliveryRow) -> WebhookDelivery {
+        WebhookDelivery(
+            id: row.0,
+            webhook: row.1,
+            circle: row.2,
+            seq: row.3,
+            event: WebhookEvent(rawValue: row.4) ?? .post,
+            status: WebhookDeliveryStatus(rawValue: row.5) ?? .pending,
+            attempts: Int(row.6),
+            createdAt: row.7,
+            nextAttemptAt: row.8,
+            lastAttemptAt: row.9,
+            lastStatus: row.10.map(Int.init),
+            lastError: row.11
+        )
+    }
+}

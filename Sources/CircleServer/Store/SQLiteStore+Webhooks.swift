@@ -1,0 +1,195 @@
+import Foundation
+import NIOCore
+import SQLiteNIO
+
+extension SQLiteStore {
+    // MARK: - Subscriptions
+
+    private static let webhookColumns = "id, url, circle, events, secrets, status, disabled_reason, created_by, created_at"
+
+    public func createWebhook(_ webhook: Webhook) async throws {
+        try await self.exclusive("create webhook") { connection in
+            _ = try await connection.query(
+                "INSERT INTO webhooks (\(Self.webhookColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    .text(webhook.id), .text(webhook.url), webhook.circle.map { .text($0) } ?? .null, .text(webhook.eventList),
+                    .text(webhook.secrets.joined(separator: " ")), .text(webhook.status.rawValue), webhook.disabledReason.map { .text($0) } ?? .null,
+                    .text(webhook.createdBy), .integer(SQLiteInt64(webhook.createdAt)),
+                ]
+            )
+        }
+    }
+
+    public func webhooks() async throws -> [Webhook] {
+        try await self.exclusive("list webhooks") { connection in
+            try await connection.query("SELECT \(Self.webhookColumns) FROM webhooks ORDER BY created_at, id").map(Self.webhook)
+        }
+    }
+
+    public func webhook(id: String) async throws -> Webhook? {
+        try await self.exclusive("read webhook") { connection in
+            try await connection.query("SELECT \(Self.webhookColumns) FROM webhooks WHERE id = ?", [.text(id)]).first.map(Self.webhook)
+        }
+    }
+
+    public func updateWebhook(_ webhook: Webhook) async throws -> Bool {
+        try await self.exclusive("update webhook") { connection in
+            let rows = try await connection.query(
+                "UPDATE webhooks SET status = ?, disabled_reason = ?, secrets = ? WHERE id = ? RETURNING id",
+                [
+                    .text(webhook.status.rawValue), webhook.disabledReason.map { .text($0) } ?? .null, .text(webhook.secrets.joined(separator: " ")),
+                    .text(webhook.id),
+                ]
+            )
+            return !rows.isEmpty
+        }
+    }
+
+    public func deleteWebhook(id: String) async throws -> Bool {
+        try await self.exclusive("delete webhook") { connection in
+            try await Self.transaction(on: connection, logger: self.logger) {
+                _ = try await connection.query("DELETE FROM webhook_deliveries WHERE webhook = ?", [.text(id)])
+                return !(try await connection.query("DELETE FROM webhooks WHERE id = ? RETURNING id", [.text(id)])).isEmpty
+            }
+        }
+    }
+
+    private static func webhook(_ row: SQLiteRow) throws -> Webhook {
+        Webhook(
+            id: try Self.text(row, "id"),
+            url: try Self.text(row, "url"),
+            circle: row.column("circle")?.string,
+            events: Webhook.events(from: try Self.text(row, "events")),
+            secrets: try Self.text(row, "secrets").split(separator: " ").map(String.init),
+            status: WebhookStatus(rawValue: try Self.text(row, "status")) ?? .disabled,
+            disabledReason: row.column("disabled_reason")?.string,
+            createdBy: try Self.text(row, "created_by"),
+            createdAt: try Self.integer(row, "created_at")
+        )
+    }
+
+    // MARK: - Deliveries
+
+    private static let deliveryColumns =
+        "id, webhook, circle, seq, event, status, attempts, created_at, next_attempt_at, last_attempt_at, last_status, last_error"
+
+    public func deliveries(of webhook: String, limit: Int) async throws -> [WebhookDelivery] {
+        try await self.exclusive("list deliveries") { connection in
+            try await connection.query(
+                "SELECT \(Self.deliveryColumns) FROM webhook_deliveries WHERE webhook = ? ORDER BY created_at DESC, seq DESC LIMIT ?",
+                [.text(webhook), .integer(limit)]
+            ).map(Self.delivery)
+        }
+    }
+
+    public func deliveryCounts(of webhook: String) async throws -> [WebhookDeliveryStatus: Int] {
+        try await self.exclusive("count deliveries") { connection in
+            var counts: [WebhookDeliveryStatus: Int] = [:]
+            for row in try await connection.query("SELECT status, count(*) AS n FROM webhook_deliveries WHERE webhook = ? GROUP BY status", [.text(webhook)]) {
+                if let status = WebhookDeliveryStatus(rawValue: try Self.text(row, "status")) {
+                    counts[status] = Int(try Self.integer(row, "n"))
+                }
+            }
+            return counts
+        }
+    }
+
+    public func claimDeliveries(node: String, now: Int64, lease: Int64, limit: Int, perWebhook: Int, excluding: [String]) async throws -> [WebhookDelivery] {
+        try await self.exclusive("claim deliveries") { connection in
+            let excluded = String(decoding: try JSONEncoder().encode(excluding), as: UTF8.self)
+            return try await connection.query(
+                """
+                UPDATE webhook_deliveries SET claimed_by = ?1, lease_until = ?2
+                WHERE id IN (
+                    SELECT id FROM (
+                        SELECT d.id, d.next_attempt_at,
+                               row_number() OVER (PARTITION BY d.webhook ORDER BY d.next_attempt_at, d.created_at, d.seq) AS rank
+                        FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook
+                        WHERE d.status = 'pending' AND w.status = 'active' AND d.next_attempt_at <= ?3 AND d.lease_until <= ?3
+                          AND d.webhook NOT IN (SELECT value FROM json_each(?4))
+                          AND NOT EXISTS (
+                              SELECT 1 FROM webhook_deliveries e
+                              WHERE e.webhook = d.webhook AND e.circle = d.circle AND e.status = 'pending' AND e.seq < d.seq
+                          )
+                    ) WHERE rank <= ?5 ORDER BY next_attempt_at LIMIT ?6
+                )
+                RETURNING \(Self.deliveryColumns)
+                """,
+                [.text(node), .integer(SQLiteInt64(now + lease)), .integer(SQLiteInt64(now)), .text(excluded), .integer(perWebhook), .integer(limit)]
+            ).map(Self.delivery).sorted { ($0.nextAttemptAt, $0.createdAt, $0.seq) < ($1.nextAttemptAt, $1.createdAt, $1.seq) }
+        }
+    }
+
+    public func finishDelivery(_ id: String, node: String, result: DeliveryResult, at now: Int64) async throws -> Bool {
+        try await self.exclusive("finish delivery") { connection in
+            try await Self.transaction(on: connection, logger: self.logger) {
+                let (status, httpStatus, error, next): (WebhookDeliveryStatus, Int?, String?, Int64)
+                switch result {
+                case .delivered(let code): (status, httpStatus, error, next) = (.delivered, code, nil, now)
+                case .retry(let code, let message, let retryAt): (status, httpStatus, error, next) = (.pending, code, message, retryAt)
+                case .failed(let code, let message, _): (status, httpStatus, error, next) = (.failed, code, message, now)
+                }
+                let rows = try await connection.query(
+                    """
+                    UPDATE webhook_deliveries
+                    SET status = ?, attempts = attempts + 1, last_attempt_at = ?, last_status = ?, last_error = ?, next_attempt_at = ?,
+                        claimed_by = NULL, lease_until = 0
+                    WHERE id = ? AND claimed_by = ? AND status = 'pending'
+                    RETURNING webhook
+                    """,
+                    [
+                        .text(status.rawValue), .integer(SQLiteInt64(now)), httpStatus.map { .integer($0) } ?? .null, error.map { .text($0) } ?? .null,
+                        .integer(SQLiteInt64(next)), .text(id), .text(node),
+                    ]
+                )
+                guard let row = rows.first else { return false }
+                if case .failed(_, _, let reason) = result {
+                    _ = try await connection.query(
+                        "UPDATE webhooks SET status = 'disabled', disabled_reason = ? WHERE id = ?",
+                        [.text(reason), .text(try Self.text(row, "webhook"))]
+                    )
+                }
+                return true
+            }
+        }
+    }
+
+    public func retryDelivery(_ id: String, of webhook: String, now: Int64) async throws -> Bool {
+        try await self.exclusive("retry delivery") { connection in
+            let rows = try await connection.query(
+                """
+                UPDATE webhook_deliveries SET status = 'pending', next_attempt_at = ?, created_at = ?, claimed_by = NULL, lease_until = 0
+                WHERE id = ? AND webhook = ? AND status = 'failed' RETURNING id
+                """,
+                [.integer(SQLiteInt64(now)), .integer(SQLiteInt64(now)), .text(id), .text(webhook)]
+            )
+            return !rows.isEmpty
+        }
+    }
+
+    public func pruneDeliveries(deliveredBefore time: Int64) async throws -> Int {
+        try await self.exclusive("prune deliveries") { connection in
+            try await connection.query(
+                "DELETE FROM webhook_deliveries WHERE status = 'delivered' AND last_attempt_at < ? RETURNING id",
+                [.integer(SQLiteInt64(time))]
+            ).count
+        }
+    }
+
+    private static func delivery(_ row: SQLiteRow) throws -> WebhookDelivery {
+        WebhookDelivery(
+            id: try Self.text(row, "id"),
+            webhook: try Self.text(row, "webhook"),
+            circle: try Self.text(row, "circle"),
+            seq: try Self.integer(row, "seq"),
+            event: WebhookEvent(rawValue: try Self.text(row, "event")) ?? .post,
+            status: WebhookDeliveryStatus(rawValue: try Self.text(row, "status")) ?? .pending,
+            attempts: Int(try Self.integer(row, "attempts")),
+            createdAt: try Self.integer(row, "created_at"),
+            nextAttemptAt: try Self.integer(row, "next_attempt_at"),
+            lastAttemptAt: row.column("last_attempt_at")?.integer.map(Int64.init),
+            lastStatus: row.column("last_status")?.integer,
+            lastError: row.column("last_error")?.string
+        )
+    }
+}

@@ -1,0 +1,289 @@
+import CircleWire
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import NIOHTTP1
+
+/// How webhooks are sent (docs/API.md, "Webhooks").
+public struct WebhookSettings: Sendable, Hashable {
+    /// One attempt: connect, send, and the whole answer.
+    public var timeout: Duration
+    /// The longest answer read; a longer one fails the attempt.
+    public var maxReplyBytes: Int
+    /// Deliveries in flight on one node, in all…
+    public var maxInFlight: Int
+    /// …and to one subscription.
+    public var maxInFlightPerWebhook: Int
+    /// How often a node looks for deliveries that are due when no commit of its own woke it
+    /// (another node's entries, retries).
+    public var pollInterval: Duration
+    public var retry: WebhookRetryPolicy
+    /// Delivered deliveries are kept this long for the admin's list, then deleted.
+    public var keepDelivered: Duration
+    /// Endpoints on loopback, private and link-local addresses (off by default; the server-wide
+    /// `allowPrivateOutbound` allows them too).
+    public var allowPrivateAddresses: Bool
+
+    public init(
+        timeout: Duration = .seconds(10),
+        maxReplyBytes: Int = 64 * 1024,
+        maxInFlight: Int = 32,
+        maxInFlightPerWebhook: Int = 4,
+        pollInterval: Duration = .seconds(1),
+        retry: WebhookRetryPolicy = WebhookRetryPolicy(),
+        keepDelivered: Duration = .seconds(7 * 24 * 3600),
+        allowPrivateAddresses: Bool = false
+    ) {
+        self.timeout = timeout
+        self.maxReplyBytes = maxReplyBytes
+        self.maxInFlight = maxInFlight
+        self.maxInFlightPerWebhook = maxInFlightPerWebhook
+        self.pollInterval = pollInterval
+        self.retry = retry
+        self.keepDelivered = keepDelivered
+        self.allowPrivateAddresses = allowPrivateAddresses
+    }
+
+    /// Subscriptions one server may have.
+    public static let maximumWebhooks = 100
+    /// The longest endpoint URL.
+    public static let maximumURLBytes = 2048
+}
+
+/// A wake-up for one waiter: ``ring()`` ends the current ``wait(upTo:)`` or, if none is
+/// waiting, the next one at once.
+final class Doorbell: Sendable {
+    private struct State {
+        var rung = false
+        var waiter: CheckedContinuation<Void, Never>?
+    }
+
+    private let state = NIOLockedValueBox(State())
+
+    func ring() {
+        let waiter = self.state.withLockedValue { state -> CheckedContinuation<Void, Never>? in
+            guard let waiter = state.waiter else {
+                state.rung = true
+                return nil
+            }
+            state.waiter = nil
+            return waiter
+        }
+        waiter?.resume()
+    }
+
+    /// Returns when rung (now, or since the last wait), after `limit`, or when cancelled.
+    func wait(upTo limit: Duration) async {
+        let timer = Task {
+            guard (try? await Task.sleep(for: limit)) != nil else { return }
+            self.ring()
+        }
+        defer { timer.cancel() }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let rung = self.state.withLockedValue { state -> Bool in
+                    if state.rung {
+                        state.rung = false
+                        return true
+                    }
+                    state.waiter = continuation
+                    return false
+                }
+                if rung { continuation.resume() }
+            }
+        } onCancel: {
+            self.ring()
+        }
+    }
+}
+
+/// Sends the deliveries the commits record, on every node: each node leases the deliveries
+/// that are due (``WebhookStore/claimDeliveries(node:now:lease:limit:perWebhook:excluding:)``),
+/// sends each signed per Standard Webhooks, and records the attempt. A delivery leased by a node
+/// that dies is sent by another once the lease ends, with the same `webhook-id`: at least once.
+/// Never on the post path: a slow endpoint holds only its own deliveries.
+final class WebhookDispatcher: Sendable {
+    let store: any CircleStore
+    let settings: WebhookSettings
+    let node: String
+    let logger: Logger
+    private let http: OutboundHTTP
+    private let bell = Doorbell()
+    /// A subscription was made or changed on this node: look again before the next poll.
+    private let subscriptionsChanged = NIOLockedValueBox(true)
+
+    init(store: any CircleStore, settings: WebhookSettings, allowPrivateOutbound: Bool, node: String, logger: Logger) {
+        self.store = store
+        self.settings = settings
+        self.node = node
+        self.logger = logger
+        self.http = OutboundHTTP(
+            policy: OutboundAddressPolicy(allowsPrivate: allowPrivateOutbound || settings.allowPrivateAddresses),
+            timeout: settings.timeout,
+            maxBodyBytes: settings.maxReplyBytes
+        )
+    }
+
+    /// Something may be due now (a commit of this node stored entries).
+    func wake() { self.bell.ring() }
+
+    /// A subscription was created, changed or deleted here, or a delivery retried.
+    func webhooksChanged() {
+        self.subscriptionsChanged.withLockedValue { $0 = true }
+        self.bell.ring()
+    }
+
+    private enum Event: Sendable {
+        case sent(webhook: String)
+        case tick
+    }
+
+    /// Until cancelled.
+    func run() async {
+        // A lease outlasts the longest attempt, with room for recording it; a node that dies
+        // holds its deliveries this long.
+        let lease = WebhookRetryPolicy.milliseconds(self.settings.timeout) + 10_000
+        var lastPrune = Int64(0)
+        // Whether any subscription is active, looked up once per poll interval (and when one
+        // changes here): with none, a commit's wake-up costs no query.
+        var anyActive = false
+        var lastLook = Int64.min
+        await withTaskGroup(of: Event.self) { group in
+            var running: [String: Int] = [:]
+            group.addTask { .tick }
+            while let event = await group.next() {
+                if Task.isCancelled { break }
+                switch event {
+                case .sent(let webhook):
+                    running[webhook, default: 1] -= 1
+                    if running[webhook] == 0 { running[webhook] = nil }
+                case .tick:
+                    group.addTask { [bell, settings] in
+                        await bell.wait(upTo: settings.pollInterval)
+                        return .tick
+                    }
+                }
+                let inFlight = running.values.reduce(0, +)
+                guard inFlight < self.settings.maxInFlight else { continue }
+                let now = Identity.now
+                let changed = self.subscriptionsChanged.withLockedValue { changed in
+                    defer { changed = false }
+                    return changed
+                }
+                if changed || now - lastLook >= WebhookRetryPolicy.milliseconds(self.settings.pollInterval) {
+                    lastLook = now
+                    do {
+                        anyActive = try await self.store.webhooks().contains { $0.status == .active }
+                    } catch {
+                        anyActive = true
+                    }
+                }
+                guard anyActive else { continue }
+                let claimed: [WebhookDelivery]
+                do {
+                    claimed = try await self.store.claimDeliveries(
+                        node: self.node,
+                        now: now,
+                        lease: lease,
+                        limit: self.settings.maxInFlight - inFlight,
+                        perWebhook: self.settings.maxInFlightPerWebhook,
+                        excluding: Array(running.keys)
+                    )
+                } catch {
+                    self.logger.warning("could not claim webhook deliveries", metadata: ["error": "\(error)"])
+                    continue
+                }
+                var webhooks: [String: Webhook?] = [:]
+                for delivery in claimed {
+                    if webhooks[delivery.webhook] == nil {
+                        webhooks[delivery.webhook] = .some(try? await self.store.webhook(id: delivery.webhook))
+                    }
+                    guard let webhook = webhooks[delivery.webhook] ?? nil else { continue }
+                    running[webhook.id, default: 0] += 1
+                    group.addTask {
+                        await self.send(delivery, to: webhook)
+                        return .sent(webhook: webhook.id)
+                    }
+                }
+                if now - lastPrune > 3_600_000 {
+                    lastPrune = now
+                    let before = now - WebhookRetryPolicy.milliseconds(self.settings.keepDelivered)
+                    _ = try? await self.store.pruneDeliveries(deliveredBefore: before)
+                }
+            }
+            group.cancelAll()
+        }
+    }
+
+    /// One attempt, recorded.
+    func send(_ delivery: WebhookDelivery, to webhook: Webhook) async {
+        let result = await self.attempt(delivery, to: webhook)
+        do {
+            let recorded = try await self.store.finishDelivery(delivery.id, node: self.node, result: result, at: Identity.now)
+            if !recorded {
+                self.logger.info("a webhook delivery's lease passed to another node before it was recorded", metadata: ["circle.delivery": "\(delivery.id)"])
+            }
+        } catch {
+            // The lease ends and the delivery goes again (receivers deduplicate by webhook-id).
+            self.logger.warning("could not record a webhook delivery", metadata: ["circle.delivery": "\(delivery.id)", "error": "\(error)"])
+        }
+        if case .failed(_, _, let reason) = result {
+            self.logger.warning("a webhook is disabled", metadata: ["circle.webhook": "\(webhook.id)", "circle.reason": "\(reason)"])
+        }
+    }
+
+    private func attempt(_ delivery: WebhookDelivery, to webhook: Webhook) async -> DeliveryResult {
+        let entry: CirclePost?
+        do {
+            entry = try await self.store.posts(in: delivery.circle, after: delivery.seq - 1, limit: 1).first { $0.seq == delivery.seq }
+        } catch {
+            return self.failure(delivery, status: nil, error: "could not read the entry: \(error)")
+        }
+        let now = Identity.now
+        let body = WebhookPayload.body(event: delivery.event, entry: entry, circle: delivery.circle, seq: delivery.seq, at: now)
+        let timestamp = now / 1000
+        var headers = HTTPHeaders()
+        headers.add(name: "Content-Type", value: "application/json")
+        headers.add(name: "User-Agent", value: "Circle-Webhooks/\(CircleVersion.current)")
+        headers.add(name: "webhook-id", value: delivery.id)
+        headers.add(name: "webhook-timestamp", value: "\(timestamp)")
+        headers.add(name: "webhook-signature", value: WebhookSignature.sign(id: delivery.id, timestamp: timestamp, body: body, secrets: webhook.secrets))
+        do {
+            let response = try await self.http.post(webhook.url, headers: headers, body: body)
+            if (200..<300).contains(response.status) {
+                return .delivered(status: response.status)
+            }
+            return self.failure(delivery, status: response.status, error: "the endpoint answered \(response.status)")
+        } catch {
+            return self.failure(delivery, status: nil, error: error.message)
+        }
+    }
+
+    private func failure(_ delivery: WebhookDelivery, status: Int?, error: String) -> DeliveryResult {
+        self.settings.retry.afterFailure(delivery, attempt: delivery.attempts + 1, now: Identity.now, status: status, error: String(error.prefix(500)), random: Double.random(in: 0..<1))
+    }
+}
+
+/// The body of a delivery (docs/API.md, "Webhooks"): `{"type", "timestamp", "data"}` as
+/// Standard Webhooks suggests, `data` being the entry as it is when sent.
+enum WebhookPayload {
+    private struct Body: Encodable {
+        var type: String
+        var timestamp: String
+        var data: Content
+    }
+
+    private struct Content: Encodable {
+        var circle: String
+        var seq: Int64
+        /// `nil` only if the entry cannot be read (its circle was deleted).
+        var entry: CirclePost?
+    }
+
+    static func body(event: WebhookEvent, entry: CirclePost?, circle: String, seq: Int64, at time: Int64) -> [UInt8] {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        let timestamp = formatter.string(from: Date(timeIntervalSince1970: Double(time) / 1000))
+        return Array(HTTPAPI.encode(Body(type: event.rawValue, timestamp: timestamp, data: Content(circle: circle, seq: seq, entry: entry))))
+    }
+}

@@ -1,0 +1,288 @@
+"""Webhooks against an implementation that is not ours (run by scripts/webhook-test).
+
+A real `circle serve` on loopback delivers to a receiver here that checks every request with
+the `standardwebhooks` package (the Standard Webhooks reference library for Python):
+
+1. An admin subscribes the receiver to one circle; 20 posts are each delivered, verified, with
+   the entry as data, in `seq` order (a member without an account cannot subscribe).
+2. The receiver answers 500 twice, then hangs past the server's timeout once: the server
+   retries with the same `webhook-id`, and everything still arrives, in order.
+3. The receiver is down (503) while the server is killed with SIGKILL mid-stream; a new server
+   on the same data delivers every entry the old one acknowledged: nothing is lost.
+4. Rotating the secret: deliveries carry two signatures, each verified by its own secret.
+5. A subscription to 127.0.0.1 is refused by a server without --allow-private-outbound.
+
+Exits non-zero with a message at the first thing that does not hold.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from benchlib import dev_token, free_port, http_json  # noqa: E402
+
+TIMEOUT = 60.0
+PASSWORD = "correct horse battery"
+
+
+def fail(message: str) -> None:
+    print(f"webhook-test: FAIL: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def wait_for(condition, what: str, timeout: float = TIMEOUT) -> None:
+    """Waits (bounded) for something the server does."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            fail(f"gave up waiting for {what}")
+        time.sleep(0.05)
+
+
+class Receiver:
+    """An endpoint that verifies each delivery with `standardwebhooks` and records it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.secrets: list[str] = []
+        self.accepted: list[dict] = []  # verified and answered 2xx, in arrival order
+        self.requests = 0
+        self.errors: list[str] = []
+        self.script: list[str] = []  # what to do with the next requests: "500", "hang", "down"
+        self.down = False
+        self.hang_seconds = 4.0
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                headers = {k: v for k, v in self.headers.items()}
+                with receiver.lock:
+                    receiver.requests += 1
+                    action = "down" if receiver.down else (receiver.script.pop(0) if receiver.script else "ok")
+                    secrets = list(receiver.secrets)
+                # Every request must verify with every secret the receiver was given (a rotation
+                # sends one signature per secret).
+                payload = None
+                for secret in secrets:
+                    try:
+                        payload = Webhook(secret).verify(body, headers)
+                    except WebhookVerificationError as error:
+                        with receiver.lock:
+                            receiver.errors.append(f"{headers.get('webhook-id')}: {error} (secret {secret[:12]}…)")
+                if action == "hang":
+                    time.sleep(receiver.hang_seconds)
+                    return
+                status = {"ok": 200, "500": 500, "down": 503}[action]
+                if status == 200 and payload is not None:
+                    with receiver.lock:
+                        receiver.accepted.append({"id": headers.get("webhook-id"), **payload})
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hook"
+
+    def seqs(self, type_: str | None = None) -> list[int]:
+        with self.lock:
+            return [d["data"]["seq"] for d in self.accepted if type_ is None or d["type"] == type_]
+
+    def check_clean(self) -> None:
+        with self.lock:
+            if self.errors:
+                fail(f"deliveries that standardwebhooks refused: {self.errors[:3]}")
+
+
+def start_server(binary: str, data: Path, port: int, flags: list[str], log: Path) -> subprocess.Popen:
+    args = [binary, "serve", "--port", str(port), "--data", str(data), "--dev", "--log-level", "info", *flags]
+    server = subprocess.Popen(args, stdout=log.open("a"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            fail(f"the server exited with {server.returncode}: {log.read_text()[-2000:]}")
+        try:
+            if http_json("GET", port, "/healthz")[0] == 200:
+                return server
+        except OSError:
+            pass
+        time.sleep(0.1)
+    fail("the server did not answer /healthz within 60 s")
+    raise AssertionError
+
+
+def send(binary: str, port: int, token: str, circle: str, lines: list[str]) -> list[int]:
+    """Posts each line through `circle send` (the SDK: every post acknowledged); returns the seqs."""
+    result = subprocess.run(
+        [binary, "send", circle, "--token", token, "--server", f"ws://127.0.0.1:{port}/v1/ws"],
+        input="".join(line + "\n" for line in lines), capture_output=True, text=True, timeout=120,
+    )
+    if result.returncode != 0:
+        fail(f"circle send exited {result.returncode}: {result.stderr[-1000:]}")
+    return [int(line.strip().lstrip("#")) for line in result.stdout.split() if line.strip().startswith("#")]
+
+
+def in_order(seqs: list[int]) -> bool:
+    """First deliveries in increasing order (a retried delivery may come again, never earlier ones after later)."""
+    firsts: list[int] = []
+    for seq in seqs:
+        if seq not in firsts:
+            firsts.append(seq)
+    return firsts == sorted(firsts)
+
+
+def main() -> None:
+    binary = sys.argv[1]
+    work = Path(tempfile.mkdtemp(prefix="circle-webhooks-"))
+    data = work / "data"
+    log = work / "server.log"
+    port = free_port()
+    flags = ["--allow-private-outbound", "--webhook-retry-after", "200ms", "--webhook-timeout", "1500ms"]
+    server = start_server(binary, data, port, flags, log)
+    servers = [server]
+    receiver = Receiver()
+    try:
+        match = None
+        deadline = time.monotonic() + TIMEOUT
+        while match is None and time.monotonic() < deadline:
+            match = re.search(r"#setup=([A-Za-z0-9_\-]+)", log.read_text(errors="replace"))
+            time.sleep(0.05)
+        if match is None:
+            fail("no setup link in the server's log")
+        status, body = http_json("POST", port, "/v1/auth/setup", body={"token": match.group(1), "name": "ada", "password": PASSWORD})
+        if status != 201:
+            fail(f"setup: {status} {body}")
+        admin = dev_token(port, "ada")
+        status, body = http_json("POST", port, "/v1/circles", admin, {"name": "general"})
+        if status not in (200, 201):
+            fail(f"creating the circle: {status} {body}")
+
+        # 1. Subscribe; every entry is delivered, verified, in order.
+        status, hook = http_json("POST", port, "/v1/admin/webhooks", admin, {"url": receiver.url(), "circle": "general"})
+        if status != 201 or not str(hook.get("secret", "")).startswith("whsec_"):
+            fail(f"creating the webhook: {status} {hook}")
+        receiver.secrets = [hook["secret"]]
+        status, body = http_json("POST", port, "/v1/admin/webhooks", dev_token(port, "mallory"), {"url": receiver.url()})
+        if status != 403:
+            fail(f"a member (no account) created a webhook: {status} {body}")
+        seqs = send(binary, port, admin, "general", [f"post {i}" for i in range(1, 21)])
+        if seqs != list(range(1, 21)):
+            fail(f"unexpected seqs {seqs}")
+        wait_for(lambda: len(set(receiver.seqs("post"))) == 20, "20 post deliveries")
+        receiver.check_clean()
+        if not in_order(receiver.seqs()):
+            fail(f"deliveries out of order: {receiver.seqs()}")
+        first = receiver.accepted[0]
+        if first["data"]["entry"]["text"] != "post 1" or first["data"]["circle"] != "general" or first["type"] != "post":
+            fail(f"the first delivery's body: {first}")
+        print(f"webhook-test: 20 posts delivered and verified by standardwebhooks ({receiver.requests} requests)")
+
+        # 2. Failures and a hang: retried with the same webhook-id, in order.
+        with receiver.lock:
+            receiver.script = ["500", "500", "hang"]
+        before = receiver.requests
+        seqs = send(binary, port, admin, "general", [f"retry {i}" for i in range(1, 6)])
+        wait_for(lambda: set(range(21, 26)) <= set(receiver.seqs("post")), "the posts after failures")
+        receiver.check_clean()
+        ids = [d["id"] for d in receiver.accepted if d["data"]["seq"] == 21]
+        if len(ids) != 1:
+            fail(f"seq 21 accepted {len(ids)} times: {ids}")
+        if receiver.requests - before < 8:
+            fail(f"expected 3 failed attempts and 5 deliveries, saw {receiver.requests - before} requests")
+        if not in_order(receiver.seqs()):
+            fail(f"deliveries out of order after retries: {receiver.seqs()}")
+        status, deliveries = http_json("GET", port, f"/v1/admin/webhooks/{hook['id']}/deliveries?limit=200", admin)
+        tried = [d for d in deliveries["deliveries"] if d["seq"] == 21]
+        if status != 200 or not tried or tried[0]["attempts"] != 4 or tried[0]["status"] != "delivered":
+            fail(f"the delivery of seq 21 as the admin API shows it: {status} {tried}")
+        print(f"webhook-test: 500, 500 and a hang retried; seq 21 delivered on attempt {tried[0]['attempts']}")
+
+        # 3. Receiver down, server SIGKILLed mid-stream, a new server delivers all.
+        with receiver.lock:
+            receiver.down = True
+            before_down = receiver.requests
+        seqs = send(binary, port, admin, "general", [f"storm {i}" for i in range(1, 31)])
+        acknowledged = set(seqs)
+        wait_for(lambda: receiver.requests >= before_down + 3, "attempts while the receiver is down")
+        server.send_signal(signal.SIGKILL)
+        server.wait(timeout=30)
+        with receiver.lock:
+            receiver.down = False
+        server = start_server(binary, data, port, flags, log)
+        servers.append(server)
+        wait_for(lambda: acknowledged <= set(receiver.seqs("post")), "every acknowledged post after the SIGKILL")
+        receiver.check_clean()
+        if not in_order(receiver.seqs()):
+            fail(f"deliveries out of order after the restart: {receiver.seqs()}")
+        by_seq: dict[int, set[str]] = {}
+        for delivery in receiver.accepted:
+            by_seq.setdefault(delivery["data"]["seq"], set()).add(delivery["id"])
+        if any(len(ids) != 1 for ids in by_seq.values()):
+            fail("a seq was delivered under two webhook-ids")
+        duplicates = len(receiver.accepted) - len(by_seq)
+        print(f"webhook-test: SIGKILL while the receiver was down: all {len(acknowledged)} posts delivered after the restart "
+              f"({duplicates} delivered twice, each with its one webhook-id)")
+
+        admin = dev_token(port, "ada")
+        # 4. Rotation: two signatures, each verified.
+        status, rotated = http_json("POST", port, f"/v1/admin/webhooks/{hook['id']}/rotate", admin, {})
+        if status != 200 or rotated.get("secrets") != 2:
+            fail(f"rotating: {status} {rotated}")
+        receiver.secrets = [rotated["secret"], hook["secret"]]
+        seqs = send(binary, port, admin, "general", ["after the rotation"])
+        wait_for(lambda: seqs[0] in receiver.seqs("post"), "the post after the rotation")
+        receiver.check_clean()
+        print("webhook-test: after rotating, both secrets verify")
+
+        # 5. No private addresses without the flag.
+        port2 = free_port()
+        server2 = start_server(binary, work / "data2", port2, [], work / "server2.log")
+        servers.append(server2)
+        match = None
+        deadline = time.monotonic() + TIMEOUT
+        while match is None and time.monotonic() < deadline:
+            match = re.search(r"#setup=([A-Za-z0-9_\-]+)", (work / "server2.log").read_text(errors="replace"))
+            time.sleep(0.05)
+        if match is None:
+            fail("no setup link in the second server's log")
+        http_json("POST", port2, "/v1/auth/setup", body={"token": match.group(1), "name": "ada", "password": PASSWORD})
+        for url in [receiver.url(), "http://[::1]/hook", "http://10.0.0.1/hook", "http://169.254.169.254/latest", "ftp://example.com/x"]:
+            status, body = http_json("POST", port2, "/v1/admin/webhooks", dev_token(port2, "ada"), {"url": url})
+            if status != 400:
+                fail(f"{url} accepted without --allow-private-outbound: {status} {body}")
+        print("webhook-test: loopback, private and link-local endpoints refused without --allow-private-outbound")
+        print("webhook-test: OK")
+    finally:
+        for process in servers:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+        receiver.httpd.shutdown()
+
+
+if __name__ == "__main__":
+    main()
