@@ -6,8 +6,8 @@ import PostgresNIO
 // The statements every group commit runs, and the signal that follows it, as prepared
 // statements: postgres-nio prepares each once per pooled connection and then only binds and
 // executes it. Sent as plain queries, PostgreSQL parsed, analysed and planned every one of them
-// on every commit: parsing and analysis were 18 % of its CPU, planning 17 %, with 16 writers on
-// one node (`perf`, docs/SCALING.md). Prepared, they are parsed and analysed once; they are
+// on every commit: parsing, analysis and planning were about a third of its CPU, with 16 writers
+// on one node (`perf`; nodes.py, docs/bench/nodes.md). Prepared, they are parsed and analysed once; they are
 // still planned at every execution, for the arrays at hand (`plan_cache_mode`, set in
 // `PostgresStore.init`). The statements of rarer paths (edits, replies, reactions, deletions)
 // stay plain queries.

@@ -82,8 +82,8 @@ public final class PostgresStore: CircleStore {
         // each execution is still planned for its own arrays. A generic plan, which PostgreSQL
         // would settle on after five executions, is made from the tables' statistics at that
         // moment. On a new database those are empty tables: the keys' lookup became a scan of
-        // the whole index, slower as the table grew (2.4× the database's CPU per post in
-        // nodes.py, docs/SCALING.md).
+        // the whole index, slower as the table grew (more than twice the database's CPU per
+        // post in nodes.py, docs/bench/nodes.md).
         clientConfiguration.options.additionalStartupParameters = [("plan_cache_mode", "force_custom_plan")]
         var logger = logger
         logger[metadataKey: "circle.store"] = "postgres"

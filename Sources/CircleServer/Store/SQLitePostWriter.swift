@@ -17,8 +17,8 @@ import VaporCSQLite
 /// (``CircleStore/commitExecutor``): the loop then wakes, commits, publishes and answers on this
 /// one thread, and a batch costs no thread hop besides the posts' way in and the answers' way
 /// out. Measured with benchmarks/postpath.py at one writer: the committer's hops through Swift's
-/// cooperative pool took 16 % of the server's CPU samples, and running it here cut CPU per post
-/// by 13 % (docs/BENCHMARKS.md, section 6). The store's other connection (sqlite-nio)
+/// cooperative pool were a large share of the server's CPU samples, and running it here cut the
+/// CPU per post (docs/bench/postpath.md). The store's other connection (sqlite-nio)
 /// keeps serving reads meanwhile: in WAL mode a reader sees the last committed state and does
 /// not wait for a commit's fsync.
 ///
