@@ -9,7 +9,8 @@ the `standardwebhooks` package (the Standard Webhooks reference library for Pyth
    retries with the same `webhook-id`, and everything still arrives, in order.
 3. The receiver is down (503) while the server is killed with SIGKILL mid-stream; a new server
    on the same data delivers every entry the old one acknowledged: nothing is lost.
-4. Rotating the secret: deliveries carry two signatures, each verified by its own secret.
+4. Rotating the secret: deliveries carry two signatures, each verified by its own secret. An
+   answer over 64 KiB and a redirect (to a private address) are failed attempts, retried.
 5. A subscription to 127.0.0.1 is refused by a server without --allow-private-outbound.
 
 Exits non-zero with a message at the first thing that does not hold.
@@ -85,6 +86,23 @@ class Receiver:
                             receiver.errors.append(f"{headers.get('webhook-id')}: {error} (secret {secret[:12]}…)")
                 if action == "hang":
                     time.sleep(receiver.hang_seconds)
+                    return
+                if action == "huge":
+                    # A 2xx whose answer is over the server's 64 KiB limit: a failed attempt.
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(1 << 20))
+                    self.end_headers()
+                    try:
+                        self.wfile.write(b"x" * (1 << 20))
+                    except OSError:
+                        pass
+                    return
+                if action == "redirect":
+                    # Redirects are never followed (here, to a private address).
+                    self.send_response(307)
+                    self.send_header("Location", "http://10.0.0.1/steal")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
                     return
                 status = {"ok": 200, "500": 500, "down": 503}[action]
                 if status == 200 and payload is not None:
@@ -254,6 +272,16 @@ def main() -> None:
         wait_for(lambda: seqs[0] in receiver.seqs("post"), "the post after the rotation")
         receiver.check_clean()
         print("webhook-test: after rotating, both secrets verify")
+
+        with receiver.lock:
+            receiver.script = ["huge", "redirect"]
+        seqs = send(binary, port, admin, "general", ["huge and redirected"])
+        wait_for(lambda: seqs[0] in receiver.seqs("post"), "the post after a huge answer and a redirect")
+        status, deliveries = http_json("GET", port, f"/v1/admin/webhooks/{hook['id']}/deliveries?limit=1", admin)
+        last = deliveries["deliveries"][0]
+        if last["seq"] != seqs[0] or last["attempts"] != 3 or last["status"] != "delivered":
+            fail(f"a huge answer and a redirect should be two failed attempts: {last}")
+        print("webhook-test: an answer over 64 KiB and a redirect counted as failed attempts (delivered on attempt 3)")
 
         # 5. No private addresses without the flag.
         port2 = free_port()
