@@ -12,6 +12,9 @@ the `standardwebhooks` package (the Standard Webhooks reference library for Pyth
 4. Rotating the secret: deliveries carry two signatures, each verified by its own secret. An
    answer over 64 KiB and a redirect (to a private address) are failed attempts, retried.
 5. A subscription to 127.0.0.1 is refused by a server without --allow-private-outbound.
+6. Two nodes on one PostgreSQL (a throwaway one from scripts/postgres-test-server): posts to
+   both, the receiver slow, one node SIGKILLed mid-stream; every acknowledged post arrives, in
+   order, each under one webhook-id, sent by whichever node holds its lease.
 
 Exits non-zero with a message at the first thing that does not hold.
 """
@@ -64,6 +67,7 @@ class Receiver:
         self.errors: list[str] = []
         self.script: list[str] = []  # what to do with the next requests: "500", "hang", "down"
         self.down = False
+        self.slow = 0.0  # seconds before each answer
         self.hang_seconds = 4.0
         receiver = self
 
@@ -87,6 +91,8 @@ class Receiver:
                 if action == "hang":
                     time.sleep(receiver.hang_seconds)
                     return
+                if receiver.slow:
+                    time.sleep(receiver.slow)
                 if action == "huge":
                     # A 2xx whose answer is over the server's 64 KiB limit: a failed attempt.
                     self.send_response(200)
@@ -168,6 +174,75 @@ def in_order(seqs: list[int]) -> bool:
         if seq not in firsts:
             firsts.append(seq)
     return firsts == sorted(firsts)
+
+
+PGBIN = os.environ.get("PGBIN", "/usr/lib/postgresql/15/bin")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def setup_admin(port: int, log: Path) -> None:
+    """Makes ada, the first admin, through the setup link the server logged."""
+    match = None
+    deadline = time.monotonic() + TIMEOUT
+    while match is None and time.monotonic() < deadline:
+        match = re.search(r"#setup=([A-Za-z0-9_\-]+)", log.read_text(errors="replace"))
+        time.sleep(0.05)
+    if match is None:
+        fail(f"no setup link in {log}")
+    status, body = http_json("POST", port, "/v1/auth/setup", body={"token": match.group(1), "name": "ada", "password": PASSWORD})
+    if status != 201:
+        fail(f"setup: {status} {body}")
+
+
+def two_nodes(binary: str, work: Path, receiver: Receiver, servers: list) -> None:
+    out = subprocess.run([str(ROOT / "scripts" / "postgres-test-server"), "start", "--watch", str(os.getpid())], check=True,
+                         stdout=subprocess.PIPE, text=True, timeout=300).stdout
+    values = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    url = values["CIRCLE_TEST_POSTGRES_URL"]
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    subprocess.run([f"{PGBIN}/psql", "-w", "-q", "-h", "127.0.0.1", "-p", str(port), "-U", "circle", "-d", "circle", "-c", "CREATE DATABASE webhooks"],
+                   check=True, env=dict(os.environ, PGPASSWORD="circle"), timeout=60, stdin=subprocess.DEVNULL)
+    database = url.rsplit("/", 1)[0] + "/webhooks?sslmode=disable"
+    secret = "webhook-test-secret-" + "x" * 32
+    flags = ["--postgres", database, "--jwt-secret", secret, "--allow-private-outbound", "--webhook-retry-after", "200ms",
+             "--webhook-timeout", "1500ms", "--poll-interval", "100ms"]
+    ports = [free_port(), free_port()]
+    logs = [work / "node1.log", work / "node2.log"]
+    nodes = [start_server(binary, work / f"node{i + 1}", ports[i], flags, logs[i]) for i in range(2)]
+    servers.extend(nodes)
+    setup_admin(ports[0], logs[0])
+    admin = dev_token(ports[0], "ada")
+    status, body = http_json("POST", ports[0], "/v1/circles", admin, {"name": "shared"})
+    if status not in (200, 201):
+        fail(f"creating the circle: {status} {body}")
+    status, hook = http_json("POST", ports[1], "/v1/admin/webhooks", admin, {"url": receiver.url(), "circle": "shared"})
+    if status != 201:
+        fail(f"creating the webhook on node 2: {status} {hook}")
+    with receiver.lock:
+        receiver.secrets = [hook["secret"]]
+        receiver.accepted = []
+        receiver.slow = 0.05
+    acknowledged = set(send(binary, ports[0], admin, "shared", [f"node one {i}" for i in range(1, 21)]))
+    acknowledged |= set(send(binary, ports[1], admin, "shared", [f"node two {i}" for i in range(1, 21)]))
+    # Kill node 2 while deliveries are in flight: its leases run out and node 1 sends them.
+    wait_for(lambda: len(receiver.seqs("post")) >= 5, "the first deliveries from the nodes")
+    nodes[1].send_signal(signal.SIGKILL)
+    nodes[1].wait(timeout=30)
+    acknowledged |= set(send(binary, ports[0], admin, "shared", [f"after the kill {i}" for i in range(1, 11)]))
+    wait_for(lambda: acknowledged <= set(receiver.seqs("post")), "every acknowledged post from the surviving node", timeout=120)
+    receiver.check_clean()
+    if len(acknowledged) != 50:
+        fail(f"expected 50 acknowledged posts, got {len(acknowledged)}")
+    if not in_order(receiver.seqs("post")):
+        fail(f"deliveries out of order across nodes: {receiver.seqs('post')}")
+    by_seq: dict[int, set[str]] = {}
+    for delivery in receiver.accepted:
+        by_seq.setdefault(delivery["data"]["seq"], set()).add(delivery["id"])
+    if any(len(ids) != 1 for ids in by_seq.values()):
+        fail("a seq was delivered under two webhook-ids across nodes")
+    duplicates = len(receiver.accepted) - len(by_seq)
+    print(f"webhook-test: two PostgreSQL nodes, one SIGKILLed mid-stream: all 50 posts delivered in order "
+          f"({duplicates} delivered twice, each with its one webhook-id)")
 
 
 def main() -> None:
@@ -300,6 +375,8 @@ def main() -> None:
             if status != 400:
                 fail(f"{url} accepted without --allow-private-outbound: {status} {body}")
         print("webhook-test: loopback, private and link-local endpoints refused without --allow-private-outbound")
+
+        two_nodes(binary, work, receiver, servers)
         print("webhook-test: OK")
     finally:
         for process in servers:
