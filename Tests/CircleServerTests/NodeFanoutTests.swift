@@ -365,11 +365,14 @@ extension MutedStore {
     func deleteWebhook(id: String) async throws -> Bool { try await self.base.deleteWebhook(id: id) }
     func deliveries(of webhook: String, limit: Int) async throws -> [WebhookDelivery] { try await self.base.deliveries(of: webhook, limit: limit) }
     func deliveryCounts(of webhook: String) async throws -> [WebhookDeliveryStatus: Int] { try await self.base.deliveryCounts(of: webhook) }
-    func claimDeliveries(node: String, now: Int64, lease: Int64, limit: Int, perWebhook: Int, excluding: [String]) async throws -> [WebhookDelivery] {
-        try await self.base.claimDeliveries(node: node, now: now, lease: lease, limit: limit, perWebhook: perWebhook, excluding: excluding)
+    func claimDeliveries(node: String, now: Int64, lease: Int64, queues: Int, perWebhook: Int, perQueue: Int, excluding: [String]) async throws
+        -> [WebhookDelivery]
+    {
+        try await self.base.claimDeliveries(node: node, now: now, lease: lease, queues: queues, perWebhook: perWebhook, perQueue: perQueue, excluding: excluding)
     }
-    func finishDelivery(_ id: String, node: String, result: DeliveryResult, at now: Int64) async throws -> Bool {
-        try await self.base.finishDelivery(id, node: node, result: result, at: now)
+    func renewLeases(_ ids: [String], node: String, until: Int64) async throws { try await self.base.renewLeases(ids, node: node, until: until) }
+    func finishDeliveries(_ results: [(id: String, result: DeliveryResult?)], node: String, at now: Int64) async throws -> Int {
+        try await self.base.finishDeliveries(results, node: node, at: now)
     }
     func retryDelivery(_ id: String, of webhook: String, now: Int64) async throws -> Bool { try await self.base.retryDelivery(id, of: webhook, now: now) }
     func pruneDeliveries(deliveredBefore time: Int64) async throws -> Int { try await self.base.pruneDeliveries(deliveredBefore: time) }

@@ -55,51 +55,63 @@ extension StoreContractTests {
             try await store.createWebhook(self.hook("wh_a"))
             _ = try await store.commit((1...3).map { self.newPost("general", id: "g\($0)") } + (1...2).map { self.newPost("random", id: "r\($0)") })
             let now = Identity.now + 1000
-
-            // Only each queue's first: general/1 and random/1; node B gets nothing while A holds them.
-            let first = try await store.claimDeliveries(node: "A", now: now, lease: 60_000, limit: 10, perWebhook: 10, excluding: [])
-            #expect(Set(first.map { "\($0.circle)/\($0.seq)" }) == ["general/1", "random/1"])
-            #expect(try await store.claimDeliveries(node: "B", now: now, lease: 60_000, limit: 10, perWebhook: 10, excluding: []).isEmpty)
-            // At most perWebhook of one subscription; none of an excluded one.
-            #expect(try await store.claimDeliveries(node: "C", now: now + 61_000, lease: 60_000, limit: 10, perWebhook: 1, excluding: []).count == 1)
-            #expect(try await store.claimDeliveries(node: "D", now: now + 200_000, lease: 1, limit: 10, perWebhook: 10, excluding: ["wh_a"]).isEmpty)
-
-            // A's lease ended and C took one: A cannot record it any more.
-            let taken = try #require(first.first)
-            #expect(try await !store.finishDelivery(taken.id, node: "A", result: .delivered(status: 200), at: now + 62_000))
-
-            // Delivered: the queue moves on. A retry waits for its time.
-            let later = now + 300_000
-            let heads = try await store.claimDeliveries(node: "E", now: later, lease: 60_000, limit: 10, perWebhook: 10, excluding: [])
-            #expect(heads.count == 2)
-            for head in heads {
-                let result: DeliveryResult = head.circle == "general" ? .delivered(status: 204) : .retry(status: 500, error: "the endpoint answered 500", retryAt: later + 5000)
-                #expect(try await store.finishDelivery(head.id, node: "E", result: result, at: later))
+            func names(_ deliveries: [WebhookDelivery]) -> [String] { deliveries.map { "\($0.circle)/\($0.seq)" } }
+            func claim(_ node: String, at time: Int64, lease: Int64 = 60_000, queues: Int = 10, perWebhook: Int = 10, perQueue: Int = 10, excluding: [String] = [])
+                async throws -> [WebhookDelivery]
+            {
+                try await store.claimDeliveries(node: node, now: time, lease: lease, queues: queues, perWebhook: perWebhook, perQueue: perQueue, excluding: excluding)
             }
-            let next = try await store.claimDeliveries(node: "E", now: later + 1, lease: 60_000, limit: 10, perWebhook: 10, excluding: [])
-            #expect(next.map { "\($0.circle)/\($0.seq)" } == ["general/2"], "random/1 waits for its retry, random/2 behind it")
-            let retried = try await store.claimDeliveries(node: "E", now: later + 5000, lease: 60_000, limit: 10, perWebhook: 10, excluding: [])
-            #expect(retried.map { "\($0.circle)/\($0.seq)" } == ["random/1"])
+
+            // A run of each queue from its head, in order; node B gets nothing while A holds them.
+            let first = try await claim("A", at: now, perQueue: 2)
+            #expect(names(first) == ["general/1", "general/2", "random/1", "random/2"])
+            #expect(try await claim("B", at: now).isEmpty, "general/3 waits behind A's run")
+            // At most perWebhook queues of one subscription; none of an excluded one.
+            #expect(try await claim("C", at: now + 61_000, perWebhook: 1).map(\.circle).allSatisfy { $0 == "general" })
+            #expect(try await claim("D", at: now + 200_000, lease: 1, excluding: ["wh_a"]).isEmpty)
+
+            // A's lease ended and C took general's queue: A cannot record those any more.
+            #expect(try await store.finishDeliveries([(first[0].id, .delivered(status: 200))], node: "A", at: now + 62_000) == 0)
+
+            // A run recorded together: delivered, then a failure; what follows it is released untried.
+            let later = now + 300_000
+            let runs = try await claim("E", at: later)
+            #expect(names(runs) == ["general/1", "general/2", "general/3", "random/1", "random/2"])
+            let recorded = try await store.finishDeliveries(
+                [
+                    (runs[0].id, .delivered(status: 204)), (runs[1].id, .retry(status: 500, error: "the endpoint answered 500", retryAt: later + 5000)),
+                    (runs[2].id, nil), (runs[3].id, .delivered(status: 200)), (runs[4].id, .delivered(status: 200)),
+                ],
+                node: "E",
+                at: later
+            )
+            #expect(recorded == 4)
+            #expect(try await claim("E", at: later + 1).isEmpty, "general/2 waits for its retry, general/3 behind it")
+            try await store.renewLeases([runs[1].id], node: "E", until: later + 1)  // not leased: nothing to renew
+            let retried = try await claim("E", at: later + 5000)
+            #expect(names(retried) == ["general/2", "general/3"])
             #expect(retried.first?.attempts == 1)
             #expect(retried.first?.lastStatus == 500)
+            #expect(retried.last?.attempts == 0, "released untried: no attempt counted")
+            try await store.renewLeases(retried.map(\.id), node: "E", until: later + 500_000)
+            #expect(try await claim("F", at: later + 100_000).isEmpty, "the renewed lease holds")
 
             // Given up: failed, and the subscription disabled with the reason; an admin retries it.
-            #expect(try await store.finishDelivery(retried[0].id, node: "E", result: .failed(status: nil, error: "refused", reason: "gave up"), at: later + 5000))
+            #expect(try await store.finishDeliveries([(retried[0].id, .failed(status: nil, error: "refused", reason: "gave up")), (retried[1].id, nil)], node: "E", at: later + 5000) == 1)
             let disabled = try await store.webhook(id: "wh_a")
             #expect(disabled?.status == .disabled)
             #expect(disabled?.disabledReason == "gave up")
-            #expect(try await store.claimDeliveries(node: "E", now: later + 10_000_000, lease: 60_000, limit: 10, perWebhook: 10, excluding: []).isEmpty)
+            #expect(try await claim("E", at: later + 10_000_000).isEmpty)
             var enabled = try #require(disabled)
             enabled.status = .active
             enabled.disabledReason = nil
             #expect(try await store.updateWebhook(enabled))
             #expect(try await store.retryDelivery(retried[0].id, of: "wh_a", now: later + 6000))
             #expect(try await !store.retryDelivery(retried[0].id, of: "wh_a", now: later + 6000), "pending now, not failed")
-            let again = try await store.claimDeliveries(node: "E", now: later + 10_000_000, lease: 60_000, limit: 10, perWebhook: 10, excluding: [])
-            #expect(Set(again.map { "\($0.circle)/\($0.seq)" }) == ["random/1", "general/2"])
-            #expect(try await store.deliveryCounts(of: "wh_a") == [.delivered: 1, .pending: 4])
-            #expect(try await store.pruneDeliveries(deliveredBefore: later + 1) == 1)
-            #expect(try await store.deliveryCounts(of: "wh_a") == [.pending: 4])
+            #expect(names(try await claim("E", at: later + 10_000_000)) == ["general/2", "general/3"])
+            #expect(try await store.deliveryCounts(of: "wh_a") == [.delivered: 3, .pending: 2])
+            #expect(try await store.pruneDeliveries(deliveredBefore: later + 1) == 3)
+            #expect(try await store.deliveryCounts(of: "wh_a") == [.pending: 2])
         }
     }
 }

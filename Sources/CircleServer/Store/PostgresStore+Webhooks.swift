@@ -115,77 +115,119 @@ extension PostgresStore {
         }
     }
 
-    public func claimDeliveries(node: String, now: Int64, lease: Int64, limit: Int, perWebhook: Int, excluding: [String]) async throws -> [WebhookDelivery] {
+    public func claimDeliveries(node: String, now: Int64, lease: Int64, queues: Int, perWebhook: Int, perQueue: Int, excluding: [String]) async throws
+        -> [WebhookDelivery]
+    {
         try await self.operation("claim deliveries") {
             try await self.client.withTransaction(logger: self.logger) { connection in
-                // The heads of the queues that are due. (FOR UPDATE cannot go with a window
-                // function, so the rows are locked in a second step, skipping any that another
-                // node's claim holds; its lease, once committed, fails the re-checked condition.)
+                // 1. The candidates, as in SQLite. (FOR UPDATE cannot go with a window function,
+                // so the rows are locked in a second step.)
+                var bindings = PostgresBindings(capacity: 5)
+                bindings.append(now)
+                bindings.append(excluding)
+                bindings.append(perWebhook)
+                bindings.append(queues)
+                bindings.append(perQueue)
+                let candidatesSQL = SQLiteStore.claimCandidates(excludedClause: "webhook = ANY($2::text[])") { "$\($0)" }
                 var candidates: [String] = []
-                let heads = try await connection.query(
+                for try await id in try await connection.query(PostgresQuery(unsafeSQL: candidatesSQL, binds: bindings), logger: self.logger).decode(String.self) {
+                    candidates.append(id)
+                }
+                guard !candidates.isEmpty else { return [] }
+                // 2. Lock them, skipping rows another node's claim holds; a committed lease fails
+                // the re-checked condition. Rows may exist as a candidate here and be locked by a
+                // claim that saw fewer pending rows: a queue is taken only from its head on, with
+                // no gap, so no two nodes ever send parts of one queue.
+                var locked: [WebhookDelivery] = []
+                let rows = try await connection.query(
                     """
-                    SELECT id FROM (
-                        SELECT d.id, d.next_attempt_at,
-                               row_number() OVER (PARTITION BY d.webhook ORDER BY d.next_attempt_at, d.created_at, d.seq) AS rank
-                        FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook
-                        WHERE d.status = 'pending' AND w.status = 'active' AND d.next_attempt_at <= \(now) AND d.lease_until <= \(now)
-                          AND NOT (d.webhook = ANY(\(excluding)::text[]))
-                          AND NOT EXISTS (
-                              SELECT 1 FROM webhook_deliveries e
-                              WHERE e.webhook = d.webhook AND e.circle = d.circle AND e.status = 'pending' AND e.seq < d.seq
-                          )
-                    ) AS heads WHERE rank <= \(perWebhook) ORDER BY next_attempt_at LIMIT \(limit)
+                    SELECT id, webhook, circle, seq, event, status, attempts, created_at, next_attempt_at, last_attempt_at, last_status, last_error
+                    FROM webhook_deliveries
+                    WHERE id = ANY(\(candidates)::text[]) AND status = 'pending' AND lease_until <= \(now)
+                    ORDER BY webhook, circle, seq
+                    FOR UPDATE SKIP LOCKED
                     """,
                     logger: self.logger
                 )
-                for try await id in heads.decode(String.self) { candidates.append(id) }
-                guard !candidates.isEmpty else { return [] }
-                let claimed = try await connection.query(
+                for try await row in rows.decode(DeliveryRow.self) { locked.append(Self.delivery(row)) }
+                var accepted: [WebhookDelivery] = []
+                for (_, queue) in Dictionary(grouping: locked, by: { "\($0.webhook)\u{0}\($0.circle)" }) {
+                    let mine = queue.sorted { $0.seq < $1.seq }
+                    // Taken only from the queue's head on, with no gap: the longest run of the
+                    // queue's pending deliveries, in order, that this claim locked.
+                    let pending = try await connection.query(
+                        """
+                        SELECT seq FROM webhook_deliveries
+                        WHERE webhook = \(mine[0].webhook) AND circle = \(mine[0].circle) AND status = 'pending'
+                        ORDER BY seq LIMIT \(mine.count)
+                        """,
+                        logger: self.logger
+                    )
+                    var index = 0
+                    for try await seq in pending.decode(Int64.self) {
+                        guard index < mine.count, mine[index].seq == seq else { break }
+                        index += 1
+                    }
+                    accepted += mine.prefix(index)
+                }
+                guard !accepted.isEmpty else { return [] }
+                let ids = accepted.map(\.id)
+                try await connection.query(
                     """
                     UPDATE webhook_deliveries SET claimed_by = \(node), lease_until = \(now + lease)
-                    WHERE id IN (
-                        SELECT id FROM webhook_deliveries
-                        WHERE id = ANY(\(candidates)::text[]) AND status = 'pending' AND lease_until <= \(now)
-                        FOR UPDATE SKIP LOCKED
-                    )
-                    RETURNING id, webhook, circle, seq, event, status, attempts, created_at, next_attempt_at, last_attempt_at, last_status, last_error
+                    WHERE id = ANY(\(ids)::text[])
                     """,
                     logger: self.logger
                 )
-                var deliveries: [WebhookDelivery] = []
-                for try await row in claimed.decode(DeliveryRow.self) { deliveries.append(Self.delivery(row)) }
-                return deliveries.sorted { ($0.nextAttemptAt, $0.createdAt, $0.seq) < ($1.nextAttemptAt, $1.createdAt, $1.seq) }
+                return accepted.sorted { ($0.webhook, $0.circle, $0.seq) < ($1.webhook, $1.circle, $1.seq) }
             }
         }
     }
 
-    public func finishDelivery(_ id: String, node: String, result: DeliveryResult, at now: Int64) async throws -> Bool {
-        try await self.operation("finish delivery") {
+    public func renewLeases(_ ids: [String], node: String, until: Int64) async throws {
+        guard !ids.isEmpty else { return }
+        try await self.operation("renew leases") {
+            _ = try await self.client.query(
+                "UPDATE webhook_deliveries SET lease_until = \(until) WHERE id = ANY(\(ids)::text[]) AND claimed_by = \(node) AND status = 'pending'",
+                logger: self.logger
+            )
+        }
+    }
+
+    public func finishDeliveries(_ results: [(id: String, result: DeliveryResult?)], node: String, at now: Int64) async throws -> Int {
+        guard !results.isEmpty else { return 0 }
+        return try await self.operation("finish deliveries") {
             try await self.client.withTransaction(logger: self.logger) { connection in
-                let (status, httpStatus, error, next): (WebhookDeliveryStatus, Int?, String?, Int64)
-                switch result {
-                case .delivered(let code): (status, httpStatus, error, next) = (.delivered, code, nil, now)
-                case .retry(let code, let message, let retryAt): (status, httpStatus, error, next) = (.pending, code, message, retryAt)
-                case .failed(let code, let message, _): (status, httpStatus, error, next) = (.failed, code, message, now)
+                var recorded = 0
+                for (id, result) in results {
+                    guard let result else {
+                        try await connection.query(
+                            "UPDATE webhook_deliveries SET claimed_by = NULL, lease_until = 0 WHERE id = \(id) AND claimed_by = \(node) AND status = 'pending'",
+                            logger: self.logger
+                        )
+                        continue
+                    }
+                    let attempt = DeliveryAttempt(result, at: now)
+                    let code = attempt.httpStatus.map { Int32(clamping: $0) }
+                    let rows = try await connection.query(
+                        """
+                        UPDATE webhook_deliveries
+                        SET status = \(attempt.status.rawValue), attempts = attempts + 1, last_attempt_at = \(now), last_status = \(code),
+                            last_error = \(attempt.error), next_attempt_at = \(attempt.next), claimed_by = NULL, lease_until = 0
+                        WHERE id = \(id) AND claimed_by = \(node) AND status = 'pending'
+                        RETURNING webhook
+                        """,
+                        logger: self.logger
+                    )
+                    var webhook: String?
+                    for try await found in rows.decode(String.self) { webhook = found }
+                    guard let webhook else { continue }
+                    recorded += 1
+                    if let reason = attempt.disables {
+                        try await connection.query("UPDATE webhooks SET status = 'disabled', disabled_reason = \(reason) WHERE id = \(webhook)", logger: self.logger)
+                    }
                 }
-                let code = httpStatus.map { Int32(clamping: $0) }
-                let rows = try await connection.query(
-                    """
-                    UPDATE webhook_deliveries
-                    SET status = \(status.rawValue), attempts = attempts + 1, last_attempt_at = \(now), last_status = \(code),
-                        last_error = \(error), next_attempt_at = \(next), claimed_by = NULL, lease_until = 0
-                    WHERE id = \(id) AND claimed_by = \(node) AND status = 'pending'
-                    RETURNING webhook
-                    """,
-                    logger: self.logger
-                )
-                var webhook: String?
-                for try await found in rows.decode(String.self) { webhook = found }
-                guard let webhook else { return false }
-                if case .failed(_, _, let reason) = result {
-                    try await connection.query("UPDATE webhooks SET status = 'disabled', disabled_reason = \(reason) WHERE id = \(webhook)", logger: self.logger)
-                }
-                return true
+                return recorded
             }
         }
     }

@@ -94,62 +94,98 @@ extension SQLiteStore {
         }
     }
 
-    public func claimDeliveries(node: String, now: Int64, lease: Int64, limit: Int, perWebhook: Int, excluding: [String]) async throws -> [WebhookDelivery] {
+    /// The deliveries a claim takes (SQLite and PostgreSQL alike): the first `perQueue` pending
+    /// of each queue that is due, at most `perWebhook` queues of one subscription and `queues`
+    /// in all. Parameters: 1 now, 2 the excluded subscriptions (a JSON array in SQLite, an array
+    /// in PostgreSQL, see `excludedClause`), 3 perWebhook, 4 queues, 5 perQueue.
+    static func claimCandidates(excludedClause: String, parameter: (Int) -> String) -> String {
+        """
+        WITH heads AS (
+            SELECT webhook, circle, min(seq) AS seq FROM webhook_deliveries
+            WHERE status = 'pending' AND NOT (\(excludedClause))
+            GROUP BY webhook, circle
+        ), ready AS (
+            SELECT webhook, circle, due FROM (
+                SELECT h.webhook, h.circle, d.next_attempt_at AS due,
+                       row_number() OVER (PARTITION BY h.webhook ORDER BY d.next_attempt_at, h.circle) AS n
+                FROM heads h
+                JOIN webhook_deliveries d ON d.webhook = h.webhook AND d.circle = h.circle AND d.seq = h.seq
+                JOIN webhooks w ON w.id = h.webhook
+                WHERE w.status = 'active' AND d.next_attempt_at <= \(parameter(1)) AND d.lease_until <= \(parameter(1))
+            ) AS candidates WHERE n <= \(parameter(3)) ORDER BY due LIMIT \(parameter(4))
+        )
+        SELECT id FROM (
+            SELECT d.id, row_number() OVER (PARTITION BY d.webhook, d.circle ORDER BY d.seq) AS rank
+            FROM webhook_deliveries d JOIN ready r ON d.webhook = r.webhook AND d.circle = r.circle
+            WHERE d.status = 'pending'
+        ) AS queued WHERE rank <= \(parameter(5))
+        """
+    }
+
+    public func claimDeliveries(node: String, now: Int64, lease: Int64, queues: Int, perWebhook: Int, perQueue: Int, excluding: [String]) async throws
+        -> [WebhookDelivery]
+    {
         try await self.exclusive("claim deliveries") { connection in
             let excluded = String(decoding: try JSONEncoder().encode(excluding), as: UTF8.self)
+            let candidates = Self.claimCandidates(excludedClause: "webhook IN (SELECT value FROM json_each(?2))") { "?\($0)" }
             return try await connection.query(
-                """
-                UPDATE webhook_deliveries SET claimed_by = ?1, lease_until = ?2
-                WHERE id IN (
-                    SELECT id FROM (
-                        SELECT d.id, d.next_attempt_at,
-                               row_number() OVER (PARTITION BY d.webhook ORDER BY d.next_attempt_at, d.created_at, d.seq) AS rank
-                        FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook
-                        WHERE d.status = 'pending' AND w.status = 'active' AND d.next_attempt_at <= ?3 AND d.lease_until <= ?3
-                          AND d.webhook NOT IN (SELECT value FROM json_each(?4))
-                          AND NOT EXISTS (
-                              SELECT 1 FROM webhook_deliveries e
-                              WHERE e.webhook = d.webhook AND e.circle = d.circle AND e.status = 'pending' AND e.seq < d.seq
-                          )
-                    ) WHERE rank <= ?5 ORDER BY next_attempt_at LIMIT ?6
-                )
-                RETURNING \(Self.deliveryColumns)
-                """,
-                [.text(node), .integer(SQLiteInt64(now + lease)), .integer(SQLiteInt64(now)), .text(excluded), .integer(perWebhook), .integer(limit)]
-            ).map(Self.delivery).sorted { ($0.nextAttemptAt, $0.createdAt, $0.seq) < ($1.nextAttemptAt, $1.createdAt, $1.seq) }
+                "UPDATE webhook_deliveries SET claimed_by = ?6, lease_until = ?7 WHERE id IN (\(candidates)) RETURNING \(Self.deliveryColumns)",
+                [
+                    .integer(SQLiteInt64(now)), .text(excluded), .integer(perWebhook), .integer(queues), .integer(perQueue), .text(node),
+                    .integer(SQLiteInt64(now + lease)),
+                ]
+            ).map(Self.delivery).sorted { ($0.webhook, $0.circle, $0.seq) < ($1.webhook, $1.circle, $1.seq) }
         }
     }
 
-    public func finishDelivery(_ id: String, node: String, result: DeliveryResult, at now: Int64) async throws -> Bool {
-        try await self.exclusive("finish delivery") { connection in
+    public func renewLeases(_ ids: [String], node: String, until: Int64) async throws {
+        guard !ids.isEmpty else { return }
+        try await self.exclusive("renew leases") { connection in
+            let list = String(decoding: try JSONEncoder().encode(ids), as: UTF8.self)
+            _ = try await connection.query(
+                "UPDATE webhook_deliveries SET lease_until = ? WHERE id IN (SELECT value FROM json_each(?)) AND claimed_by = ? AND status = 'pending'",
+                [.integer(SQLiteInt64(until)), .text(list), .text(node)]
+            )
+        }
+    }
+
+    public func finishDeliveries(_ results: [(id: String, result: DeliveryResult?)], node: String, at now: Int64) async throws -> Int {
+        guard !results.isEmpty else { return 0 }
+        return try await self.exclusive("finish deliveries") { connection in
             try await Self.transaction(on: connection, logger: self.logger) {
-                let (status, httpStatus, error, next): (WebhookDeliveryStatus, Int?, String?, Int64)
-                switch result {
-                case .delivered(let code): (status, httpStatus, error, next) = (.delivered, code, nil, now)
-                case .retry(let code, let message, let retryAt): (status, httpStatus, error, next) = (.pending, code, message, retryAt)
-                case .failed(let code, let message, _): (status, httpStatus, error, next) = (.failed, code, message, now)
-                }
-                let rows = try await connection.query(
-                    """
-                    UPDATE webhook_deliveries
-                    SET status = ?, attempts = attempts + 1, last_attempt_at = ?, last_status = ?, last_error = ?, next_attempt_at = ?,
-                        claimed_by = NULL, lease_until = 0
-                    WHERE id = ? AND claimed_by = ? AND status = 'pending'
-                    RETURNING webhook
-                    """,
-                    [
-                        .text(status.rawValue), .integer(SQLiteInt64(now)), httpStatus.map { .integer($0) } ?? .null, error.map { .text($0) } ?? .null,
-                        .integer(SQLiteInt64(next)), .text(id), .text(node),
-                    ]
-                )
-                guard let row = rows.first else { return false }
-                if case .failed(_, _, let reason) = result {
-                    _ = try await connection.query(
-                        "UPDATE webhooks SET status = 'disabled', disabled_reason = ? WHERE id = ?",
-                        [.text(reason), .text(try Self.text(row, "webhook"))]
+                var recorded = 0
+                for (id, result) in results {
+                    guard let result else {
+                        _ = try await connection.query(
+                            "UPDATE webhook_deliveries SET claimed_by = NULL, lease_until = 0 WHERE id = ? AND claimed_by = ? AND status = 'pending'",
+                            [.text(id), .text(node)]
+                        )
+                        continue
+                    }
+                    let attempt = DeliveryAttempt(result, at: now)
+                    let rows = try await connection.query(
+                        """
+                        UPDATE webhook_deliveries
+                        SET status = ?, attempts = attempts + 1, last_attempt_at = ?, last_status = ?, last_error = ?, next_attempt_at = ?,
+                            claimed_by = NULL, lease_until = 0
+                        WHERE id = ? AND claimed_by = ? AND status = 'pending'
+                        RETURNING webhook
+                        """,
+                        [
+                            .text(attempt.status.rawValue), .integer(SQLiteInt64(now)), attempt.httpStatus.map { .integer($0) } ?? .null,
+                            attempt.error.map { .text($0) } ?? .null, .integer(SQLiteInt64(attempt.next)), .text(id), .text(node),
+                        ]
                     )
+                    guard let row = rows.first else { continue }
+                    recorded += 1
+                    if let reason = attempt.disables {
+                        _ = try await connection.query(
+                            "UPDATE webhooks SET status = 'disabled', disabled_reason = ? WHERE id = ?",
+                            [.text(reason), .text(try Self.text(row, "webhook"))]
+                        )
+                    }
                 }
-                return true
+                return recorded
             }
         }
     }

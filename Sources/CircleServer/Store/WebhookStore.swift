@@ -16,16 +16,23 @@ public protocol WebhookStore: Sendable {
     /// Counts of a subscription's deliveries by status.
     func deliveryCounts(of webhook: String) async throws -> [WebhookDeliveryStatus: Int]
 
-    /// Leases deliveries that are due to `node` until `now + lease`: of each active subscription's
-    /// queue per circle, only the first pending delivery (so each queue goes in order), at most
-    /// `perWebhook` of one subscription and `limit` in all, none of the subscriptions in
-    /// `excluding` (those the node is still sending to). A delivery leased by another node is
-    /// not taken until its lease ends (a node that died mid-delivery leaves it to another).
-    func claimDeliveries(node: String, now: Int64, lease: Int64, limit: Int, perWebhook: Int, excluding: [String]) async throws -> [WebhookDelivery]
-    /// Records an attempt of a delivery leased to `node`; `false` when its lease went to another
-    /// node meanwhile (nothing is written then). ``DeliveryResult/failed(status:error:reason:)``
-    /// also disables the subscription.
-    func finishDelivery(_ id: String, node: String, result: DeliveryResult, at now: Int64) async throws -> Bool
+    /// Leases queues that are due to `node` until `now + lease`. A queue is one subscription's
+    /// pending deliveries of one circle, in `seq` order; it is due when its first delivery is
+    /// due and not leased. Of each due queue the first `perQueue` deliveries are leased (they
+    /// go in order, one after another), of at most `perWebhook` queues of one subscription and
+    /// `queues` in all, none of the subscriptions in `excluding`. A queue leased by another
+    /// node is not taken until its lease ends (a node that died mid-delivery leaves it to
+    /// another). Returns the deliveries by queue, each queue in `seq` order.
+    func claimDeliveries(node: String, now: Int64, lease: Int64, queues: Int, perWebhook: Int, perQueue: Int, excluding: [String]) async throws
+        -> [WebhookDelivery]
+    /// Extends the lease of deliveries leased to `node` (a long run of attempts to a slow endpoint).
+    func renewLeases(_ ids: [String], node: String, until: Int64) async throws
+    /// Records the attempts of deliveries leased to `node`, in one transaction: `nil` releases a
+    /// delivery untried (it stays pending, as it was). A delivery whose lease went to another
+    /// node meanwhile is left alone. ``DeliveryResult/failed(status:error:reason:)`` also
+    /// disables the subscription. Returns how many were recorded.
+    @discardableResult
+    func finishDeliveries(_ results: [(id: String, result: DeliveryResult?)], node: String, at now: Int64) async throws -> Int
     /// Makes a failed delivery pending again, due at `now`; `false` when there is no failed one with that id.
     func retryDelivery(_ id: String, of webhook: String, now: Int64) async throws -> Bool
     /// Deletes deliveries delivered before `time`; returns how many.

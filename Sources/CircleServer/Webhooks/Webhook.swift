@@ -168,6 +168,25 @@ public enum DeliveryResult: Sendable, Hashable {
     case failed(status: Int?, error: String, reason: String)
 }
 
+/// What an attempt writes to its delivery: the same on both stores.
+struct DeliveryAttempt {
+    var status: WebhookDeliveryStatus
+    var httpStatus: Int?
+    var error: String?
+    /// The next attempt's time (for a delivery that stays pending).
+    var next: Int64
+    /// Set when the attempt gives up: the subscription is disabled with this reason.
+    var disables: String?
+
+    init(_ result: DeliveryResult, at now: Int64) {
+        switch result {
+        case .delivered(let code): (self.status, self.httpStatus, self.error, self.next, self.disables) = (.delivered, code, nil, now, nil)
+        case .retry(let code, let message, let retryAt): (self.status, self.httpStatus, self.error, self.next, self.disables) = (.pending, code, message, retryAt, nil)
+        case .failed(let code, let message, let reason): (self.status, self.httpStatus, self.error, self.next, self.disables) = (.failed, code, message, now, reason)
+        }
+    }
+}
+
 extension CommitPlan {
     /// The webhook deliveries of the batch: one for each entry it stores and each active
     /// subscription that wants it, in the order of the entries. Both stores write them in the

@@ -17,6 +17,8 @@ public struct WebhookSettings: Sendable, Hashable {
     /// How often a node looks for deliveries that are due when no commit of its own woke it
     /// (another node's entries, retries).
     public var pollInterval: Duration
+    /// After a commit's wake-up, how long to wait for more before claiming.
+    public var gatherDelay: Duration
     public var retry: WebhookRetryPolicy
     /// Delivered deliveries are kept this long for the admin's list, then deleted.
     public var keepDelivered: Duration
@@ -30,6 +32,7 @@ public struct WebhookSettings: Sendable, Hashable {
         maxInFlight: Int = 32,
         maxInFlightPerWebhook: Int = 4,
         pollInterval: Duration = .seconds(1),
+        gatherDelay: Duration = .milliseconds(10),
         retry: WebhookRetryPolicy = WebhookRetryPolicy(),
         keepDelivered: Duration = .seconds(7 * 24 * 3600),
         allowPrivateAddresses: Bool = false
@@ -39,6 +42,7 @@ public struct WebhookSettings: Sendable, Hashable {
         self.maxInFlight = maxInFlight
         self.maxInFlightPerWebhook = maxInFlightPerWebhook
         self.pollInterval = pollInterval
+        self.gatherDelay = gatherDelay
         self.retry = retry
         self.keepDelivered = keepDelivered
         self.allowPrivateAddresses = allowPrivateAddresses
@@ -140,15 +144,13 @@ final class WebhookDispatcher: Sendable {
 
     /// Until cancelled.
     func run() async {
-        // A lease outlasts the longest attempt, with room for recording it; a node that dies
-        // holds its deliveries this long.
-        let lease = WebhookRetryPolicy.milliseconds(self.settings.timeout) + 10_000
         var lastPrune = Int64(0)
         // Whether any subscription is active, looked up once per poll interval (and when one
         // changes here): with none, a commit's wake-up costs no query.
         var anyActive = false
         var lastLook = Int64.min
         await withTaskGroup(of: Event.self) { group in
+            // Queues being sent, per subscription.
             var running: [String: Int] = [:]
             group.addTask { .tick }
             while let event = await group.next() {
@@ -160,6 +162,9 @@ final class WebhookDispatcher: Sendable {
                 case .tick:
                     group.addTask { [bell, settings] in
                         await bell.wait(upTo: settings.pollInterval)
+                        // Commits come in bursts: a moment's wait gathers their deliveries into
+                        // one claim, one run and one record.
+                        try? await Task.sleep(for: settings.gatherDelay)
                         return .tick
                     }
                 }
@@ -184,25 +189,30 @@ final class WebhookDispatcher: Sendable {
                     claimed = try await self.store.claimDeliveries(
                         node: self.node,
                         now: now,
-                        lease: lease,
-                        limit: self.settings.maxInFlight - inFlight,
+                        lease: self.lease,
+                        queues: self.settings.maxInFlight - inFlight,
                         perWebhook: self.settings.maxInFlightPerWebhook,
-                        excluding: Array(running.keys)
+                        perQueue: Self.queueRun,
+                        excluding: running.filter { $0.value >= self.settings.maxInFlightPerWebhook }.map(\.key)
                     )
                 } catch {
                     self.logger.warning("could not claim webhook deliveries", metadata: ["error": "\(error)"])
                     continue
                 }
                 var webhooks: [String: Webhook?] = [:]
-                for delivery in claimed {
-                    if webhooks[delivery.webhook] == nil {
-                        webhooks[delivery.webhook] = .some(try? await self.store.webhook(id: delivery.webhook))
+                for queue in Self.queues(claimed) {
+                    let id = queue[0].webhook
+                    if webhooks[id] == nil {
+                        webhooks[id] = .some(try? await self.store.webhook(id: id))
                     }
-                    guard let webhook = webhooks[delivery.webhook] ?? nil else { continue }
-                    running[webhook.id, default: 0] += 1
+                    guard let webhook = webhooks[id] ?? nil else {
+                        _ = try? await self.store.finishDeliveries(queue.map { ($0.id, nil) }, node: self.node, at: now)
+                        continue
+                    }
+                    running[id, default: 0] += 1
                     group.addTask {
-                        await self.send(delivery, to: webhook)
-                        return .sent(webhook: webhook.id)
+                        await self.send(queue, to: webhook)
+                        return .sent(webhook: id)
                     }
                 }
                 if now - lastPrune > 3_600_000 {
@@ -215,30 +225,84 @@ final class WebhookDispatcher: Sendable {
         }
     }
 
-    /// One attempt, recorded.
-    func send(_ delivery: WebhookDelivery, to webhook: Webhook) async {
-        let result = await self.attempt(delivery, to: webhook)
+    /// Deliveries of one queue a claim leases: sent one after another, recorded together. A
+    /// run amortizes the claim's and the record's transactions over many deliveries.
+    static let queueRun = 32
+
+    /// A lease outlasts an attempt, with room for recording it; a node that dies holds its
+    /// deliveries this long. A run of attempts renews it as it goes.
+    private var lease: Int64 { WebhookRetryPolicy.milliseconds(self.settings.timeout) + 10_000 }
+
+    /// Splits claimed deliveries (sorted by subscription, circle and `seq`) into their queues.
+    static func queues(_ deliveries: [WebhookDelivery]) -> [[WebhookDelivery]] {
+        var queues: [[WebhookDelivery]] = []
+        for delivery in deliveries {
+            if let last = queues.last?.last, last.webhook == delivery.webhook, last.circle == delivery.circle {
+                queues[queues.count - 1].append(delivery)
+            } else {
+                queues.append([delivery])
+            }
+        }
+        return queues
+    }
+
+    /// Sends one queue's run in order; the first failure ends the run (the rest is released,
+    /// untried, so the order holds); then records every attempt in one transaction.
+    func send(_ queue: [WebhookDelivery], to webhook: Webhook) async {
+        var results: [(id: String, result: DeliveryResult?)] = []
+        var entries: [Int64: CirclePost] = [:]
         do {
-            let recorded = try await self.store.finishDelivery(delivery.id, node: self.node, result: result, at: Identity.now)
-            if !recorded {
-                self.logger.info("a webhook delivery's lease passed to another node before it was recorded", metadata: ["circle.delivery": "\(delivery.id)"])
+            // One read for a run of close entries, else one each (a subscription to rare events).
+            if let first = queue.first, let last = queue.last, last.seq - first.seq < 256 {
+                for post in try await self.store.posts(in: first.circle, after: first.seq - 1, limit: Int(last.seq - first.seq + 1)) {
+                    entries[post.seq] = post
+                }
+            } else {
+                for delivery in queue {
+                    if let post = try await self.store.posts(in: delivery.circle, after: delivery.seq - 1, limit: 1).first, post.seq == delivery.seq {
+                        entries[post.seq] = post
+                    }
+                }
             }
         } catch {
-            // The lease ends and the delivery goes again (receivers deduplicate by webhook-id).
-            self.logger.warning("could not record a webhook delivery", metadata: ["circle.delivery": "\(delivery.id)", "error": "\(error)"])
+            self.logger.warning("could not read the entries of webhook deliveries; released", metadata: ["error": "\(error)"])
+            _ = try? await self.store.finishDeliveries(queue.map { ($0.id, nil) }, node: self.node, at: Identity.now)
+            return
         }
-        if case .failed(_, _, let reason) = result {
-            self.logger.warning("a webhook is disabled", metadata: ["circle.webhook": "\(webhook.id)", "circle.reason": "\(reason)"])
+        var leaseEnd = Identity.now + self.lease
+        var stopped = false
+        for (index, delivery) in queue.enumerated() {
+            if stopped || Task.isCancelled {
+                results.append((delivery.id, nil))
+                continue
+            }
+            // Renew before an attempt that could outlast the lease.
+            let now = Identity.now
+            if leaseEnd - now < WebhookRetryPolicy.milliseconds(self.settings.timeout) + 5_000 {
+                leaseEnd = now + self.lease
+                try? await self.store.renewLeases(queue[index...].map(\.id), node: self.node, until: leaseEnd)
+            }
+            let result = await self.attempt(delivery, entry: entries[delivery.seq], to: webhook)
+            results.append((delivery.id, result))
+            if case .delivered = result { continue }
+            stopped = true
+            if case .failed(_, _, let reason) = result {
+                self.logger.warning("a webhook is disabled", metadata: ["circle.webhook": "\(webhook.id)", "circle.reason": "\(reason)"])
+            }
+        }
+        do {
+            let recorded = try await self.store.finishDeliveries(results, node: self.node, at: Identity.now)
+            let tried = results.filter { $0.result != nil }.count
+            if recorded < tried {
+                self.logger.info("webhook delivery leases passed to another node before they were recorded", metadata: ["circle.webhook": "\(webhook.id)"])
+            }
+        } catch {
+            // The leases end and the deliveries go again (receivers deduplicate by webhook-id).
+            self.logger.warning("could not record webhook deliveries", metadata: ["circle.webhook": "\(webhook.id)", "error": "\(error)"])
         }
     }
 
-    private func attempt(_ delivery: WebhookDelivery, to webhook: Webhook) async -> DeliveryResult {
-        let entry: CirclePost?
-        do {
-            entry = try await self.store.posts(in: delivery.circle, after: delivery.seq - 1, limit: 1).first { $0.seq == delivery.seq }
-        } catch {
-            return self.failure(delivery, status: nil, error: "could not read the entry: \(error)")
-        }
+    private func attempt(_ delivery: WebhookDelivery, entry: CirclePost?, to webhook: Webhook) async -> DeliveryResult {
         let now = Identity.now
         let body = WebhookPayload.body(event: delivery.event, entry: entry, circle: delivery.circle, seq: delivery.seq, at: now)
         let timestamp = now / 1000
