@@ -12,7 +12,9 @@ the `standardwebhooks` package (the Standard Webhooks reference library for Pyth
 4. Rotating the secret: deliveries carry two signatures, each verified by its own secret. An
    answer over 64 KiB and a redirect (to a private address) are failed attempts, retried.
 5. A subscription to 127.0.0.1 is refused by a server without --allow-private-outbound.
-6. Two nodes on one PostgreSQL (a throwaway one from scripts/postgres-test-server): posts to
+6. The example bot (examples/bots/ping_bot.py, standard library and standardwebhooks only)
+   answers "@pingbot ping": its JSON reply becomes the bot's post in the circle, once.
+7. Two nodes on one PostgreSQL (a throwaway one from scripts/postgres-test-server): posts to
    both, the receiver slow, one node SIGKILLed mid-stream; every acknowledged post arrives, in
    order, each under one webhook-id, sent by whichever node holds its lease.
 
@@ -192,6 +194,38 @@ def setup_admin(port: int, log: Path) -> None:
     status, body = http_json("POST", port, "/v1/auth/setup", body={"token": match.group(1), "name": "ada", "password": PASSWORD})
     if status != 201:
         fail(f"setup: {status} {body}")
+
+
+def ping_bot(binary: str, port: int, admin: str, servers: list) -> None:
+    status, body = http_json("POST", port, "/v1/admin/bots", admin, {"name": "pingbot", "displayName": "Ping"})
+    if status != 201:
+        fail(f"making the bot: {status} {body}")
+    status, hook = http_json("POST", port, "/v1/admin/webhooks", admin, {"url": "http://127.0.0.1:9/placeholder", "bot": "nobody"})
+    if status != 400:
+        fail(f"a webhook for an account that is not a bot: {status} {hook}")
+    bot_port = free_port()
+    status, hook = http_json("POST", port, "/v1/admin/webhooks", admin,
+                             {"url": f"http://127.0.0.1:{bot_port}/", "circle": "general", "events": ["post"], "bot": "pingbot"})
+    if status != 201 or hook.get("bot") != "pingbot":
+        fail(f"subscribing the bot: {status} {hook}")
+    bot = subprocess.Popen(
+        [sys.executable, str(ROOT / "examples" / "bots" / "ping_bot.py"), "--port", str(bot_port)],
+        env=dict(os.environ, WEBHOOK_SECRET=hook["secret"], BOT_NAME="pingbot"), stdout=subprocess.PIPE, text=True,
+    )
+    servers.append(bot)
+    if "listening" not in (bot.stdout.readline() if bot.stdout else ""):
+        fail("the ping bot did not start")
+    send(binary, port, admin, "general", ["@pingbot ping", "no bot here", "@PingBot ping again"])
+
+    def pongs() -> list[dict]:
+        status, page = http_json("GET", port, "/v1/circles/general/messages?limit=20", admin)
+        return [p for p in page.get("posts", []) if p.get("author") == "pingbot"] if status == 200 else []
+
+    wait_for(lambda: len(pongs()) >= 2, "the bot's two answers")
+    answers = pongs()
+    if [p["text"] for p in answers] != ["pong, @ada", "pong, @ada"]:
+        fail(f"the bot's posts: {answers}")
+    print("webhook-test: the example ping bot (standard library + standardwebhooks) answered each @pingbot ping once, as pingbot")
 
 
 def two_nodes(binary: str, work: Path, receiver: Receiver, servers: list) -> None:
@@ -375,6 +409,8 @@ def main() -> None:
             if status != 400:
                 fail(f"{url} accepted without --allow-private-outbound: {status} {body}")
         print("webhook-test: loopback, private and link-local endpoints refused without --allow-private-outbound")
+
+        ping_bot(binary, port, admin, servers)
 
         two_nodes(binary, work, receiver, servers)
         print("webhook-test: OK")

@@ -17,10 +17,13 @@ extension HTTPAPI {
         public var circle: String?
         /// Of `post`, `edit`, `delete`, `reaction`; absent: all of them.
         public var events: [String]?
-        public init(url: String, circle: String? = nil, events: [String]? = nil) {
+        /// A bot account (role `bot`): the endpoint's JSON replies become its posts.
+        public var bot: String?
+        public init(url: String, circle: String? = nil, events: [String]? = nil, bot: String? = nil) {
             self.url = url
             self.circle = circle
             self.events = events
+            self.bot = bot
         }
     }
 
@@ -35,6 +38,8 @@ extension HTTPAPI {
         public var status: String
         /// Why it is disabled (by an admin, or a delivery that failed for good).
         public var disabledReason: String?
+        /// The bot whose posts the endpoint's replies become.
+        public var bot: String?
         public var createdBy: String
         public var createdAt: Int64
         /// Signing secrets in use: 1, or 2 while rotating.
@@ -43,8 +48,8 @@ extension HTTPAPI {
         public var deliveries: [String: Int]
         public var secret: String?
         public init(
-            id: String, url: String, circle: String?, events: [String], status: String, disabledReason: String?, createdBy: String, createdAt: Int64,
-            secrets: Int, deliveries: [String: Int], secret: String? = nil
+            id: String, url: String, circle: String?, events: [String], status: String, disabledReason: String?, bot: String? = nil, createdBy: String,
+            createdAt: Int64, secrets: Int, deliveries: [String: Int], secret: String? = nil
         ) {
             self.id = id
             self.url = url
@@ -52,6 +57,7 @@ extension HTTPAPI {
             self.events = events
             self.status = status
             self.disabledReason = disabledReason
+            self.bot = bot
             self.createdBy = createdBy
             self.createdAt = createdAt
             self.secrets = secrets

@@ -18,6 +18,7 @@ extension AdminCommand {
             @Argument(help: "The endpoint: https://… (or http://).") var url: String
             @Option(name: .customLong("circle"), help: "Only this circle's entries (default: every circle).") var circle: String?
             @Option(name: .customLong("event"), help: "post, edit, delete or reaction (repeat for several; default: all).") var events: [String] = []
+            @Option(help: "A bot account: the endpoint's JSON replies ({\"text\": …}) become its posts.") var bot: String?
 
             func validate() throws {
                 for event in self.events where !["post", "edit", "delete", "reaction"].contains(event) {
@@ -28,7 +29,7 @@ extension AdminCommand {
             func run() async throws {
                 try await self.options.perform("webhook add") { token in
                     let made = try await CircleClient.createWebhook(
-                        .init(url: self.url, circle: self.circle, events: self.events.isEmpty ? nil : self.events),
+                        .init(url: self.url, circle: self.circle, events: self.events.isEmpty ? nil : self.events, bot: self.bot),
                         token: token,
                         server: self.options.server
                     )

@@ -78,4 +78,39 @@ struct WebhookTests {
         #expect(data["seq"] as? Int == 3)
         #expect((data["entry"] as? [String: Any])?["text"] as? String == "hi")
     }
+
+    @Test("a bot's reply: JSON text within the limit becomes a post; anything else is no reply or a stated problem")
+    func replies() {
+        func parse(_ body: String, status: Int = 200, type: String? = "application/json") -> Result<WebhookReply, WebhookReply.Problem>? {
+            WebhookReply.parse(status: status, contentType: type, body: Array(body.utf8), maxTextBytes: 10)
+        }
+        #expect(parse(#"{"text":"pong"}"#) == .success(WebhookReply(text: "pong")))
+        #expect(parse(#"{"text":"pong","extra":[1,2]}"#, type: "Application/JSON; charset=utf-8") == .success(WebhookReply(text: "pong")))
+        #expect(parse(#"{"text":"a\nb\tc"}"#) == .success(WebhookReply(text: "a\nb\tc")))
+        #expect(parse(#"{"text":"pong"}"#, status: 500) == nil, "a failed delivery has no reply")
+        #expect(parse(#"{"text":"pong"}"#, type: "text/plain") == nil)
+        #expect(parse(#"{"text":"pong"}"#, type: nil) == nil)
+        #expect(parse("", status: 204) == nil)
+        if case .failure(.notJSON)? = parse("not json") {} else { Issue.record("a body that is not JSON: \(String(describing: parse("not json")))") }
+        #expect(parse("[1]") == .failure(.notAnObject))
+        #expect(parse(#"{"text":3}"#) == .failure(.noText))
+        #expect(parse(#"{"text":"  \n "}"#) == .failure(.emptyText))
+        #expect(parse(#"{"text":"12345678901"}"#) == .failure(.tooLong(limit: 10)))
+        #expect(parse(#"{"text":"a\u0007"}"#) == .failure(.controlCharacters))
+        #expect(parse(String(repeating: "[", count: 100)) != nil, "deep nesting is a parse error, not a crash")
+    }
+
+    @Test("a bot's own entries are not delivered to its subscription")
+    func botsDoNotHearThemselves() {
+        var known = CommitPlan.Known()
+        known.circles[BinaryText("general")] = .init(lastSeq: 0, owner: "ada", isPrivate: false)
+        let posts = [
+            NewPost(circle: "general", author: "ada", clientID: "a", text: "@pingbot ping", attachment: nil, time: 5),
+            NewPost(circle: "general", author: "pingbot", clientID: "b", text: "pong", attachment: nil, time: 5),
+        ]
+        let plan = CommitPlan(posts: posts, known: known)
+        let hook = Webhook(id: "bot", url: "", circle: nil, events: Set(WebhookEvent.allCases), secrets: [], bot: "pingbot", createdBy: "", createdAt: 0)
+        let other = Webhook(id: "log", url: "", circle: nil, events: Set(WebhookEvent.allCases), secrets: [], createdBy: "", createdAt: 0)
+        #expect(plan.webhookDeliveries([hook, other], now: 1).map { "\($0.webhook) \($0.seq)" } == ["bot 1", "log 1", "log 2"])
+    }
 }

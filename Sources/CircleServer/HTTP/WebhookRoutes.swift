@@ -125,6 +125,11 @@ struct WebhookRoutes: Sendable {
         if let circle = create.circle, try await self.store.circle(named: circle) == nil {
             throw APIError(.notFound, .notFound, "no circle \"\(circle.prefix(100))\"")
         }
+        if let bot = create.bot {
+            guard let account = try await self.store.account(named: bot), account.role == .bot else {
+                throw APIError(.badRequest, .badRequest, "\"\(bot.prefix(64))\" is not a bot account (circle admin bot NAME makes one)")
+            }
+        }
         guard try await self.store.webhooks().count < WebhookSettings.maximumWebhooks else {
             throw APIError(.conflict, .conflict, "there are \(WebhookSettings.maximumWebhooks) webhooks, the most there may be; delete one first")
         }
@@ -134,6 +139,7 @@ struct WebhookRoutes: Sendable {
             circle: create.circle,
             events: events,
             secrets: [WebhookSignature.newSecret()],
+            bot: create.bot,
             createdBy: admin.name,
             createdAt: Identity.now
         )
@@ -148,6 +154,7 @@ struct WebhookRoutes: Sendable {
             events: webhook.events.sorted().map(\.rawValue),
             status: webhook.status.rawValue,
             disabledReason: webhook.disabledReason,
+            bot: webhook.bot,
             createdBy: webhook.createdBy,
             createdAt: webhook.createdAt,
             secrets: webhook.secrets.count,

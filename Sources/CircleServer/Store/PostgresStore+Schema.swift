@@ -216,6 +216,7 @@ extension PostgresStore {
                 secrets text NOT NULL,
                 status text NOT NULL,
                 disabled_reason text,
+                bot text COLLATE "C",
                 created_by text COLLATE "C" NOT NULL,
                 created_at bigint NOT NULL
             )

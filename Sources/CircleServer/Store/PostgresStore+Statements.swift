@@ -120,8 +120,8 @@ extension PostgresStore {
 
     /// The webhook subscriptions a commit delivers to.
     struct ActiveWebhooks: PostgresPreparedStatement {
-        static let sql = "SELECT id, circle, events FROM webhooks WHERE status = 'active'"
-        typealias Row = (String, String?, String)
+        static let sql = "SELECT id, circle, events, bot FROM webhooks WHERE status = 'active'"
+        typealias Row = (String, String?, String, String?)
 
         func makeBindings() -> PostgresBindings { PostgresBindings() }
 

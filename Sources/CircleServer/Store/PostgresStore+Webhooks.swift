@@ -5,16 +5,15 @@ import PostgresNIO
 extension PostgresStore {
     // MARK: - Subscriptions
 
-    private typealias WebhookRow = (String, String, String?, String, String, String, String?, String, Int64)
-    private static let webhookColumns = "id, url, circle, events, secrets, status, disabled_reason, created_by, created_at"
+    private typealias WebhookRow = (String, String, String?, String, String, String, String?, String?, String, Int64)
 
     public func createWebhook(_ webhook: Webhook) async throws {
         try await self.operation("create webhook") {
             _ = try await self.client.query(
                 """
-                INSERT INTO webhooks (id, url, circle, events, secrets, status, disabled_reason, created_by, created_at)
+                INSERT INTO webhooks (id, url, circle, events, secrets, status, disabled_reason, bot, created_by, created_at)
                 VALUES (\(webhook.id), \(webhook.url), \(webhook.circle), \(webhook.eventList), \(webhook.secrets.joined(separator: " ")),
-                        \(webhook.status.rawValue), \(webhook.disabledReason), \(webhook.createdBy), \(webhook.createdAt))
+                        \(webhook.status.rawValue), \(webhook.disabledReason), \(webhook.bot), \(webhook.createdBy), \(webhook.createdAt))
                 """,
                 logger: self.logger
             )
@@ -24,7 +23,10 @@ extension PostgresStore {
     public func webhooks() async throws -> [Webhook] {
         try await self.operation("list webhooks") {
             var webhooks: [Webhook] = []
-            let rows = try await self.client.query("SELECT id, url, circle, events, secrets, status, disabled_reason, created_by, created_at FROM webhooks ORDER BY created_at, id", logger: self.logger)
+            let rows = try await self.client.query(
+                "SELECT id, url, circle, events, secrets, status, disabled_reason, bot, created_by, created_at FROM webhooks ORDER BY created_at, id",
+                logger: self.logger
+            )
             for try await row in rows.decode(WebhookRow.self) { webhooks.append(Self.webhook(row)) }
             return webhooks
         }
@@ -33,7 +35,7 @@ extension PostgresStore {
     public func webhook(id: String) async throws -> Webhook? {
         try await self.operation("read webhook") {
             let rows = try await self.client.query(
-                "SELECT id, url, circle, events, secrets, status, disabled_reason, created_by, created_at FROM webhooks WHERE id = \(id)",
+                "SELECT id, url, circle, events, secrets, status, disabled_reason, bot, created_by, created_at FROM webhooks WHERE id = \(id)",
                 logger: self.logger
             )
             for try await row in rows.decode(WebhookRow.self) { return Self.webhook(row) }
@@ -77,8 +79,9 @@ extension PostgresStore {
             secrets: row.4.split(separator: " ").map(String.init),
             status: WebhookStatus(rawValue: row.5) ?? .disabled,
             disabledReason: row.6,
-            createdBy: row.7,
-            createdAt: row.8
+            bot: row.7,
+            createdBy: row.8,
+            createdAt: row.9
         )
     }
 

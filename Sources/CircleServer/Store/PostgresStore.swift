@@ -477,8 +477,8 @@ public final class PostgresStore: CircleStore {
         // 4. What the commit sets off, in the same transaction: webhook deliveries.
         if !plan.inserts.isEmpty {
             var webhooks: [Webhook] = []
-            for try await (id, circle, events) in try await connection.execute(ActiveWebhooks(), logger: logger) {
-                webhooks.append(Webhook(id: id, url: "", circle: circle, events: Webhook.events(from: events), secrets: [], createdBy: "", createdAt: 0))
+            for try await (id, circle, events, bot) in try await connection.execute(ActiveWebhooks(), logger: logger) {
+                webhooks.append(Webhook(id: id, url: "", circle: circle, events: Webhook.events(from: events), secrets: [], bot: bot, createdBy: "", createdAt: 0))
             }
             let deliveries = plan.webhookDeliveries(webhooks, now: Int64(Date().timeIntervalSince1970 * 1000))
             if !deliveries.isEmpty {

@@ -313,7 +313,7 @@ final class SQLitePostWriter: @unchecked Sendable {
             webhooks.append(
                 Webhook(
                     id: id, url: "", circle: self.columnText(statement, 1), events: Webhook.events(from: self.columnText(statement, 2) ?? ""),
-                    secrets: [], createdBy: "", createdAt: 0
+                    secrets: [], bot: self.columnText(statement, 3), createdBy: "", createdAt: 0
                 )
             )
         }
@@ -392,7 +392,7 @@ final class SQLitePostWriter: @unchecked Sendable {
                 ON CONFLICT (circle, post, emoji, user) DO UPDATE SET seq = excluded.seq, first_seq = excluded.first_seq
                 """
             case .updateLastSeq: "UPDATE circles SET last_seq = ?2 WHERE name = ?1"
-            case .activeWebhooks: "SELECT id, circle, events FROM webhooks WHERE status = 'active'"
+            case .activeWebhooks: "SELECT id, circle, events, bot FROM webhooks WHERE status = 'active'"
             case .insertDelivery:
                 """
                 INSERT OR IGNORE INTO webhook_deliveries (id, webhook, circle, seq, event, status, created_at, next_attempt_at)

@@ -218,6 +218,7 @@ extension SQLiteStore {
                     secrets TEXT NOT NULL,
                     status TEXT NOT NULL,
                     disabled_reason TEXT,
+                    bot TEXT,
                     created_by TEXT NOT NULL,
                     created_at INTEGER NOT NULL
                 ) STRICT

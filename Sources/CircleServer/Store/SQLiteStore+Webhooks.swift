@@ -5,16 +5,16 @@ import SQLiteNIO
 extension SQLiteStore {
     // MARK: - Subscriptions
 
-    private static let webhookColumns = "id, url, circle, events, secrets, status, disabled_reason, created_by, created_at"
+    private static let webhookColumns = "id, url, circle, events, secrets, status, disabled_reason, bot, created_by, created_at"
 
     public func createWebhook(_ webhook: Webhook) async throws {
         try await self.exclusive("create webhook") { connection in
             _ = try await connection.query(
-                "INSERT INTO webhooks (\(Self.webhookColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO webhooks (\(Self.webhookColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     .text(webhook.id), .text(webhook.url), webhook.circle.map { .text($0) } ?? .null, .text(webhook.eventList),
                     .text(webhook.secrets.joined(separator: " ")), .text(webhook.status.rawValue), webhook.disabledReason.map { .text($0) } ?? .null,
-                    .text(webhook.createdBy), .integer(SQLiteInt64(webhook.createdAt)),
+                    webhook.bot.map { .text($0) } ?? .null, .text(webhook.createdBy), .integer(SQLiteInt64(webhook.createdAt)),
                 ]
             )
         }
@@ -63,6 +63,7 @@ extension SQLiteStore {
             secrets: try Self.text(row, "secrets").split(separator: " ").map(String.init),
             status: WebhookStatus(rawValue: try Self.text(row, "status")) ?? .disabled,
             disabledReason: row.column("disabled_reason")?.string,
+            bot: row.column("bot")?.string,
             createdBy: try Self.text(row, "created_by"),
             createdAt: try Self.integer(row, "created_at")
         )

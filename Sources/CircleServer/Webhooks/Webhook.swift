@@ -50,6 +50,9 @@ public struct Webhook: Sendable, Hashable {
     public var secrets: [String]
     public var status: WebhookStatus
     public var disabledReason: String?
+    /// A bot account: the endpoint's replies become its posts, and its own entries are not
+    /// delivered to this subscription (a bot does not answer itself).
+    public var bot: String?
     public var createdBy: String
     /// Milliseconds since 1970.
     public var createdAt: Int64
@@ -62,6 +65,7 @@ public struct Webhook: Sendable, Hashable {
         secrets: [String],
         status: WebhookStatus = .active,
         disabledReason: String? = nil,
+        bot: String? = nil,
         createdBy: String,
         createdAt: Int64
     ) {
@@ -72,6 +76,7 @@ public struct Webhook: Sendable, Hashable {
         self.secrets = secrets
         self.status = status
         self.disabledReason = disabledReason
+        self.bot = bot
         self.createdBy = createdBy
         self.createdAt = createdAt
     }
@@ -79,6 +84,7 @@ public struct Webhook: Sendable, Hashable {
     /// Whether this subscription wants `entry`.
     func wants(_ entry: CirclePost) -> Bool {
         self.status == .active && self.events.contains(WebhookEvent(entry)) && (self.circle.map { BinaryText($0) == BinaryText(entry.circle) } ?? true)
+            && (self.bot.map { BinaryText($0) != BinaryText(entry.author) } ?? true)
     }
 
     /// The events as stored: names joined by commas, in a fixed order.

@@ -111,13 +111,26 @@ final class WebhookDispatcher: Sendable {
     let settings: WebhookSettings
     let node: String
     let logger: Logger
+    /// Commits a bot's reply (the server's group commit).
+    private let post: @Sendable (NewPost) async -> Result<PostOutcome, any Error>
+    private let maxPostBytes: Int
     private let http: OutboundHTTP
     private let bell = Doorbell()
     /// A subscription was made or changed on this node: look again before the next poll.
     private let subscriptionsChanged = NIOLockedValueBox(true)
 
-    init(store: any CircleStore, settings: WebhookSettings, allowPrivateOutbound: Bool, node: String, logger: Logger) {
+    init(
+        store: any CircleStore,
+        settings: WebhookSettings,
+        allowPrivateOutbound: Bool,
+        node: String,
+        maxPostBytes: Int,
+        logger: Logger,
+        post: @escaping @Sendable (NewPost) async -> Result<PostOutcome, any Error>
+    ) {
         self.store = store
+        self.post = post
+        self.maxPostBytes = maxPostBytes
         self.settings = settings
         self.node = node
         self.logger = logger
@@ -315,11 +328,53 @@ final class WebhookDispatcher: Sendable {
         do {
             let response = try await self.http.post(webhook.url, headers: headers, body: body)
             if (200..<300).contains(response.status) {
+                if let bot = webhook.bot {
+                    await self.answer(response, of: delivery, as: bot)
+                }
                 return .delivered(status: response.status)
             }
             return self.failure(delivery, status: response.status, error: "the endpoint answered \(response.status)")
         } catch {
             return self.failure(delivery, status: nil, error: error.message)
+        }
+    }
+
+    /// A bot's reply becomes its post in the delivery's circle, with the delivery's id as the
+    /// post's id: a delivery sent twice is answered once. The bot must be an active bot account
+    /// that may post there (a member, for a private circle). A reply that cannot be posted is
+    /// logged; the delivery has succeeded all the same.
+    private func answer(_ response: OutboundHTTP.Response, of delivery: WebhookDelivery, as bot: String) async {
+        let metadata: Logger.Metadata = ["circle.delivery": "\(delivery.id)", "circle.bot": "\(bot)"]
+        guard let parsed = WebhookReply.parse(status: response.status, contentType: response.headers.first(name: "Content-Type"), body: response.body, maxTextBytes: self.maxPostBytes)
+        else { return }
+        let reply: WebhookReply
+        switch parsed {
+        case .success(let value): reply = value
+        case .failure(let problem):
+            self.logger.info("a bot's reply was not posted", metadata: metadata.merging(["circle.reason": "\(problem)"]) { $1 })
+            return
+        }
+        do {
+            guard let account = try await self.store.account(named: bot), account.role == .bot, account.status == .active else {
+                self.logger.info("a bot's reply was not posted", metadata: metadata.merging(["circle.reason": "not an active bot account"]) { $1 })
+                return
+            }
+            guard let circle = try await self.store.circle(named: delivery.circle) else { return }
+            if circle.isPrivate, try await !self.store.isMember(bot, of: delivery.circle) {
+                self.logger.info("a bot's reply was not posted", metadata: metadata.merging(["circle.reason": "the bot is not a member of the private circle"]) { $1 })
+                return
+            }
+        } catch {
+            self.logger.warning("a bot's reply was not posted", metadata: metadata.merging(["error": "\(error)"]) { $1 })
+            return
+        }
+        let post = NewPost(circle: delivery.circle, author: bot, clientID: delivery.id, text: reply.text, attachment: nil, time: Identity.now)
+        switch await self.post(post) {
+        case .success(.stored), .success(.duplicate): break
+        case .success(let other):
+            self.logger.info("a bot's reply was refused", metadata: metadata.merging(["circle.reason": "\(other)"]) { $1 })
+        case .failure(let error):
+            self.logger.warning("a bot's reply was not posted", metadata: metadata.merging(["error": "\(error)"]) { $1 })
         }
     }
 
