@@ -40,22 +40,19 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from benchlib import dev_token, free_port, http_json  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import checklib  # noqa: E402
+
 TIMEOUT = 60.0
 PASSWORD = "correct horse battery"
 
 
 def fail(message: str) -> None:
-    print(f"webhook-test: FAIL: {message}", file=sys.stderr)
-    sys.exit(1)
+    checklib.fail("webhook-test", message)
 
 
 def wait_for(condition, what: str, timeout: float = TIMEOUT) -> None:
-    """Waits (bounded) for something the server does."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            fail(f"gave up waiting for {what}")
-        time.sleep(0.05)
+    checklib.wait_for("webhook-test", condition, what, timeout)
 
 
 class Receiver:
@@ -142,20 +139,7 @@ class Receiver:
 
 
 def start_server(binary: str, data: Path, port: int, flags: list[str], log: Path) -> subprocess.Popen:
-    args = [binary, "serve", "--port", str(port), "--data", str(data), "--dev", "--log-level", "info", *flags]
-    server = subprocess.Popen(args, stdout=log.open("a"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + TIMEOUT
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            fail(f"the server exited with {server.returncode}: {log.read_text()[-2000:]}")
-        try:
-            if http_json("GET", port, "/healthz")[0] == 200:
-                return server
-        except OSError:
-            pass
-        time.sleep(0.1)
-    fail("the server did not answer /healthz within 60 s")
-    raise AssertionError
+    return checklib.start_server("webhook-test", binary, data, port, flags, log, TIMEOUT)
 
 
 def send(binary: str, port: int, token: str, circle: str, lines: list[str]) -> list[int]:
@@ -290,16 +274,7 @@ def main() -> None:
     servers = [server]
     receiver = Receiver()
     try:
-        match = None
-        deadline = time.monotonic() + TIMEOUT
-        while match is None and time.monotonic() < deadline:
-            match = re.search(r"#setup=([A-Za-z0-9_\-]+)", log.read_text(errors="replace"))
-            time.sleep(0.05)
-        if match is None:
-            fail("no setup link in the server's log")
-        status, body = http_json("POST", port, "/v1/auth/setup", body={"token": match.group(1), "name": "ada", "password": PASSWORD})
-        if status != 201:
-            fail(f"setup: {status} {body}")
+        setup_admin(port, log)
         admin = dev_token(port, "ada")
         status, body = http_json("POST", port, "/v1/circles", admin, {"name": "general"})
         if status not in (200, 201):
@@ -396,14 +371,7 @@ def main() -> None:
         port2 = free_port()
         server2 = start_server(binary, work / "data2", port2, [], work / "server2.log")
         servers.append(server2)
-        match = None
-        deadline = time.monotonic() + TIMEOUT
-        while match is None and time.monotonic() < deadline:
-            match = re.search(r"#setup=([A-Za-z0-9_\-]+)", (work / "server2.log").read_text(errors="replace"))
-            time.sleep(0.05)
-        if match is None:
-            fail("no setup link in the second server's log")
-        http_json("POST", port2, "/v1/auth/setup", body={"token": match.group(1), "name": "ada", "password": PASSWORD})
+        setup_admin(port2, work / "server2.log")
         for url in [receiver.url(), "http://[::1]/hook", "http://10.0.0.1/hook", "http://169.254.169.254/latest", "ftp://example.com/x"]:
             status, body = http_json("POST", port2, "/v1/admin/webhooks", dev_token(port2, "ada"), {"url": url})
             if status != 400:

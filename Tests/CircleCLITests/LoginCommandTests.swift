@@ -31,13 +31,12 @@ struct LoginCommandTests {
 
     @Test("login keeps a 0600 device credential that the other commands use; admin invites and lists; logout ends it")
     func loginAdminLogout() async throws {
-        let server = TestServer()
-        defer { server.remove() }
-        let running = try await server.start()
-        defer { Task { await server.stop() } }
-        try await self.makeAdmin(server, link: try #require(running.setupLink))
-        let config = FileManager.default.temporaryDirectory.appendingPathComponent("circle-config-\(UUID().uuidString)").path
-        defer { try? FileManager.default.removeItem(atPath: config) }
+        try await self.withAdminServer { server, config in
+            try await self.loginAdminLogout(server, config: config)
+        }
+    }
+
+    private func loginAdminLogout(_ server: TestServer, config: String) async throws {
         let ws = server.wsURL
 
         let wrong = try await self.run(["login", "--server", ws, "--user", "ada"], config: config, input: ["not the password"])
@@ -98,6 +97,13 @@ struct LoginCommandTests {
 
     @Test("admin webhook: add prints the id and the secret once, list, disable, rotate, deliveries, remove; a loopback URL is refused")
     func adminWebhooks() async throws {
+        try await self.withAdminServer { server, config in
+            try await self.webhookCommands(server, config: config)
+        }
+    }
+
+    /// A server with its first admin, ada, and an empty config directory for the CLI.
+    private func withAdminServer(_ body: (TestServer, String) async throws -> Void) async throws {
         let server = TestServer()
         defer { server.remove() }
         let running = try await server.start()
@@ -105,6 +111,10 @@ struct LoginCommandTests {
         try await self.makeAdmin(server, link: try #require(running.setupLink))
         let config = FileManager.default.temporaryDirectory.appendingPathComponent("circle-config-\(UUID().uuidString)").path
         defer { try? FileManager.default.removeItem(atPath: config) }
+        try await body(server, config)
+    }
+
+    private func webhookCommands(_ server: TestServer, config: String) async throws {
         let ws = server.wsURL
         let login = try await self.run(["login", "--server", ws, "--user", "ada"], config: config, input: ["correct horse battery"])
         #expect(login.status == 0, "\(login.stderr)")
