@@ -41,9 +41,8 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import urllib.request
 
 import benchlib
 import circlev1
@@ -100,39 +99,57 @@ class Writer:
                 self.post()
 
 
+RECEIVER = r"""
+import sys, threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+count = 0
+lock = threading.Lock()
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_POST(self):
+        global count
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        with lock:
+            count += 1
+        self.send_response(204)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    def do_GET(self):
+        with lock:
+            body = str(count).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+server.daemon_threads = True
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
 class Receiver:
-    """A webhook endpoint that answers 204 at once and counts the deliveries."""
+    """A webhook endpoint in a process of its own (not sharing this one's interpreter lock with
+    the writers) that answers 204 at once and counts the deliveries."""
 
-    def __init__(self) -> None:
-        self.count = 0
-        self.lock = threading.Lock()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self) -> None:  # noqa: N802
-                self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                with receiver.lock:
-                    receiver.count += 1
-                self.send_response(204)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+    def __init__(self, cpu: int | None) -> None:
+        argv = (["taskset", "-c", str(cpu)] if cpu is not None else []) + [sys.executable, "-c", RECEIVER]
+        self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+        self.port = int(self.process.stdout.readline())
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/hook"
+        return f"http://127.0.0.1:{self.port}/hook"
 
     def delivered(self) -> int:
-        with self.lock:
-            return self.count
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/count", timeout=10) as answer:
+            return int(answer.read())
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=10)
 
 
 def subscribe(server: benchlib.Server, url: str) -> None:
@@ -347,7 +364,7 @@ def main() -> int:
     webhook_modes = [m for m in args.webhooks.split(",") if m]
     if not webhook_modes or any(m not in ("off", "on") for m in webhook_modes):
         parser.error("--webhooks takes off, on or off,on")
-    receiver = Receiver() if "on" in webhook_modes else None
+    receiver = Receiver(args.client_cpu) if "on" in webhook_modes else None
     benchlib.pin_self(args.client_cpu)
     loop_name = benchlib.use_uvloop()
     benchlib.exit_on_sigterm()
@@ -396,6 +413,8 @@ def main() -> int:
         with open(args.json, "w") as out:
             json.dump({"benchmark": "postpath", "loop": loop_name, "args": vars(args), "fsync": probe,
                        "builds": dict(builds), "results": results}, out, indent=2)
+    if receiver:
+        receiver.stop()
     return 0 if results else 1
 
 
