@@ -138,6 +138,25 @@ package final class HTTPConnection: Sendable {
         try await self.write(.head(head))
     }
 
+    /// Writes a whole small request (head, body, end) with one flush: one write to the socket
+    /// where the part-by-part calls make three.
+    package func sendRequest(method: HTTPMethod, uri: String, headers: HTTPHeaders, body: ByteBuffer?) async throws {
+        self.reusable.withLockedValue { $0 = false }
+        var headers = headers
+        if !headers.contains(name: "Host") { headers.add(name: "Host", value: self.target.hostHeader) }
+        let head = HTTPRequestHead(version: .http1_1, method: method, uri: uri, headers: headers)
+        let channel = self.channel
+        try await self.withWriteTimeout {
+            try await channel.eventLoop.flatSubmit {
+                channel.write(HTTPClientRequestPart.head(head), promise: nil)
+                if let body, body.readableBytes > 0 {
+                    channel.write(HTTPClientRequestPart.body(.byteBuffer(body)), promise: nil)
+                }
+                return channel.writeAndFlush(HTTPClientRequestPart.end(nil))
+            }.get()
+        }
+    }
+
     /// Writes a body chunk and returns once it is on the socket (the caller's backpressure).
     package func sendBody(_ buffer: ByteBuffer) async throws {
         try await self.write(.body(.byteBuffer(buffer)))
@@ -150,14 +169,19 @@ package final class HTTPConnection: Sendable {
 
     private func write(_ part: HTTPClientRequestPart) async throws {
         let channel = self.channel
-        let timeout = self.writeTimeout
-        let timer = channel.eventLoop.scheduleTask(in: TimeAmount(timeout)) {
-            // The server stopped taking bytes: give up on the connection (the write fails).
+        try await self.withWriteTimeout { try await channel.writeAndFlush(part).get() }
+    }
+
+    /// Runs a write; if the server does not take the bytes within the write timeout, the
+    /// connection is closed (and the write fails).
+    private func withWriteTimeout(_ write: () async throws -> Void) async throws {
+        let channel = self.channel
+        let timer = channel.eventLoop.scheduleTask(in: TimeAmount(self.writeTimeout)) {
             channel.close(promise: nil)
         }
         defer { timer.cancel() }
         do {
-            try await channel.writeAndFlush(part).get()
+            try await write()
         } catch {
             throw HTTPClientError(.connectionClosed, "the connection to \(self.target.address) failed while sending", underlying: error)
         }

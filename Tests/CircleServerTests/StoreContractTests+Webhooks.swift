@@ -114,4 +114,44 @@ extension StoreContractTests {
             #expect(try await store.deliveryCounts(of: "wh_a") == [.pending: 2])
         }
     }
+
+    @Test(arguments: StoreKind.allCases) func webhookClaimsFindEveryQueueBehindABacklog(_ kind: StoreKind) async throws {
+        try await self.withStore(kind) { store in
+            let circles = ["a", "b", "c", "d"]
+            for name in circles { _ = try await store.createCircle(name: name, owner: "alice", isPrivate: false, createdAt: 1) }
+            // Three subscriptions, the middle one disabled after its deliveries were recorded.
+            for id in ["wh_1", "wh_2", "wh_3"] { try await store.createWebhook(self.hook(id)) }
+            // A backlog: 40 posts in every circle (each a delivery for every subscription).
+            for _ in 0..<40 {
+                _ = try await store.commit(circles.map { self.newPost($0, id: UUID().uuidString) })
+            }
+            var off = try #require(try await store.webhook(id: "wh_2"))
+            off.status = .disabled
+            #expect(try await store.updateWebhook(off))
+            let now = Identity.now + 1000
+            func claim(_ node: String, queues: Int = 100, perWebhook: Int = 100, perQueue: Int = 5, excluding: [String] = []) async throws -> [String] {
+                try await store.claimDeliveries(node: node, now: now, lease: 60_000, queues: queues, perWebhook: perWebhook, perQueue: perQueue, excluding: excluding)
+                    .map { "\($0.webhook)/\($0.circle)/\($0.seq)" }
+            }
+            // Every queue of every active subscription, each from its head, perQueue long.
+            let first = try await claim("A", excluding: ["wh_3"])
+            #expect(first == circles.flatMap { circle in (1...5).map { "wh_1/\(circle)/\($0)" } })
+            // The next claim hops over the leased queues and the disabled subscription.
+            let second = try await claim("B", perQueue: 3)
+            #expect(second == circles.flatMap { circle in (1...3).map { "wh_3/\(circle)/\($0)" } })
+            #expect(try await claim("C").isEmpty)
+
+            // Recorded: each queue's head moves on; claims then start from there.
+            let leased = try await store.claimDeliveries(node: "D", now: now + 61_000, lease: 60_000, queues: 1, perWebhook: 1, perQueue: 40, excluding: ["wh_3"])
+            #expect(leased.count == 40)
+            #expect(Set(leased.map(\.circle)).count == 1, "one queue: queues 1")
+            #expect(try await store.finishDeliveries(leased.map { ($0.id, .delivered(status: 204)) }, node: "D", at: now + 61_000) == 40)
+            let rest = try await store.claimDeliveries(node: "E", now: now + 122_000, lease: 60_000, queues: 100, perWebhook: 2, perQueue: 2, excluding: [])
+            let wh1 = rest.filter { $0.webhook == "wh_1" }
+            #expect(wh1.count == 4, "at most two queues of one subscription")
+            #expect(!wh1.contains { $0.circle == leased[0].circle }, "the delivered queue is empty")
+            #expect(rest.filter { $0.webhook == "wh_3" }.count == 4)
+            #expect(!rest.contains { $0.webhook == "wh_2" })
+        }
+    }
 }

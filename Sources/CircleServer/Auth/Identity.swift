@@ -131,7 +131,7 @@ final class Identity: Sendable {
 
     /// Lower-case hex SHA-256: what the store keeps of a secret.
     static func hash(_ secret: String) -> String {
-        SHA256.hash(data: Data(secret.utf8)).map { String(format: "%02x", $0) }.joined()
+        hexString(SHA256.hash(data: Data(secret.utf8)))
     }
 
     static func constantTimeEqual(_ a: String, _ b: String) -> Bool {

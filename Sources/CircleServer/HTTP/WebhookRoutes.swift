@@ -54,6 +54,7 @@ struct WebhookRoutes: Sendable {
             let secret = WebhookSignature.newSecret()
             webhook.secrets = [secret] + (rotate.keepPrevious ?? true ? Array(webhook.secrets.prefix(1)) : [])
             _ = try await self.store.updateWebhook(webhook)
+            self.services.webhooks.webhooksChanged()
             return Response.json(.ok, try await self.info(webhook, secret: secret))
         }
         router.get(RouterPath(HTTPAPI.Path.adminWebhooks + "/{id}/deliveries")) { request, context in

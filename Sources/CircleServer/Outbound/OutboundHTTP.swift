@@ -44,10 +44,16 @@ package struct OutboundHTTP: Sendable {
     /// The largest body read; a longer one fails the fetch.
     package var maxBodyBytes: Int
 
-    package init(policy: OutboundAddressPolicy, timeout: Duration, maxBodyBytes: Int) {
+    /// Connections kept open between exchanges (webhook endpoints, which are sent to again and
+    /// again); without one, each exchange opens a connection and closes it. A kept connection
+    /// goes to the address that was checked when it was opened.
+    package var pool: HTTPConnectionPool?
+
+    package init(policy: OutboundAddressPolicy, timeout: Duration, maxBodyBytes: Int, pool: HTTPConnectionPool? = nil) {
         self.policy = policy
         self.timeout = timeout
         self.maxBodyBytes = maxBodyBytes
+        self.pool = pool
     }
 
     /// GETs `url` (`https`, or `http`), within ``timeout``.
@@ -112,6 +118,16 @@ package struct OutboundHTTP: Sendable {
     }
 
     private func exchange(_ method: HTTPMethod, target: HTTPTarget, uri: String, headers: HTTPHeaders, body: [UInt8]?) async throws(Failure) -> Response {
+        if let pool = self.pool, let kept = await pool.take(target) {
+            switch await self.exchange(method, on: kept, uri: uri, headers: headers, body: body) {
+            case .success(let response): return response
+            case .failure(let failure) where failure.answered || Task.isCancelled: throw failure.failure
+            case .failure:
+                // A kept connection the endpoint had closed before it read the request: once
+                // more on a new one.
+                break
+            }
+        }
         let address = try await self.resolve(target)
         let connection: HTTPConnection
         do {
@@ -119,25 +135,39 @@ package struct OutboundHTTP: Sendable {
         } catch {
             throw Failure("\(error)")
         }
+        return try await self.exchange(method, on: connection, uri: uri, headers: headers, body: body).mapError(\.failure).get()
+    }
+
+    /// Why an exchange on a connection failed, and whether an answer had begun.
+    private struct ExchangeFailure: Error {
+        var failure: Failure
+        var answered: Bool
+    }
+
+    /// One request and its answer on `connection`, which then goes back to the pool (if the
+    /// answer lets it) or is closed.
+    private func exchange(_ method: HTTPMethod, on connection: HTTPConnection, uri: String, headers: HTTPHeaders, body: [UInt8]?) async
+        -> Result<Response, ExchangeFailure>
+    {
         // Cancellation (the time limit) closes the connection, which ends a pending read.
-        let result = await withTaskCancellationHandler { () async -> Result<Response, Failure> in
-            defer { connection.close() }
+        let target = connection.target
+        var answered = false
+        let result = await withTaskCancellationHandler { () async -> Result<Response, ExchangeFailure> in
             do {
                 var requestHeaders = headers
-                requestHeaders.replaceOrAdd(name: "Connection", value: "close")
+                if self.pool == nil {
+                    requestHeaders.replaceOrAdd(name: "Connection", value: "close")
+                }
                 if let body {
                     requestHeaders.replaceOrAdd(name: "Content-Length", value: "\(body.count)")
                 }
-                try await connection.sendHead(method: method, uri: uri, headers: requestHeaders)
-                if let body, !body.isEmpty {
-                    try await connection.sendBody(ByteBuffer(bytes: body))
-                }
-                try await connection.sendEnd()
+                try await connection.sendRequest(method: method, uri: uri, headers: requestHeaders, body: body.map { ByteBuffer(bytes: $0) })
                 var head: HTTPResponseHead?
                 var answer: [UInt8] = []
                 reading: while true {
                     switch try await connection.next(idleTimeout: self.timeout) {
                     case .head(let value):
+                        answered = true
                         if value.status.code < 200 { continue }
                         head = value
                         if let length = value.headers.first(name: "Content-Length").flatMap(Int.init), length > self.maxBodyBytes {
@@ -155,14 +185,19 @@ package struct OutboundHTTP: Sendable {
                 guard let head else { throw Failure("no answer from \(target.address)") }
                 return .success(Response(status: Int(head.status.code), headers: head.headers, body: answer))
             } catch let failure as Failure {
-                return .failure(failure)
+                return .failure(ExchangeFailure(failure: failure, answered: answered))
             } catch {
-                return .failure(Failure("\(error)"))
+                return .failure(ExchangeFailure(failure: Failure("\(error)"), answered: answered))
             }
         } onCancel: {
             connection.close()
         }
-        return try result.get()
+        if case .success = result, let pool = self.pool, !Task.isCancelled {
+            await pool.give(connection)
+        } else {
+            connection.close()
+        }
+        return result
     }
 
     /// Resolves the host (off the event loops: `getaddrinfo` blocks) and checks every address;

@@ -131,7 +131,7 @@ extension PostgresStore {
                 bindings.append(perWebhook)
                 bindings.append(queues)
                 bindings.append(perQueue)
-                let candidatesSQL = SQLiteStore.claimCandidates(excludedClause: "webhook = ANY($2::text[])") { "$\($0)" }
+                let candidatesSQL = SQLiteStore.claimCandidates(excluded: { "\($0) = ANY($2::text[])" }) { "$\($0)" }
                 var candidates: [String] = []
                 for try await id in try await connection.query(PostgresQuery(unsafeSQL: candidatesSQL, binds: bindings), logger: self.logger).decode(String.self) {
                     candidates.append(id)
@@ -199,34 +199,38 @@ extension PostgresStore {
 
     public func finishDeliveries(_ results: [(id: String, result: DeliveryResult?)], node: String, at now: Int64) async throws -> Int {
         guard !results.isEmpty else { return 0 }
+        let record = DeliveryRecord(results, at: now)
         return try await self.operation("finish deliveries") {
             try await self.client.withTransaction(logger: self.logger) { connection in
+                // A recorded attempt lost to a crash of the database only sends the delivery
+                // again, with its webhook-id, in order: it need not wait for the WAL flush. (A
+                // claim does wait: two nodes must never send one queue at once.)
+                try await connection.query("SET LOCAL synchronous_commit = off", logger: self.logger)
+                if !record.released.isEmpty {
+                    try await connection.query(
+                        "UPDATE webhook_deliveries SET claimed_by = NULL, lease_until = 0 WHERE id = ANY(\(record.released)::text[]) AND claimed_by = \(node) AND status = 'pending'",
+                        logger: self.logger
+                    )
+                }
                 var recorded = 0
-                for (id, result) in results {
-                    guard let result else {
-                        try await connection.query(
-                            "UPDATE webhook_deliveries SET claimed_by = NULL, lease_until = 0 WHERE id = \(id) AND claimed_by = \(node) AND status = 'pending'",
-                            logger: self.logger
-                        )
-                        continue
-                    }
-                    let attempt = DeliveryAttempt(result, at: now)
+                for (attempt, ids) in record.attempts {
                     let code = attempt.httpStatus.map { Int32(clamping: $0) }
                     let rows = try await connection.query(
                         """
                         UPDATE webhook_deliveries
                         SET status = \(attempt.status.rawValue), attempts = attempts + 1, last_attempt_at = \(now), last_status = \(code),
                             last_error = \(attempt.error), next_attempt_at = \(attempt.next), claimed_by = NULL, lease_until = 0
-                        WHERE id = \(id) AND claimed_by = \(node) AND status = 'pending'
+                        WHERE id = ANY(\(ids)::text[]) AND claimed_by = \(node) AND status = 'pending'
                         RETURNING webhook
                         """,
                         logger: self.logger
                     )
                     var webhook: String?
-                    for try await found in rows.decode(String.self) { webhook = found }
-                    guard let webhook else { continue }
-                    recorded += 1
-                    if let reason = attempt.disables {
+                    for try await found in rows.decode(String.self) {
+                        webhook = found
+                        recorded += 1
+                    }
+                    if let reason = attempt.disables, let webhook {
                         try await connection.query("UPDATE webhooks SET status = 'disabled', disabled_reason = \(reason) WHERE id = \(webhook)", logger: self.logger)
                     }
                 }

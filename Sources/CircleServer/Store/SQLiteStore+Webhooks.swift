@@ -98,37 +98,51 @@ extension SQLiteStore {
     /// The deliveries a claim takes (SQLite and PostgreSQL alike): the first `perQueue` pending
     /// of each queue that is due, at most `perWebhook` queues of one subscription and `queues`
     /// in all. Parameters: 1 now, 2 the excluded subscriptions (a JSON array in SQLite, an array
-    /// in PostgreSQL, see `excludedClause`), 3 perWebhook, 4 queues, 5 perQueue.
-    static func claimCandidates(excludedClause: String, parameter: (Int) -> String) -> String {
+    /// in PostgreSQL: `excluded` makes the test of a column against it), 3 perWebhook, 4 queues, 5 perQueue.
+    ///
+    /// Its cost does not grow with the backlog (deliveries pile up behind a slow endpoint): the
+    /// queues' heads are found by hopping through the pending index from one queue to the next
+    /// (one index seek per queue), and each queue's run is bounded by its `perQueue`-th seq,
+    /// another seek.
+    static func claimCandidates(excluded: (_ column: String) -> String, parameter: (Int) -> String) -> String {
         """
-        WITH heads AS (
-            SELECT webhook, circle, min(seq) AS seq FROM webhook_deliveries
-            WHERE status = 'pending' AND NOT (\(excludedClause))
-            GROUP BY webhook, circle
+        WITH RECURSIVE heads(webhook, circle, seq, due, lease_until) AS (
+            SELECT webhook, circle, seq, next_attempt_at, lease_until FROM (
+                SELECT webhook, circle, seq, next_attempt_at, lease_until FROM webhook_deliveries
+                WHERE status = 'pending' ORDER BY webhook, circle, seq LIMIT 1
+            ) AS first
+            UNION ALL
+            SELECT d.webhook, d.circle, d.seq, d.next_attempt_at, d.lease_until FROM heads h JOIN webhook_deliveries d ON d.id = coalesce((
+                SELECT n.id FROM webhook_deliveries n
+                WHERE n.status = 'pending' AND n.webhook = h.webhook AND n.circle > h.circle ORDER BY n.circle, n.seq LIMIT 1
+            ), (
+                SELECT n.id FROM webhook_deliveries n
+                WHERE n.status = 'pending' AND n.webhook > h.webhook ORDER BY n.webhook, n.circle, n.seq LIMIT 1
+            ))
         ), ready AS (
-            SELECT webhook, circle, due FROM (
-                SELECT h.webhook, h.circle, d.next_attempt_at AS due,
-                       row_number() OVER (PARTITION BY h.webhook ORDER BY d.next_attempt_at, h.circle) AS n
-                FROM heads h
-                JOIN webhook_deliveries d ON d.webhook = h.webhook AND d.circle = h.circle AND d.seq = h.seq
-                JOIN webhooks w ON w.id = h.webhook
-                WHERE w.status = 'active' AND d.next_attempt_at <= \(parameter(1)) AND d.lease_until <= \(parameter(1))
+            SELECT webhook, circle, seq, due FROM (
+                SELECT h.webhook, h.circle, h.seq, h.due, row_number() OVER (PARTITION BY h.webhook ORDER BY h.due, h.circle) AS n
+                FROM heads h JOIN webhooks w ON w.id = h.webhook
+                WHERE w.status = 'active' AND h.due <= \(parameter(1)) AND h.lease_until <= \(parameter(1))
+                    AND NOT (\(excluded("h.webhook")))
             ) AS candidates WHERE n <= \(parameter(3)) ORDER BY due LIMIT \(parameter(4))
         )
-        SELECT id FROM (
-            SELECT d.id, row_number() OVER (PARTITION BY d.webhook, d.circle ORDER BY d.seq) AS rank
-            FROM webhook_deliveries d JOIN ready r ON d.webhook = r.webhook AND d.circle = r.circle
-            WHERE d.status = 'pending'
-        ) AS queued WHERE rank <= \(parameter(5))
+        SELECT d.id FROM ready r
+        JOIN webhook_deliveries d ON d.webhook = r.webhook AND d.circle = r.circle AND d.status = 'pending' AND d.seq >= r.seq
+            AND d.seq <= coalesce((
+                SELECT e.seq FROM webhook_deliveries e
+                WHERE e.status = 'pending' AND e.webhook = r.webhook AND e.circle = r.circle
+                ORDER BY e.seq LIMIT 1 OFFSET \(parameter(5)) - 1
+            ), 9223372036854775807)
         """
     }
 
     public func claimDeliveries(node: String, now: Int64, lease: Int64, queues: Int, perWebhook: Int, perQueue: Int, excluding: [String]) async throws
         -> [WebhookDelivery]
     {
-        try await self.exclusive("claim deliveries") { connection in
-            let excluded = String(decoding: try JSONEncoder().encode(excluding), as: UTF8.self)
-            let candidates = Self.claimCandidates(excludedClause: "webhook IN (SELECT value FROM json_each(?2))") { "?\($0)" }
+        try await self.exclusiveWithoutSync("claim deliveries") { connection in
+            let excluded = try Self.jsonList(excluding)
+            let candidates = Self.claimCandidates(excluded: { "\($0) IN (SELECT value FROM json_each(?2))" }) { "?\($0)" }
             return try await connection.query(
                 "UPDATE webhook_deliveries SET claimed_by = ?6, lease_until = ?7 WHERE id IN (\(candidates)) RETURNING \(Self.deliveryColumns)",
                 [
@@ -141,8 +155,8 @@ extension SQLiteStore {
 
     public func renewLeases(_ ids: [String], node: String, until: Int64) async throws {
         guard !ids.isEmpty else { return }
-        try await self.exclusive("renew leases") { connection in
-            let list = String(decoding: try JSONEncoder().encode(ids), as: UTF8.self)
+        try await self.exclusiveWithoutSync("renew leases") { connection in
+            let list = try Self.jsonList(ids)
             _ = try await connection.query(
                 "UPDATE webhook_deliveries SET lease_until = ? WHERE id IN (SELECT value FROM json_each(?)) AND claimed_by = ? AND status = 'pending'",
                 [.integer(SQLiteInt64(until)), .text(list), .text(node)]
@@ -152,34 +166,32 @@ extension SQLiteStore {
 
     public func finishDeliveries(_ results: [(id: String, result: DeliveryResult?)], node: String, at now: Int64) async throws -> Int {
         guard !results.isEmpty else { return 0 }
-        return try await self.exclusive("finish deliveries") { connection in
-            try await Self.transaction(on: connection, logger: self.logger) {
+        let record = DeliveryRecord(results, at: now)
+        return try await self.exclusiveWithoutSync("finish deliveries") { connection in
+            func write() async throws -> Int {
+                if !record.released.isEmpty {
+                    _ = try await connection.query(
+                        "UPDATE webhook_deliveries SET claimed_by = NULL, lease_until = 0 WHERE id IN (SELECT value FROM json_each(?)) AND claimed_by = ? AND status = 'pending'",
+                        [.text(try Self.jsonList(record.released)), .text(node)]
+                    )
+                }
                 var recorded = 0
-                for (id, result) in results {
-                    guard let result else {
-                        _ = try await connection.query(
-                            "UPDATE webhook_deliveries SET claimed_by = NULL, lease_until = 0 WHERE id = ? AND claimed_by = ? AND status = 'pending'",
-                            [.text(id), .text(node)]
-                        )
-                        continue
-                    }
-                    let attempt = DeliveryAttempt(result, at: now)
+                for (attempt, ids) in record.attempts {
                     let rows = try await connection.query(
                         """
                         UPDATE webhook_deliveries
                         SET status = ?, attempts = attempts + 1, last_attempt_at = ?, last_status = ?, last_error = ?, next_attempt_at = ?,
                             claimed_by = NULL, lease_until = 0
-                        WHERE id = ? AND claimed_by = ? AND status = 'pending'
+                        WHERE id IN (SELECT value FROM json_each(?)) AND claimed_by = ? AND status = 'pending'
                         RETURNING webhook
                         """,
                         [
                             .text(attempt.status.rawValue), .integer(SQLiteInt64(now)), attempt.httpStatus.map { .integer($0) } ?? .null,
-                            attempt.error.map { .text($0) } ?? .null, .integer(SQLiteInt64(attempt.next)), .text(id), .text(node),
+                            attempt.error.map { .text($0) } ?? .null, .integer(SQLiteInt64(attempt.next)), .text(try Self.jsonList(ids)), .text(node),
                         ]
                     )
-                    guard let row = rows.first else { continue }
-                    recorded += 1
-                    if let reason = attempt.disables {
+                    recorded += rows.count
+                    if let reason = attempt.disables, let row = rows.first {
                         _ = try await connection.query(
                             "UPDATE webhooks SET status = 'disabled', disabled_reason = ? WHERE id = ?",
                             [.text(reason), .text(try Self.text(row, "webhook"))]
@@ -188,7 +200,14 @@ extension SQLiteStore {
                 }
                 return recorded
             }
+            // The usual record (a run delivered) is one statement: no transaction around it.
+            guard record.statements > 1 else { return try await write() }
+            return try await Self.transaction(on: connection, logger: self.logger) { try await write() }
         }
+    }
+
+    private static func jsonList(_ values: [String]) throws -> String {
+        String(decoding: try JSONEncoder().encode(values), as: UTF8.self)
     }
 
     public func retryDelivery(_ id: String, of webhook: String, now: Int64) async throws -> Bool {

@@ -91,7 +91,7 @@ struct ChatPage: Sendable {
             guard let contentType = Self.contentTypes[ext],
                 let data = FileManager.default.contents(atPath: directory.appendingPathComponent(name).path)
             else { continue }
-            let digest = SHA256.hash(data: data).prefix(12).map { String(format: "%02x", $0) }.joined()
+            let digest = hexString(SHA256.hash(data: data).prefix(12))
             assets[name] = Asset(body: ByteBuffer(bytes: data), contentType: contentType, etag: "\"\(digest)\"")
         }
         self.init(assets: assets, directory: directory)

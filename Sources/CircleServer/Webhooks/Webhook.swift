@@ -151,9 +151,14 @@ public struct WebhookDelivery: Sendable, Hashable {
         self.lastError = lastError
     }
 
+    /// `msg_`, 16 hex digits naming the queue (the subscription and the circle) and the `seq`
+    /// in 16 more. A queue's ids follow its entries' order, so recording deliveries appends to
+    /// the primary key's index instead of writing a random page of it for each one (a random
+    /// id cost a commit one more page per delivery).
     static func id(webhook: String, circle: String, seq: Int64) -> String {
-        let digest = SHA256.hash(data: Data("\(webhook)\u{0}\(circle)\u{0}\(seq)".utf8))
-        return "msg_" + digest.prefix(16).map { String(format: "%02x", $0) }.joined()
+        let queue = SHA256.hash(data: Data("\(webhook)\u{0}\(circle)".utf8))
+        let number = UInt64(bitPattern: seq)
+        return "msg_" + hexString(queue.prefix(8)) + hexString((0..<8).map { UInt8(truncatingIfNeeded: number >> (56 - 8 * $0)) })
     }
 }
 
@@ -175,7 +180,7 @@ public enum DeliveryResult: Sendable, Hashable {
 }
 
 /// What an attempt writes to its delivery: the same on both stores.
-struct DeliveryAttempt {
+struct DeliveryAttempt: Hashable {
     var status: WebhookDeliveryStatus
     var httpStatus: Int?
     var error: String?
@@ -191,6 +196,34 @@ struct DeliveryAttempt {
         case .failed(let code, let message, let reason): (self.status, self.httpStatus, self.error, self.next, self.disables) = (.failed, code, message, now, reason)
         }
     }
+}
+
+/// How a run's results are recorded: the released deliveries (untried), and the tried ones
+/// grouped by what is recorded for them (a run's deliveries mostly share one: delivered, 2xx),
+/// one statement for each group.
+struct DeliveryRecord {
+    var released: [String] = []
+    var attempts: [(attempt: DeliveryAttempt, ids: [String])] = []
+
+    init(_ results: [(id: String, result: DeliveryResult?)], at now: Int64) {
+        var index: [DeliveryAttempt: Int] = [:]
+        for (id, result) in results {
+            guard let result else {
+                self.released.append(id)
+                continue
+            }
+            let attempt = DeliveryAttempt(result, at: now)
+            if let at = index[attempt] {
+                self.attempts[at].ids.append(id)
+            } else {
+                index[attempt] = self.attempts.count
+                self.attempts.append((attempt, [id]))
+            }
+        }
+    }
+
+    /// Statements the record takes (one needs no transaction of its own).
+    var statements: Int { (self.released.isEmpty ? 0 : 1) + self.attempts.count + self.attempts.filter { $0.attempt.disables != nil }.count }
 }
 
 extension CommitPlan {

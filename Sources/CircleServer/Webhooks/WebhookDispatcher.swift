@@ -1,3 +1,4 @@
+import CircleHTTPClient
 import CircleWire
 import Foundation
 import Logging
@@ -137,7 +138,10 @@ final class WebhookDispatcher: Sendable {
         self.http = OutboundHTTP(
             policy: OutboundAddressPolicy(allowsPrivate: allowPrivateOutbound || settings.allowPrivateAddresses),
             timeout: settings.timeout,
-            maxBodyBytes: settings.maxReplyBytes
+            maxBodyBytes: settings.maxReplyBytes,
+            // An endpoint is sent to again and again: a connection for each delivery cost more
+            // than the rest of its delivery.
+            pool: HTTPConnectionPool(maxIdlePerTarget: settings.maxInFlightPerWebhook)
         )
     }
 
@@ -158,9 +162,13 @@ final class WebhookDispatcher: Sendable {
     /// Until cancelled.
     func run() async {
         var lastPrune = Int64(0)
-        // Whether any subscription is active, looked up once per poll interval (and when one
-        // changes here): with none, a commit's wake-up costs no query.
+        // The subscriptions, looked up once per poll interval (and when one changes here): with
+        // none active, a commit's wake-up costs no query, and a claim's runs are sent with what
+        // is known (a claim takes only the deliveries of subscriptions active at that moment; a
+        // secret rotated on another node is seen within the interval, and its previous secret
+        // stays valid meanwhile).
         var anyActive = false
+        var known: [String: Webhook] = [:]
         var lastLook = Int64.min
         await withTaskGroup(of: Event.self) { group in
             // Queues being sent, per subscription.
@@ -191,8 +199,11 @@ final class WebhookDispatcher: Sendable {
                 if changed || now - lastLook >= WebhookRetryPolicy.milliseconds(self.settings.pollInterval) {
                     lastLook = now
                     do {
-                        anyActive = try await self.store.webhooks().contains { $0.status == .active }
+                        let webhooks = try await self.store.webhooks()
+                        known = Dictionary(webhooks.map { ($0.id, $0) }) { $1 }
+                        anyActive = webhooks.contains { $0.status == .active }
                     } catch {
+                        known = [:]
                         anyActive = true
                     }
                 }
@@ -212,13 +223,13 @@ final class WebhookDispatcher: Sendable {
                     self.logger.warning("could not claim webhook deliveries", metadata: ["error": "\(error)"])
                     continue
                 }
-                var webhooks: [String: Webhook?] = [:]
                 for queue in Self.queues(claimed) {
                     let id = queue[0].webhook
-                    if webhooks[id] == nil {
-                        webhooks[id] = .some(try? await self.store.webhook(id: id))
+                    if known[id] == nil, let found = try? await self.store.webhook(id: id) {
+                        // Made on another node since the last look.
+                        known[id] = found
                     }
-                    guard let webhook = webhooks[id] ?? nil else {
+                    guard let webhook = known[id] else {
                         _ = try? await self.store.finishDeliveries(queue.map { ($0.id, nil) }, node: self.node, at: now)
                         continue
                     }
@@ -236,6 +247,7 @@ final class WebhookDispatcher: Sendable {
             }
             group.cancelAll()
         }
+        await self.http.pool?.closeAll()
     }
 
     /// Deliveries of one queue a claim leases: sent one after another, recorded together. A
