@@ -27,6 +27,9 @@ import SQLiteNIO
 /// the two connections are serialized by SQLite's write lock (`BEGIN IMMEDIATE` and the busy
 /// timeout).
 ///
+/// A third connection, with `synchronous = NORMAL` and a gate of its own, writes the webhook
+/// deliveries' bookkeeping (``exclusiveWithoutSync(_:_:)``).
+///
 /// The class holds only `Sendable` values (the connection, the writer, an actor, a `Logger`), so
 /// it is `Sendable` without `@unchecked`.
 ///
@@ -36,14 +39,17 @@ public final class SQLiteStore: CircleStore {
     private let connection: SQLiteConnection
     private let writer: SQLitePostWriter
     private let gate = Gate()
+    private let bookkeeping: SQLiteConnection
+    private let bookkeepingGate = Gate()
     let logger: Logger
 
     /// How long a statement waits for a lock held by another process before failing.
     static let busyTimeoutMilliseconds = 5_000
 
-    private init(connection: SQLiteConnection, writer: SQLitePostWriter, logger: Logger) {
+    private init(connection: SQLiteConnection, writer: SQLitePostWriter, bookkeeping: SQLiteConnection, logger: Logger) {
         self.connection = connection
         self.writer = writer
+        self.bookkeeping = bookkeeping
         self.logger = logger
     }
 
@@ -73,17 +79,14 @@ public final class SQLiteStore: CircleStore {
         }
 
         Self.makePrivate(path)
-        let connection: SQLiteConnection
-        do {
-            connection = try await SQLiteConnection.open(
-                storage: .file(path: path),
-                threadPool: threadPool,
-                logger: logger,
-                on: eventLoopGroup.any()
-            )
-        } catch {
-            throw Self.storeError(error, "open \(path)")
+        func openConnection() async throws -> SQLiteConnection {
+            do {
+                return try await SQLiteConnection.open(storage: .file(path: path), threadPool: threadPool, logger: logger, on: eventLoopGroup.any())
+            } catch {
+                throw Self.storeError(error, "open \(path)")
+            }
         }
+        let connection = try await openConnection()
         let writer: SQLitePostWriter
         do {
             try await Self.configure(connection, path: path, logger: logger)
@@ -92,9 +95,23 @@ public final class SQLiteStore: CircleStore {
             try? await connection.close()
             throw Self.storeError(error, "configure \(path)")
         }
+        let bookkeeping: SQLiteConnection
+        do {
+            bookkeeping = try await openConnection()
+            do {
+                try await Self.configure(bookkeeping, path: path, logger: logger, synchronous: "NORMAL")
+            } catch {
+                try? await bookkeeping.close()
+                throw error
+            }
+        } catch {
+            try? await connection.close()
+            try? await writer.close()
+            throw Self.storeError(error, "configure \(path)")
+        }
         Self.makePrivate(path)
         logger.debug("opened the SQLite store", metadata: ["circle.store.sqlite_version": "\(SQLiteConnection.libraryVersionString())"])
-        return SQLiteStore(connection: connection, writer: writer, logger: logger)
+        return SQLiteStore(connection: connection, writer: writer, bookkeeping: bookkeeping, logger: logger)
     }
 
     /// The database holds private circles: it, its WAL and its shared-memory file are readable
@@ -106,14 +123,15 @@ public final class SQLiteStore: CircleStore {
         for file in [path, path + "-wal", path + "-shm"] { _ = chmod(file, 0o600) }
     }
 
-    private static func configure(_ connection: SQLiteConnection, path: String, logger: Logger) async throws {
+    private static func configure(_ connection: SQLiteConnection, path: String, logger: Logger, synchronous: String = "FULL") async throws {
         let mode = try await connection.query("PRAGMA journal_mode = WAL").first?.column("journal_mode")?.string
         if mode?.lowercased() != "wal" {
             // Still durable with synchronous=FULL, just slower and without concurrent readers.
             logger.warning("SQLite did not switch to WAL journal mode", metadata: ["circle.store.journal_mode": "\(mode ?? "none")"])
         }
-        // An ack promises durability: FULL syncs the WAL on every commit.
-        _ = try await connection.query("PRAGMA synchronous = FULL")
+        // An ack promises durability: FULL syncs the WAL on every commit. (NORMAL only for
+        // the bookkeeping connection, see `exclusiveWithoutSync`.)
+        _ = try await connection.query("PRAGMA synchronous = \(synchronous)")
         _ = try await connection.query("PRAGMA foreign_keys = ON")
         // Replaces sqlite-nio's busy handler, which retries forever.
         _ = try await connection.query("PRAGMA busy_timeout = \(Self.busyTimeoutMilliseconds)")
@@ -357,6 +375,18 @@ public final class SQLiteStore: CircleStore {
             await self.gate.leave(closing: false)
             throw Self.storeError(error, "close")
         }
+        do {
+            try await self.bookkeepingGate.enter()
+        } catch {
+            return
+        }
+        do {
+            try await self.bookkeeping.close()
+            await self.bookkeepingGate.leave(closing: true)
+        } catch {
+            await self.bookkeepingGate.leave(closing: false)
+            throw Self.storeError(error, "close")
+        }
     }
 
     /// The integer value of a `PRAGMA` on the post writer's connection; for tests.
@@ -398,42 +428,42 @@ public final class SQLiteStore: CircleStore {
         _ operation: String,
         _ body: (SQLiteConnection) async throws -> T
     ) async throws -> T {
-        try await self.gate.enter()
+        try await self.holding(self.gate, self.connection, operation, body)
+    }
+
+    /// ``exclusive(_:_:)`` on the bookkeeping connection, whose commits have
+    /// `synchronous = NORMAL`: in WAL mode they survive the process crashing, and only a power
+    /// loss can take back the last of them (the next `FULL` commit, a post's, makes them
+    /// durable too). For bookkeeping whose loss only repeats work that may be repeated — a
+    /// webhook delivery's lease and its recorded attempt: a delivery sent again keeps its
+    /// `webhook-id` — and so need not wait for an fsync of its own (two per run of deliveries,
+    /// the dispatcher's largest cost before). Its gate is its own: bookkeeping never waits
+    /// behind the store's reads.
+    func exclusiveWithoutSync<T: Sendable>(
+        _ operation: String,
+        _ body: (SQLiteConnection) async throws -> T
+    ) async throws -> T {
+        try await self.holding(self.bookkeepingGate, self.bookkeeping, operation, body)
+    }
+
+    private func holding<T: Sendable>(
+        _ gate: Gate,
+        _ connection: SQLiteConnection,
+        _ operation: String,
+        _ body: (SQLiteConnection) async throws -> T
+    ) async throws -> T {
+        try await gate.enter()
         do {
-            let result = try await body(self.connection)
-            await self.gate.leave(closing: false)
+            let result = try await body(connection)
+            await gate.leave(closing: false)
             return result
         } catch {
-            await self.gate.leave(closing: false)
+            await gate.leave(closing: false)
             let storeError = Self.storeError(error, operation)
             if storeError.code == .unavailable {
                 self.logger.debug("SQLite store operation failed", metadata: ["circle.store.error": "\(storeError.message)"])
             }
             throw storeError
-        }
-    }
-
-    /// ``exclusive(_:_:)`` with `synchronous = NORMAL` for the writes in `body`: in WAL mode
-    /// they survive the process crashing and only a power loss can take back the last of them
-    /// (the next `FULL` commit, a post's, makes them durable too). For bookkeeping whose loss
-    /// only repeats work that may be repeated — a webhook delivery's lease and its recorded
-    /// attempt: a delivery sent again keeps its `webhook-id` — and so need not wait for an fsync
-    /// of its own (two per run of deliveries, which showed as the dispatcher's largest cost).
-    func exclusiveWithoutSync<T: Sendable>(
-        _ operation: String,
-        _ body: (SQLiteConnection) async throws -> T
-    ) async throws -> T {
-        try await self.exclusive(operation) { connection in
-            _ = try await connection.query("PRAGMA synchronous = NORMAL")
-            do {
-                let result = try await body(connection)
-                _ = try await connection.query("PRAGMA synchronous = FULL")
-                return result
-            } catch {
-                // Setting the pragma does no I/O; it does not fail where the body could.
-                _ = try? await connection.query("PRAGMA synchronous = FULL")
-                throw error
-            }
         }
     }
 
