@@ -244,8 +244,10 @@ let package = Package(
         .testTarget(
             name: "CircleCLITests",
             dependencies: [
+                "CircleServer",
                 "CircleSocket",
                 "CircleTestSupport",
+                "CircleWire",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),

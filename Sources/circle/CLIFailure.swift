@@ -25,6 +25,8 @@ enum ExitStatus {
     static let local: Int32 = 5
     /// `circle serve`: another process serves the data directory (it holds its lock).
     static let dataDirectoryInUse: Int32 = 6
+    /// `circle restore`: the backup does not match its manifest, or its database is damaged.
+    static let damaged: Int32 = 7
     /// The command line is wrong.
     static let usage: Int32 = 64
     /// Interrupted twice with Ctrl-C.
@@ -35,7 +37,7 @@ enum ExitStatus {
 /// technical details for `--verbose`; and the exit status.
 struct CLIFailure: Error, CustomStringConvertible {
     enum Kind: Sendable {
-        case refused, unreachable, connectionLost, unauthorized, local, dataDirectoryInUse, usage
+        case refused, unreachable, connectionLost, unauthorized, local, dataDirectoryInUse, damaged, usage
 
         var exitCode: Int32 {
             switch self {
@@ -45,6 +47,7 @@ struct CLIFailure: Error, CustomStringConvertible {
             case .unauthorized: ExitStatus.unauthorized
             case .local: ExitStatus.local
             case .dataDirectoryInUse: ExitStatus.dataDirectoryInUse
+            case .damaged: ExitStatus.damaged
             case .usage: ExitStatus.usage
             }
         }

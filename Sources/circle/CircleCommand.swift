@@ -39,7 +39,7 @@ struct CircleCommand: AsyncParsableCommand {
         subcommands: [
             ServeCommand.self, TokenCommand.self, ChatCommand.self, SendCommand.self, TailCommand.self, CirclesCommand.self, UploadCommand.self,
             DownloadCommand.self, WSCommand.self, BenchCommand.self, DiscoverCommand.self, LoginCommand.self, LogoutCommand.self,
-            AdminCommand.self,
+            AdminCommand.self, BackupCommand.self, RestoreCommand.self,
         ]
     )
 
