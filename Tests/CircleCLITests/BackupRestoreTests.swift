@@ -101,6 +101,65 @@ struct BackupRestoreTests {
         await resumed.close()
     }
 
+    @Test("PostgreSQL: pg_dump taken mid-storm and pg_restore into a new database: every post acknowledged before the dump began, each once, and readers resume without a gap")
+    func postgresDumpDuringAStorm() async throws {
+        let bin = ProcessInfo.processInfo.environment["PGBIN"] ?? "/usr/lib/postgresql/15/bin"
+        let root = try Self.temporaryDirectory("pgdump")
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let database = try await PostgresTestServer.shared.freshDatabase()
+        let server = ServerProcess(port: try unusedPort(), dataDirectory: root + "/data", arguments: ["--postgres", database])
+        try await server.start()
+        defer { server.stop() }
+        let wsURL = "ws://127.0.0.1:\(server.port)/v1/ws"
+        #expect(try await Self.run(["circle", "create", "storm", "--user", "alice", "--server", wsURL, "--jwt-secret", testSecret]).status == 0)
+        let total = 1500
+        let sender = try CircleProcess(["send", "storm", "--user", "alice", "--server", wsURL, "--jwt-secret", testSecret, "--timeout", "120"])
+        for index in 1...total { try sender.send(line: "storm post \(index)") }
+        sender.closeInput()
+        try await sender.waitForStdout("#300\n", timeout: .seconds(120))
+        let ackedBefore = Set(Self.acked(sender.stdout))
+        let dump = try Self.runProgram(bin + "/pg_dump", ["--format=custom", "--file=" + root + "/circle.dump", database])
+        #expect(dump.status == 0, "\(dump.stderr)")
+        #expect(try await sender.waitForExit(timeout: .seconds(180)) == 0, "\(sender.stderr)")
+        server.stop()
+
+        let restoredDatabase = try await PostgresTestServer.shared.freshDatabase()
+        let restore = try Self.runProgram(bin + "/pg_restore", ["--no-owner", "--dbname=" + restoredDatabase, root + "/circle.dump"])
+        #expect(restore.status == 0, "\(restore.stderr)")
+        let again = ServerProcess(port: try unusedPort(), dataDirectory: root + "/data", arguments: ["--postgres", restoredDatabase])
+        try await again.start()
+        defer { again.stop() }
+        let againURL = "ws://127.0.0.1:\(again.port)/v1/ws"
+        let reader = try await WireReader(url: againURL, token: try await Self.token("bob"))
+        let newest = try #require(try await reader.join("storm", since: 0))
+        let all = await reader.posts(in: "storm", timeout: .seconds(60)) { $0.seq == newest }
+        #expect(all.posts.map(\.seq) == Array(1...newest))
+        #expect(all.gaps.isEmpty)
+        let texts = all.posts.compactMap(\.text)
+        #expect(Set(texts).count == texts.count, "a post stored twice")
+        #expect(ackedBefore.isSubset(of: Set(all.posts.map(\.seq))))
+        let after = try await Self.run(["send", "storm", "after the restore", "--user", "alice", "--server", againURL, "--jwt-secret", testSecret])
+        #expect(after.stdout == "#\(newest + 1)\n", "\(after.stderr)")
+        let live = await reader.posts(in: "storm", timeout: .seconds(30)) { $0.seq == newest + 1 }
+        #expect(live.posts.last?.text == "after the restore")
+        await reader.close()
+    }
+
+    /// Runs a program to its end; its status and what it wrote to stderr.
+    private static func runProgram(_ path: String, _ arguments: [String]) throws -> (status: Int32, stderr: String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: path)
+        process.arguments = arguments
+        let errors = Pipe()
+        process.standardError = errors
+        process.standardOutput = FileHandle.nullDevice
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        let stderr = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return (process.terminationStatus, stderr)
+    }
+
     @Test("bad input: a destination that is not empty, a data directory without a database, a damaged or incomplete backup, a manifest that points outside; nothing is written")
     func badInput() async throws {
         let root = try Self.temporaryDirectory("backup-bad")
