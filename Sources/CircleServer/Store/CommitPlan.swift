@@ -207,6 +207,15 @@ struct CommitPlan: Sendable {
         post.emoji.map { CircleEmoji.normalized($0) ?? $0 }
     }
 
+    /// What the search index holds for an entry in the state given (one of ``inserts`` or
+    /// ``postUpdates``): a post's current text; `nil` for a change entry (an edit's text is in
+    /// its post), a deleted post or one without text. A store indexes the entries of ``inserts``
+    /// that have some, and for each of ``postUpdates`` replaces what it indexed of the post with this.
+    static func searchText(_ entry: CirclePost) -> String? {
+        guard entry.isPost, !entry.deleted, let text = entry.text, !text.isEmpty else { return nil }
+        return text
+    }
+
     // MARK: Planning
 
     /// An outcome, resolved at the end of the batch (entries change as later ones apply).

@@ -189,8 +189,16 @@ final class SQLitePostWriter: @unchecked Sendable {
                 try self.bind(insert, 12, entry.edited)
                 try self.bind(insert, 13, entry.deleted ? 1 : 0)
                 try self.run(insert, "insert an entry")
+                if let text = CommitPlan.searchText(entry) {
+                    try self.index(entry, text, id: nil, statements)
+                }
             }
             for post in plan.postUpdates {
+                // The index forgets the post's old text (read before the update: the exact text it indexed) …
+                let indexed = try self.indexed(post, statements)
+                if let indexed {
+                    try self.unindex(id: indexed.id, text: indexed.text, statements)
+                }
                 let update = statements[.updatePost]
                 defer { self.reset(update) }
                 try self.bind(update, 1, post.circle)
@@ -200,6 +208,15 @@ final class SQLitePostWriter: @unchecked Sendable {
                 try self.bind(update, 5, post.edited)
                 try self.bind(update, 6, post.deleted ? 1 : 0)
                 try self.run(update, "update a post")
+                // … and learns its new one, if it has any.
+                if let text = CommitPlan.searchText(post) {
+                    try self.index(post, text, id: indexed?.id, statements)
+                } else if let indexed {
+                    let remove = statements[.searchRemoveDoc]
+                    defer { self.reset(remove) }
+                    try self.bind(remove, 1, indexed.id)
+                    try self.run(remove, "remove a post from the search index")
+                }
             }
             for post in plan.deletedPosts {
                 for statement in [statements[.clearEdits], statements[.deleteReactions]] {
@@ -235,6 +252,52 @@ final class SQLitePostWriter: @unchecked Sendable {
             // SQLite may already have rolled back (some I/O errors do); then this fails harmlessly.
             _ = try? self.run(statements[.rollback], "rollback")
             throw error
+        }
+    }
+
+    // MARK: - The search index
+
+    /// The search id of a post and the text it has in the index, when it is indexed.
+    private func indexed(_ post: CirclePost, _ statements: Statements) throws -> (id: Int64, text: String)? {
+        let find = statements[.searchFind]
+        defer { self.reset(find) }
+        try self.bind(find, 1, post.circle)
+        try self.bind(find, 2, post.seq)
+        guard try self.step(find, "look up a post in the search index") else { return nil }
+        return (sqlite_nio_sqlite3_column_int64(find, 0), self.columnText(find, 1) ?? "")
+    }
+
+    /// Indexes `text` as the post's; `id`: its search id when it has one, else a new one is made.
+    private func index(_ post: CirclePost, _ text: String, id: Int64?, _ statements: Statements) throws {
+        var docID: Int64
+        if let id {
+            docID = id
+        } else {
+            let add = statements[.searchAddDoc]
+            defer { self.reset(add) }
+            try self.bind(add, 1, post.circle)
+            try self.bind(add, 2, post.seq)
+            guard try self.step(add, "add a post to the search index") else {
+                throw StoreError(.unavailable, "SQLite store: adding a post to the search index returned no id")
+            }
+            docID = sqlite_nio_sqlite3_column_int64(add, 0)
+        }
+        for statement in [statements[.searchAddWords], statements[.searchAddTrigrams]] {
+            defer { self.reset(statement) }
+            try self.bind(statement, 1, docID)
+            try self.bind(statement, 2, text)
+            try self.run(statement, "index a post's text")
+        }
+    }
+
+    /// Removes what the index holds for search id `id`, whose indexed text is `text` (external
+    /// content: FTS5 needs the very text it indexed to remove its tokens).
+    private func unindex(id: Int64, text: String, _ statements: Statements) throws {
+        for statement in [statements[.searchRemoveWords], statements[.searchRemoveTrigrams]] {
+            defer { self.reset(statement) }
+            try self.bind(statement, 1, id)
+            try self.bind(statement, 2, text)
+            try self.run(statement, "remove a post's text from the search index")
         }
     }
 
@@ -325,6 +388,7 @@ final class SQLitePostWriter: @unchecked Sendable {
         case begin, commit, rollback
         case circle, findKey, findEntry, reactionCounts, findReaction
         case insert, updatePost, clearEdits, deleteReactions, deleteReaction, putReaction, updateLastSeq
+        case searchFind, searchAddDoc, searchRemoveDoc, searchAddWords, searchAddTrigrams, searchRemoveWords, searchRemoveTrigrams
 
         /// The columns ``SQLitePostWriter/entry(_:)`` reads, in its order.
         static let entryColumns = "circle, seq, author, client_id, text, attachment, time, change, target, emoji, reply_to, edited_at, deleted"
@@ -354,6 +418,14 @@ final class SQLitePostWriter: @unchecked Sendable {
                 ON CONFLICT (circle, post, emoji, user) DO UPDATE SET seq = excluded.seq, first_seq = excluded.first_seq
                 """
             case .updateLastSeq: "UPDATE circles SET last_seq = ?2 WHERE name = ?1"
+            case .searchFind:
+                "SELECT d.id, p.text FROM search_docs AS d JOIN posts AS p ON p.circle = d.circle AND p.seq = d.seq WHERE d.circle = ?1 AND d.seq = ?2"
+            case .searchAddDoc: "INSERT INTO search_docs (circle, seq) VALUES (?1, ?2) RETURNING id"
+            case .searchRemoveDoc: "DELETE FROM search_docs WHERE id = ?1"
+            case .searchAddWords: "INSERT INTO search_words (rowid, text) VALUES (?1, ?2)"
+            case .searchAddTrigrams: "INSERT INTO search_trigrams (rowid, text) VALUES (?1, ?2)"
+            case .searchRemoveWords: "INSERT INTO search_words (search_words, rowid, text) VALUES ('delete', ?1, ?2)"
+            case .searchRemoveTrigrams: "INSERT INTO search_trigrams (search_trigrams, rowid, text) VALUES ('delete', ?1, ?2)"
             }
         }
     }

@@ -206,6 +206,43 @@ extension SQLiteStore {
                 """,
             ]
         ),
+        Migration(
+            summary: "full-text search index",
+            statements: [
+                // FTS5 needs an integer rowid and `posts` has none (WITHOUT ROWID): each indexed post
+                // gets an id here. A row exists exactly while the post has current text in the index
+                // (SQLitePostWriter writes both in the commit's transaction).
+                """
+                CREATE TABLE search_docs (
+                    id INTEGER PRIMARY KEY,
+                    circle TEXT NOT NULL,
+                    seq INTEGER NOT NULL
+                ) STRICT
+                """,
+                "CREATE UNIQUE INDEX search_docs_by_post ON search_docs (circle, seq)",
+                // The indexes' external content: the text is stored once, in `posts`; snippets read it here.
+                """
+                CREATE VIEW search_content (id, text) AS
+                SELECT d.id, p.text FROM search_docs AS d JOIN posts AS p ON p.circle = d.circle AND p.seq = d.seq
+                """,
+                // Words, case and diacritics folded ("Café" finds "cafe").
+                """
+                CREATE VIRTUAL TABLE search_words USING fts5 (
+                    text, content = 'search_content', content_rowid = 'id', tokenize = 'unicode61 remove_diacritics 2'
+                )
+                """,
+                // Substrings of three characters or more: scripts without spaces (東京タワー) and parts of words.
+                """
+                CREATE VIRTUAL TABLE search_trigrams USING fts5 (
+                    text, content = 'search_content', content_rowid = 'id', tokenize = 'trigram remove_diacritics 1'
+                )
+                """,
+                // The step indexes no post stored before it: it stays short on a large database. Those
+                // posts have no `search_docs` row; a backfill can index them later in small write
+                // transactions (the posts without a row, in (circle, seq) order from where it stopped),
+                // beside commits, which index every post they store or change.
+            ]
+        ),
     ]
 
     /// The schema version this build writes and understands.

@@ -1,0 +1,77 @@
+import CircleWire
+import Foundation
+import SQLiteNIO
+import Testing
+
+@testable import CircleServer
+
+/// The SQLite search index (schema step 6), as the post writer keeps it.
+extension SQLiteStoreTests {
+    /// The posts in the index, as `seq`s of circle "a", read on a connection of the test's own.
+    func indexedSeqs(_ path: String) async throws -> [Int64] {
+        let connection = try await SQLiteConnection.open(storage: .file(path: path))
+        do {
+            let rows = try await connection.query("SELECT seq FROM search_docs WHERE circle = 'a' ORDER BY seq")
+            try await connection.close()
+            return rows.compactMap { $0.column("seq")?.integer.map(Int64.init) }
+        } catch {
+            try await connection.close()
+            throw error
+        }
+    }
+
+    /// FTS5's own check, `rank = 1` included: every token of the index is in the content (the
+    /// posts' current text) and the other way round. It fails the statement when they differ.
+    func checkIndex(_ store: SQLiteStore) async throws {
+        for table in ["search_words", "search_trigrams"] {
+            try await store.execute("INSERT INTO \(table) (\(table), rank) VALUES ('integrity-check', 1)")
+        }
+    }
+
+    @Test func searchIndexFollowsCommits() async throws {
+        try await self.withDatabasePath { path in
+            try await self.withStore(at: path) { store in
+                _ = try await store.createCircle(name: "a", owner: "alice", isPrivate: false, createdAt: 1)
+                func change(_ change: CircleChange, _ target: Int64, id: String, text: String? = nil, emoji: String? = nil) -> NewPost {
+                    NewPost(circle: "a", author: "alice", clientID: id, text: text, attachment: nil, time: 2, change: change, target: target, emoji: emoji)
+                }
+                let first = try await store.commit([
+                    self.newPost("a", id: "p1", text: "first text"),
+                    self.newPost("a", id: "p2", text: "second"),
+                    self.newPost("a", id: "p3", text: nil, attachment: "m"),
+                    change(.edit, 1, id: "e1", text: "first edited"),
+                    change(.delete, 2, id: "d1"),
+                    change(.react, 1, id: "r1", emoji: "👍"),
+                    NewPost(circle: "a", author: "bob", clientID: "re", text: "a reply", attachment: nil, time: 3, replyTo: 1),
+                    self.newPost("a", id: "p4", text: ""),
+                ])
+                #expect(self.storedSeqs(first) == [1, 2, 3, 4, 5, 6, 7, 8])
+                // Posts with text, in their state at the end of the batch; no change entries.
+                #expect(try await self.indexedSeqs(path) == [1, 7])
+                try await self.checkIndex(store)
+
+                _ = try await store.commit([change(.edit, 1, id: "e2", text: "edited again")])
+                #expect(try await self.indexedSeqs(path) == [1, 7])
+                try await self.checkIndex(store)
+                _ = try await store.commit([change(.delete, 1, id: "d2")])
+                #expect(try await self.indexedSeqs(path) == [7])
+                try await self.checkIndex(store)
+                // A post with no text gets some by an edit.
+                _ = try await store.commit([change(.edit, 8, id: "e3", text: "now with words")])
+                #expect(try await self.indexedSeqs(path) == [7, 8])
+                try await self.checkIndex(store)
+            }
+        }
+    }
+
+    @Test func searchIndexCheckNoticesADifference() async throws {
+        try await self.withStore { store in
+            _ = try await store.createCircle(name: "a", owner: "alice", isPrivate: false, createdAt: 1)
+            _ = try await store.commit([self.newPost("a", id: "p1", text: "indexed words")])
+            try await self.checkIndex(store)
+            // Text changed behind the index's back: the check that the tests above rely on fails.
+            try await store.execute("UPDATE posts SET text = 'other words' WHERE circle = 'a' AND seq = 1")
+            await #expect(throws: (any Error).self) { try await self.checkIndex(store) }
+        }
+    }
+}
