@@ -35,15 +35,18 @@ import SQLiteNIO
 public final class SQLiteStore: CircleStore {
     private let connection: SQLiteConnection
     private let writer: SQLitePostWriter
+    /// Read-only handles for searches, which a timer may interrupt.
+    let searcher: SQLiteSearcher
     private let gate = Gate()
     let logger: Logger
 
     /// How long a statement waits for a lock held by another process before failing.
     static let busyTimeoutMilliseconds = 5_000
 
-    private init(connection: SQLiteConnection, writer: SQLitePostWriter, logger: Logger) {
+    private init(connection: SQLiteConnection, writer: SQLitePostWriter, searcher: SQLiteSearcher, logger: Logger) {
         self.connection = connection
         self.writer = writer
+        self.searcher = searcher
         self.logger = logger
     }
 
@@ -94,7 +97,8 @@ public final class SQLiteStore: CircleStore {
         }
         Self.makePrivate(path)
         logger.debug("opened the SQLite store", metadata: ["circle.store.sqlite_version": "\(SQLiteConnection.libraryVersionString())"])
-        return SQLiteStore(connection: connection, writer: writer, logger: logger)
+        let searcher = SQLiteSearcher(path: path, threadPool: threadPool, eventLoop: eventLoopGroup.any())
+        return SQLiteStore(connection: connection, writer: writer, searcher: searcher, logger: logger)
     }
 
     /// The database holds private circles: it, its WAL and its shared-memory file are readable
@@ -350,6 +354,7 @@ public final class SQLiteStore: CircleStore {
             return  // already closed
         }
         do {
+            self.searcher.close()
             try await self.connection.close()
             try await self.writer.close()
             await self.gate.leave(closing: true)
