@@ -16,7 +16,8 @@ public struct SearchOptions: Sendable, Hashable {
     /// ``SearchPage/next`` of the page before; `nil` for the first page.
     public var cursor: String?
     /// The longest one search may run in the store. Past it the store stops the query and
-    /// throws ``SearchError`` with code `.timedOut` (SQLite: `sqlite3_interrupt` from a timer;
+    /// throws ``SearchError`` with code `.timedOut` (SQLite: `sqlite3_interrupt` from a timer
+    /// started with the statement, after any wait for one of the searcher's threads;
     /// PostgreSQL: `SET LOCAL statement_timeout`); nothing is returned for that request, the
     /// store and other requests carry on. A person gets "narrow the search".
     public var timeLimit: Duration

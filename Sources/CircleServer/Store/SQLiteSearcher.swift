@@ -3,15 +3,19 @@ import NIOCore
 import NIOPosix
 import VaporCSQLite
 
-/// Runs searches on read-only handles of their own, so that a search can be stopped.
+/// Runs searches on read-only handles and threads of their own, so that a search can be stopped
+/// and never holds up the store's other reads.
 ///
 /// The bundled SQLite is built with `SQLITE_OMIT_PROGRESS_CALLBACK`, so there is no progress
 /// handler; a search is bounded instead by `sqlite3_interrupt` from a timer, which SQLite allows
-/// from another thread. Each search takes an idle handle (or opens one), runs its one statement on
-/// the thread pool, and gives the handle back. The timer interrupts only while that statement
-/// runs (``Handle/running``, checked under a lock the search also takes to finish), so it can
-/// never stop a later search on the same handle. The store's other connections are never
-/// interrupted, and in WAL mode a search neither waits for a commit nor holds one up.
+/// from another thread. Each search takes an idle handle (or opens one) and runs its one
+/// statement on one of the searcher's ``threads`` threads (searches beyond them wait their turn:
+/// the store's reads on the shared thread pool do not wait behind them); the timer starts when
+/// the statement starts, so time spent waiting does not count against it, and it interrupts only
+/// while that statement runs (``Handle/running``, checked under a lock the search also takes to
+/// finish), so it can never stop a later search on the same handle. The store's other
+/// connections are never interrupted, and in WAL mode a search neither waits for a commit nor
+/// holds one up.
 final class SQLiteSearcher: Sendable {
     /// One read-only connection.
     final class Handle: @unchecked Sendable {
@@ -31,28 +35,26 @@ final class SQLiteSearcher: Sendable {
     private let threadPool: NIOThreadPool
     private let eventLoop: any EventLoop
     private let idle = NIOLockedValueBox<(handles: [Handle], closed: Bool)>(([], false))
-    /// How many idle handles are kept.
-    static let idleHandles = 4
+    /// How many searches run at once (each on a thread of the searcher's own pool); also how
+    /// many idle handles are kept.
+    static let threads = 2
 
-    init(path: String, threadPool: NIOThreadPool, eventLoop: any EventLoop) {
+    /// Starts the searcher's threads; ``close()`` stops them.
+    init(path: String, eventLoop: any EventLoop) {
         self.path = path
-        self.threadPool = threadPool
+        self.threadPool = NIOThreadPool(numberOfThreads: Self.threads)
         self.eventLoop = eventLoop
+        self.threadPool.start()
     }
 
     /// Runs `statement` with the time bound of `options` and returns its rows.
     func search(_ statement: SQLiteSearchStatement, options: SearchOptions) async throws -> [SearchHit] {
         let handle = try self.take()
         let milliseconds = options.timeLimitMilliseconds
-        let timer = self.eventLoop.scheduleTask(in: .milliseconds(milliseconds)) {
-            handle.running.withLockedValue { running in
-                if running { sqlite_nio_sqlite3_interrupt(handle.pointer) }
-            }
-        }
-        defer { timer.cancel() }
+        let eventLoop = self.eventLoop
         do {
             let hits = try await self.threadPool.runIfActive {
-                try Self.run(statement, on: handle, milliseconds: milliseconds)
+                try Self.run(statement, on: handle, milliseconds: milliseconds, eventLoop: eventLoop)
             }
             self.giveBack(handle)
             return hits
@@ -62,10 +64,11 @@ final class SQLiteSearcher: Sendable {
         }
     }
 
-    /// Closes the idle handles; searches running now close theirs when they end.
-    func close() {
+    /// Lets the searches that run end, then closes the handles and stops the threads.
+    func close() async throws {
+        self.idle.withLockedValue { $0.closed = true }
+        try await self.threadPool.shutdownGracefully()
         let handles = self.idle.withLockedValue { idle in
-            idle.closed = true
             defer { idle.handles = [] }
             return idle.handles
         }
@@ -91,7 +94,7 @@ final class SQLiteSearcher: Sendable {
 
     private func giveBack(_ handle: Handle) {
         let keep = self.idle.withLockedValue { idle -> Bool in
-            guard !idle.closed, idle.handles.count < Self.idleHandles else { return false }
+            guard !idle.closed, idle.handles.count < Self.threads else { return false }
             idle.handles.append(handle)
             return true
         }
@@ -99,7 +102,7 @@ final class SQLiteSearcher: Sendable {
     }
 
     /// Prepares, binds and steps the statement on the calling (pool) thread.
-    private static func run(_ search: SQLiteSearchStatement, on handle: Handle, milliseconds: Int64) throws -> [SearchHit] {
+    private static func run(_ search: SQLiteSearchStatement, on handle: Handle, milliseconds: Int64, eventLoop: any EventLoop) throws -> [SearchHit] {
         let db = handle.pointer
         var statement: OpaquePointer?
         var status = sqlite_nio_sqlite3_prepare_v3(db, search.sql, -1, 0, &statement, nil)
@@ -126,6 +129,12 @@ final class SQLiteSearcher: Sendable {
         }
 
         handle.running.withLockedValue { $0 = true }
+        let timer = eventLoop.scheduleTask(in: .milliseconds(milliseconds)) {
+            handle.running.withLockedValue { running in
+                if running { sqlite_nio_sqlite3_interrupt(handle.pointer) }
+            }
+        }
+        defer { timer.cancel() }
         var hits: [SearchHit] = []
         var done = false
         while !done {

@@ -97,7 +97,7 @@ public final class SQLiteStore: CircleStore {
         }
         Self.makePrivate(path)
         logger.debug("opened the SQLite store", metadata: ["circle.store.sqlite_version": "\(SQLiteConnection.libraryVersionString())"])
-        let searcher = SQLiteSearcher(path: path, threadPool: threadPool, eventLoop: eventLoopGroup.any())
+        let searcher = SQLiteSearcher(path: path, eventLoop: eventLoopGroup.any())
         return SQLiteStore(connection: connection, writer: writer, searcher: searcher, logger: logger)
     }
 
@@ -354,7 +354,7 @@ public final class SQLiteStore: CircleStore {
             return  // already closed
         }
         do {
-            self.searcher.close()
+            try await self.searcher.close()
             try await self.connection.close()
             try await self.writer.close()
             await self.gate.leave(closing: true)
