@@ -43,7 +43,7 @@ import Testing
     }
 
     @Test func filters() throws {
-        let query = try self.parse("release from:alice FROM:@bob in:#general In:random")
+        let query = try self.parse("release from:alice FROM:@bob in:#general In:Random")
         #expect(query.groups == [[Term("release")]])
         #expect(query.authors == ["alice", "bob"])
         #expect(query.circles == ["general", "random"])

@@ -9,8 +9,8 @@ import Foundation
 /// - `-word`, `-"a phrase"` — posts without it.
 /// - `a OR b` — either; `OR` must be upper case and stand between two terms. Terms are joined by
 ///   AND, and `OR` binds tighter: `cat OR dog food` is `(cat OR dog) AND food`.
-/// - `from:alice` (or `from:@alice`) — by that author; `in:general` (or `in:#general`) — in that
-///   circle. Several of one kind are alternatives: `from:alice from:bob` is either author.
+/// - `from:alice` (or `from:@alice`) — by that author; `in:general` (or `in:#general`, any case)
+///   — in that circle. Several of one kind are alternatives: `from:alice from:bob` is either author.
 /// - `before:2026-11-27`, `after:2026-11-27` — before the start of that UTC day, after its end;
 ///   or a full ISO-8601 time (`2026-11-27T10:15:00Z`, `…+01:00`), exclusive both ways.
 ///
@@ -232,7 +232,8 @@ extension SearchQuery {
                 case "from":
                     self.authors.append(value.hasPrefix("@") ? String(value.dropFirst()) : value)
                 case "in":
-                    self.circles.append(value.hasPrefix("#") ? String(value.dropFirst()) : value)
+                    // Circle names are lower case (`CircleRoutes.isValidCircleName`).
+                    self.circles.append((value.hasPrefix("#") ? String(value.dropFirst()) : value).lowercased())
                 case "before":
                     let time = try SearchDate.parse(value, end: false)
                     self.before = min(self.before ?? time, time)
