@@ -8,10 +8,10 @@ import Testing
 /// The SQLite search index (schema step 6), as the post writer keeps it.
 extension SQLiteStoreTests {
     /// The posts in the index, as `seq`s of circle "a", read on a connection of the test's own.
-    func indexedSeqs(_ path: String) async throws -> [Int64] {
+    func indexedSeqs(_ path: String, trigrams: Bool = false) async throws -> [Int64] {
         let connection = try await SQLiteConnection.open(storage: .file(path: path))
         do {
-            let rows = try await connection.query("SELECT seq FROM search_docs WHERE circle = 'a' ORDER BY seq")
+            let rows = try await connection.query("SELECT seq FROM search_docs WHERE circle = 'a' AND trigrams >= ? ORDER BY seq", [.integer(trigrams ? 1 : 0)])
             try await connection.close()
             return rows.compactMap { $0.column("seq")?.integer.map(Int64.init) }
         } catch {
@@ -58,6 +58,22 @@ extension SQLiteStoreTests {
                 try await self.checkIndex(store)
                 // A post with no text gets some by an edit.
                 _ = try await store.commit([change(.edit, 8, id: "e3", text: "now with words")])
+                #expect(try await self.indexedSeqs(path) == [7, 8])
+                try await self.checkIndex(store)
+                // Only text with characters of a script without spaces goes to the trigram index.
+                #expect(try await self.indexedSeqs(path, trigrams: true).isEmpty)
+                _ = try await store.commit([self.newPost("a", id: "p5", text: "東京タワー")])
+                #expect(try await self.indexedSeqs(path, trigrams: true) == [12])
+                try await self.checkIndex(store)
+                _ = try await store.commit([change(.edit, 12, id: "e4", text: "plain words now")])
+                #expect(try await self.indexedSeqs(path, trigrams: true).isEmpty)
+                #expect(try await self.indexedSeqs(path) == [7, 8, 12])
+                try await self.checkIndex(store)
+                _ = try await store.commit([change(.edit, 12, id: "e5", text: "また東京")])
+                #expect(try await self.indexedSeqs(path, trigrams: true) == [12])
+                try await self.checkIndex(store)
+                _ = try await store.commit([change(.delete, 12, id: "d3")])
+                #expect(try await self.indexedSeqs(path, trigrams: true).isEmpty)
                 #expect(try await self.indexedSeqs(path) == [7, 8])
                 try await self.checkIndex(store)
             }

@@ -73,8 +73,11 @@ import Testing
     @Test func ftsStringsAndPatterns() {
         #expect(SQLiteSearchStatement.ftsString(#"a"b"#) == #""a""b""#)
         #expect(SQLiteSearchStatement.likePattern(#"50%_\x"#) == #"%50\%\_\\x%"#)
-        #expect(SQLiteSearchStatement.route([.init("word"), .init("東京タワー")]) == .trigrams)
-        #expect(SQLiteSearchStatement.route([.init("word"), .init("東京")]) == .like)
+        #expect(SQLiteSearchStatement.route(SearchQuery.Term("東京タワー")) == .trigrams)
+        #expect(SQLiteSearchStatement.route(SearchQuery.Term("東京")) == .like)
+        #expect(SQLiteSearchStatement.route(SearchQuery.Term("word")) == .words)
+        #expect(SQLiteSearchStatement.route([.init("word"), .init("東京タワー")]) == nil)
+        #expect(SQLiteSearchStatement.route([.init("東京"), .init("京都")]) == .like)
         #expect(SQLiteSearchStatement.route([.init("word"), .init("other")]) == .words)
     }
 }

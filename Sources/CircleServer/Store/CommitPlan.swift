@@ -216,6 +216,12 @@ struct CommitPlan: Sendable {
         return text
     }
 
+    /// Whether the search index keeps `text` (a ``searchText(_:)``) in its trigram index too: it
+    /// has characters of a script written without spaces, whose words only substrings find.
+    static func needsTrigrams(_ text: String) -> Bool {
+        text.unicodeScalars.contains(where: SearchQuery.Term.isSpacelessScalar)
+    }
+
     // MARK: Planning
 
     /// An outcome, resolved at the end of the batch (entries change as later ones apply).

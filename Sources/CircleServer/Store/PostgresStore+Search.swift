@@ -5,15 +5,17 @@ import PostgresNIO
 /// A ``SearchQuery`` as one PostgreSQL `SELECT` (schema step 6): fixed SQL and numbered
 /// parameters; everything the person typed is a bound value.
 ///
-/// Groups whose terms are all in scripts with spaces are a `tsquery` built term by term:
+/// Groups whose terms are all words (as `SQLiteSearchStatement.route` decides) are a `tsquery`
+/// built term by term:
 /// `phraseto_tsquery('simple', circle_search_fold($n))` for each (a word is a one-word phrase),
 /// `||` within a group, `&&` between groups, `&& !!` for exclusions: the semantics of
 /// `websearch_to_tsquery`, without handing it the raw text. It is matched with the posts'
 /// generated `search` column (GIN), ranked with `ts_rank_cd` and marked with `ts_headline`
 /// (over the post's text as written, so a word found only through diacritic folding is not
-/// marked). Other groups (CJK, Thai, …) are `ILIKE '%…%'` on the folded text, which the
-/// `pg_trgm` GIN index serves from three characters on; their snippets are made by
-/// ``SearchSnippet``. Routing is ``SQLiteSearchStatement/route(_:)``'s, so both stores answer alike.
+/// marked). Terms in scripts without spaces (CJK, Thai, …) are `ILIKE '%…%'` on the folded
+/// text, which the `pg_trgm` GIN index serves from three characters on; a group mixing them
+/// with words is an `OR` of one condition per term. Snippets without a `tsquery` are made by
+/// ``SearchSnippet``. Routing is ``SQLiteSearchStatement``'s, so both stores answer alike.
 struct PostgresSearchStatement {
     var query: PostgresQuery
     /// Set when no `tsquery` is part of the search: snippets come from ``SearchSnippet`` with these.
@@ -54,29 +56,32 @@ struct PostgresSearchStatement {
             "circle_search_fold(circle_search_plain(p.text)) ILIKE circle_search_fold(\(bind(SQLiteSearchStatement.likePattern(term.text))))"
         }
 
+        func condition(_ term: SearchQuery.Term) -> String {
+            SQLiteSearchStatement.route(term) == .words ? "coalesce(p.search @@ \(tsquery(term)), false)" : like(term)
+        }
         var wordGroups: [[SearchQuery.Term]] = []
-        var likeGroups: [[SearchQuery.Term]] = []
+        var otherGroups: [[SearchQuery.Term]] = []
         for group in query.groups {
-            if SQLiteSearchStatement.route(group) == .words { wordGroups.append(group) } else { likeGroups.append(group) }
+            if SQLiteSearchStatement.route(group) == .words { wordGroups.append(group) } else { otherGroups.append(group) }
         }
         var conditions: [String] = []
         var tsqueryText: String?
         if !wordGroups.isEmpty {
             var parts = wordGroups.map { "(" + $0.map(tsquery).joined(separator: " || ") + ")" }
-            for term in query.excluded where SQLiteSearchStatement.route([term]) == .words {
+            for term in query.excluded where SQLiteSearchStatement.route(term) == .words {
                 parts.append("!!\(tsquery(term))")
             }
             tsqueryText = "(" + parts.joined(separator: " && ") + ")"
         } else {
-            for term in query.excluded where SQLiteSearchStatement.route([term]) == .words {
-                conditions.append("NOT coalesce(p.search @@ \(tsquery(term)), false)")
+            for term in query.excluded where SQLiteSearchStatement.route(term) == .words {
+                conditions.append("NOT \(condition(term))")
             }
         }
-        for group in likeGroups {
-            conditions.append("(" + group.map(like).joined(separator: " OR ") + ")")
+        for group in otherGroups {
+            conditions.append("(" + group.map(condition).joined(separator: " OR ") + ")")
         }
-        for term in query.excluded where SQLiteSearchStatement.route([term]) != .words {
-            conditions.append("NOT \(like(term))")
+        for term in query.excluded where SQLiteSearchStatement.route(term) != .words {
+            conditions.append("NOT \(condition(term))")
         }
         conditions.append("p.change IS NULL AND NOT p.deleted AND p.text IS NOT NULL")
         conditions.append("(NOT c.private OR EXISTS (SELECT 1 FROM members AS m WHERE m.circle = c.name AND m.user_name = \(bind(reader))))")
@@ -102,7 +107,7 @@ struct PostgresSearchStatement {
             from = "posts AS p"
             rank = "0::real"
             headline = "NULL::text"
-            self.snippetTerms = likeGroups.flatMap { $0.map(\.text) }
+            self.snippetTerms = otherGroups.flatMap { $0.map(\.text) }
         }
 
         var offset: Int64 = 0

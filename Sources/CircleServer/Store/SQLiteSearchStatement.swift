@@ -1,19 +1,19 @@
 /// A ``SearchQuery`` as one SQLite `SELECT` over the search index (schema step 6): the SQL is
 /// made only of fixed text and numbered parameters; everything the person typed is a bound value.
 ///
-/// Each group of terms (and each exclusion) goes to one of three places:
-/// - `search_words` (FTS5, `unicode61 remove_diacritics 2`) when none of its terms is in a script
-///   written without spaces: each term is an FTS5 string (`"…"`, inner quotes doubled), so FTS5
-///   operators and column filters in it are just text; a group is `("a" OR "b")`, groups are
-///   joined with `AND`;
-/// - `search_trigrams` (FTS5, `trigram remove_diacritics 1`) when one is (CJK, Thai, …) and each
-///   has at least three characters: substring matches;
+/// Each term (see ``route(_:)``) is looked up in one of three places:
+/// - `search_words` (FTS5, `unicode61 remove_diacritics 2`) when it is not in a script written
+///   without spaces: an FTS5 string (`"…"`, inner quotes doubled), so FTS5 operators and column
+///   filters in it are just text;
+/// - `search_trigrams` (FTS5, `trigram remove_diacritics 1`, holding only the posts with text in
+///   such a script) when it is (CJK, Thai, …) and has at least three characters: a substring;
 /// - otherwise (a one- or two-character CJK term) `LIKE '%…%'` on the post's text, which the
 ///   query's time bound keeps from running long.
-/// The first of the two indexes that has groups drives the query (its BM25 rank and snippet); the
-/// other's groups and every exclusion are `rowid IN`/`NOT IN` subqueries. Readability (public
-/// circles, or private ones with the reader as a member), the filters, the cursor and the page
-/// size are part of the same statement.
+/// Groups whose terms all go to one index are one FTS5 expression (`("a" OR "b") AND ("c")`); the
+/// first index that has such groups drives the query (its BM25 rank and snippet), the other's are
+/// a `rowid IN` subquery; a group mixing places is an `OR` of one condition per term; exclusions
+/// are `NOT IN`/`NOT LIKE`. Readability (public circles, or private ones with the reader as a
+/// member), the filters, the cursor and the page size are part of the same statement.
 struct SQLiteSearchStatement: Sendable, Hashable {
     enum Value: Sendable, Hashable {
         case text(String)
@@ -26,15 +26,21 @@ struct SQLiteSearchStatement: Sendable, Hashable {
     /// snippet is made from it with these terms (``SearchSnippet``); `nil`: it is FTS5's snippet.
     var snippetTerms: [String]?
 
-    /// Where a group of terms is looked up.
+    /// Where a term is looked up (the same for both stores; PostgreSQL's substring matches are
+    /// `ILIKE`, served by its trigram index from three characters on).
     enum Route: Sendable, Hashable {
         case words, trigrams, like
     }
 
-    static func route(_ terms: [SearchQuery.Term]) -> Route {
-        if !terms.contains(where: \.isSpaceless) { return .words }
-        if terms.allSatisfy({ $0.scalarCount >= 3 }) { return .trigrams }
-        return .like
+    static func route(_ term: SearchQuery.Term) -> Route {
+        if !term.isSpaceless { return .words }
+        return term.scalarCount >= 3 ? .trigrams : .like
+    }
+
+    /// Where a group's terms are looked up, when they all go to one place.
+    static func route(_ terms: [SearchQuery.Term]) -> Route? {
+        let routes = Set(terms.map(Self.route))
+        return routes.count == 1 ? routes.first : nil
     }
 
     /// An FTS5 string: a phrase of whatever tokens the table's tokenizer finds in `text`.
@@ -74,12 +80,22 @@ struct SQLiteSearchStatement: Sendable, Hashable {
 
         var wordGroups: [[SearchQuery.Term]] = []
         var trigramGroups: [[SearchQuery.Term]] = []
-        var likeGroups: [[SearchQuery.Term]] = []
+        var otherGroups: [[SearchQuery.Term]] = []
         for group in query.groups {
             switch Self.route(group) {
             case .words: wordGroups.append(group)
             case .trigrams: trigramGroups.append(group)
-            case .like: likeGroups.append(group)
+            case .like, nil: otherGroups.append(group)
+            }
+        }
+        func condition(_ term: SearchQuery.Term) -> String {
+            switch Self.route(term) {
+            case .words:
+                "d.id IN (SELECT rowid FROM search_words WHERE search_words MATCH \(bind(.text(Self.ftsString(term.text)))))"
+            case .trigrams:
+                "d.id IN (SELECT rowid FROM search_trigrams WHERE search_trigrams MATCH \(bind(.text(Self.ftsString(term.text)))))"
+            case .like:
+                "p.text LIKE \(bind(.text(Self.likePattern(term.text)))) ESCAPE '\\'"
             }
         }
         let driver: String? = !wordGroups.isEmpty ? "search_words" : (!trigramGroups.isEmpty ? "search_trigrams" : nil)
@@ -97,23 +113,16 @@ struct SQLiteSearchStatement: Sendable, Hashable {
             from = "search_docs AS d"
             snippet = "p.text"
             rank = ""
-            self.snippetTerms = likeGroups.flatMap { $0.map(\.text) }
+            self.snippetTerms = otherGroups.flatMap { $0.map(\.text) }
         }
         if driver == "search_words", !trigramGroups.isEmpty {
             conditions.append("d.id IN (SELECT rowid FROM search_trigrams WHERE search_trigrams MATCH \(bind(.text(fts(trigramGroups)))))")
         }
-        for group in likeGroups {
-            conditions.append("(" + group.map { "p.text LIKE \(bind(.text(Self.likePattern($0.text)))) ESCAPE '\\'" }.joined(separator: " OR ") + ")")
+        for group in otherGroups {
+            conditions.append("(" + group.map(condition).joined(separator: " OR ") + ")")
         }
         for term in query.excluded {
-            switch Self.route([term]) {
-            case .words:
-                conditions.append("d.id NOT IN (SELECT rowid FROM search_words WHERE search_words MATCH \(bind(.text(Self.ftsString(term.text)))))")
-            case .trigrams:
-                conditions.append("d.id NOT IN (SELECT rowid FROM search_trigrams WHERE search_trigrams MATCH \(bind(.text(Self.ftsString(term.text)))))")
-            case .like:
-                conditions.append("p.text NOT LIKE \(bind(.text(Self.likePattern(term.text)))) ESCAPE '\\'")
-            }
+            conditions.append("NOT \(condition(term))")
         }
         // The index holds only posts' current text; this says so again, should it ever lag.
         conditions.append("p.change IS NULL AND p.deleted = 0 AND p.text IS NOT NULL")
