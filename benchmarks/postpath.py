@@ -19,6 +19,14 @@ figure that carries over between machines.
     python postpath.py --builds base=/path/to/old/circle,new=.build-release/release/circle
 
 `--builds` runs every case on each build in turn (same floor), for a before/after in one run.
+
+`--webhooks off,on` runs every case without and with one webhook subscribed to every circle
+(docs/API.md, "Webhooks"): a receiver in this process on loopback answers each delivery at
+once, and the table adds the deliveries made per second. The server's CPU per post then
+includes recording each delivery with its post and sending it.
+
+    python postpath.py --cases 1x1,16x1 --webhooks off,on --no-floor
+
 Only 127.0.0.1 is contacted; each measurement is bounded.
 """
 from __future__ import annotations
@@ -27,12 +35,14 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import shlex
 import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 import benchlib
 import circlev1
@@ -89,13 +99,87 @@ class Writer:
                 self.post()
 
 
-def start_server(binary: str, cpu: int, circles: list[str], wrapper: list[str] | None = None
+RECEIVER = r"""
+import sys, threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+count = 0
+lock = threading.Lock()
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_POST(self):
+        global count
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        with lock:
+            count += 1
+        self.send_response(204)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    def do_GET(self):
+        with lock:
+            body = str(count).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+server.daemon_threads = True
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
+class Receiver:
+    """A webhook endpoint in a process of its own (not sharing this one's interpreter lock with
+    the writers) that answers 204 at once and counts the deliveries."""
+
+    def __init__(self, cpu: int | None) -> None:
+        argv = (["taskset", "-c", str(cpu)] if cpu is not None else []) + [sys.executable, "-c", RECEIVER]
+        self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+        self.port = int(self.process.stdout.readline())
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hook"
+
+    def delivered(self) -> int:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/count", timeout=10) as answer:
+            return int(answer.read())
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=10)
+
+
+def subscribe(server: benchlib.Server, url: str) -> None:
+    """Makes the first admin through the setup link of the server's banner, then subscribes `url` to every circle."""
+    deadline = time.monotonic() + 30
+    match = None
+    while match is None and time.monotonic() < deadline:
+        with open(server.log_path, errors="replace") as log:
+            match = re.search(r"#setup=([A-Za-z0-9_\-]+)", log.read())
+        time.sleep(0.05)
+    if match is None:
+        raise RuntimeError("no setup link in the server's output")
+    status, body = benchlib.http_json("POST", server.port, "/v1/auth/setup",
+                                      body={"token": match.group(1), "name": "admin", "password": "benchmark password"})
+    if status != 201:
+        raise RuntimeError(f"setup: {status} {body}")
+    status, body = benchlib.http_json("POST", server.port, "/v1/admin/webhooks", benchlib.dev_token(server.port, "admin"), {"url": url})
+    if status != 201:
+        raise RuntimeError(f"subscribing: {status} {body}")
+
+
+def start_server(binary: str, cpu: int, circles: list[str], wrapper: list[str] | None = None, webhook: str | None = None
                  ) -> tuple[benchlib.Server, list[str]]:
     """`circle serve` with no post rate limit, one token per writer (distinct users), the circles made."""
     server = benchlib.circle_server(binary=binary, wrapper=wrapper, extra=[
         "--posts-per-second", "1000000", "--post-burst", "1000000",
-        "--max-connections-per-user", "100000", "--idle-timeout", "1h"])
+        "--max-connections-per-user", "100000", "--idle-timeout", "1h"] + (["--allow-private-outbound"] if webhook else []))
     server.start(cpu)
+    if webhook:
+        subscribe(server, webhook)
     tokens = [benchlib.dev_token(server.port, f"writer{i}") for i in range(len(circles))]
     owner = benchlib.dev_token(server.port, "owner")
     for circle in circles:
@@ -105,10 +189,10 @@ def start_server(binary: str, cpu: int, circles: list[str], wrapper: list[str] |
     return server, tokens
 
 
-async def run(args, binary: str, writers: int, in_flight: int) -> dict:
+async def run(args, binary: str, writers: int, in_flight: int, receiver: Receiver | None = None) -> dict:
     circles = [f"w{i}" for i in range(writers)]
     server, tokens = start_server(binary, args.server_cpu, circles,
-                                  shlex.split(args.wrapper) if args.wrapper else None)
+                                  shlex.split(args.wrapper) if args.wrapper else None, receiver.url if receiver else None)
     try:
         conns = [await circlev1.connect(server.port, token) for token in tokens]
         for conn, circle in zip(conns, circles):
@@ -125,9 +209,11 @@ async def run(args, binary: str, writers: int, in_flight: int) -> dict:
         m0 = benchlib.circle_metrics(server.port)
         cpu0, own0, t0 = benchlib.cpu_seconds(server.pid), os.times(), time.monotonic()
         a0 = sum(w.acked for w in ws)
+        d0 = receiver.delivered() if receiver else 0
         await asyncio.sleep(args.duration)
         cpu1, own1, t1 = benchlib.cpu_seconds(server.pid), os.times(), time.monotonic()
         a1 = sum(w.acked for w in ws)
+        d1 = receiver.delivered() if receiver else 0
         commits = benchlib.commit_stats(m0, benchlib.circle_metrics(server.port))
         for w in ws:
             w.running = False
@@ -145,6 +231,7 @@ async def run(args, binary: str, writers: int, in_flight: int) -> dict:
                 "server_us_per_post": 1e6 * server_cpu / acks if acks else None,
                 "client_cpu_pct": 100 * ((own1.user - own0.user) + (own1.system - own0.system)) / wall,
                 "errors": sum(w.errors for w in ws), "commits": commits, "text_bytes": args.text_bytes,
+                "webhook": receiver is not None, "deliveries_per_s": (d1 - d0) / wall if receiver else None,
                 "latency": circlev1.percentiles(h), "distribution": circlev1.distribution(h)}
     finally:
         server.stop()
@@ -249,6 +336,8 @@ def main() -> int:
     parser.add_argument("--client-cpu", type=int, default=1)
     parser.add_argument("--wrapper", help="run the server under this command, e.g. "
                                           "'perf record -g -o perf.data --' or 'valgrind --tool=callgrind'")
+    parser.add_argument("--webhooks", default="off", help="off, on, or off,on: each case without and/or with one "
+                                                          "webhook subscribed to every circle")
     parser.add_argument("--json", help="write the results to this file")
     parser.add_argument("--floor-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -272,6 +361,10 @@ def main() -> int:
         builds = [tuple(b.split("=", 1)) for b in args.builds.split(",") if b]
         if any(len(b) != 2 for b in builds):
             parser.error("--builds takes NAME=PATH,NAME=PATH")
+    webhook_modes = [m for m in args.webhooks.split(",") if m]
+    if not webhook_modes or any(m not in ("off", "on") for m in webhook_modes):
+        parser.error("--webhooks takes off, on or off,on")
+    receiver = Receiver(args.client_cpu) if "on" in webhook_modes else None
     benchlib.pin_self(args.client_cpu)
     loop_name = benchlib.use_uvloop()
     benchlib.exit_on_sigterm()
@@ -283,13 +376,15 @@ def main() -> int:
     print(f"# fsync of 4 KiB in {tempfile.gettempdir()}: p50 {probe['p50_ms']:.2f} ms, p99 {probe['p99_ms']:.2f} ms, "
           f"max {probe['max_ms']:.2f} ms ({probe['count']} samples)", flush=True)
     print(f"{'build':>8} {'case':>6} {'acks/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'p99.9ms':>7} {'srvCPU':>6} "
-          f"{'us/post':>8} {'batch':>6} | {'floor us':>8} {'floor/s':>9} | {'cpu x':>6} {'rate %':>6}", flush=True)
+          f"{'us/post':>8} {'batch':>6} {'hooks/s':>8} | {'floor us':>8} {'floor/s':>9} | {'cpu x':>6} {'rate %':>6}", flush=True)
     results = []
     floors: dict[tuple[int, int], dict] = {}
+    runs = [(name, binary, mode) for name, binary in builds for mode in webhook_modes]
     for writers, in_flight in cases:
-        for name, binary in builds:
+        for build_name, binary, mode in runs:
+            name = build_name + ("+hook" if mode == "on" else "") if len(webhook_modes) > 1 else build_name
             try:
-                r = asyncio.run(run(args, binary, writers, in_flight))
+                r = asyncio.run(run(args, binary, writers, in_flight, receiver if mode == "on" else None))
             except Exception as error:
                 print(f"{name:>8} {writers}x{in_flight:<4} failed: {error!r}", flush=True)
                 continue
@@ -309,7 +404,8 @@ def main() -> int:
             lat = r["latency"]
             print(f"{name:>8} {f'{writers}x{in_flight}':>6} {r['acks_per_s']:>9,.0f} {lat['p50_us'] / 1000:>7.2f} "
                   f"{lat['p99_us'] / 1000:>7.2f} {lat['p99_9_us'] / 1000:>7.2f} {r['server_cpu_pct']:>5.0f}% "
-                  f"{r['server_us_per_post'] or 0:>8.1f} {r['commits']['mean_batch'] or 0:>6.1f} | "
+                  f"{r['server_us_per_post'] or 0:>8.1f} {r['commits']['mean_batch'] or 0:>6.1f} "
+                  f"{r['deliveries_per_s'] if r['deliveries_per_s'] is not None else float('nan'):>8,.0f} | "
                   + (f"{f['us_per_post']:>8.1f} {f['posts_per_s']:>9,.0f} | {r.get('cpu_vs_floor', 0):>5.2f}x "
                      f"{100 * r.get('rate_vs_floor', 0):>5.0f}%" if f else f"{'-':>8} {'-':>9} | {'-':>6} {'-':>6}"),
                   flush=True)
@@ -317,6 +413,8 @@ def main() -> int:
         with open(args.json, "w") as out:
             json.dump({"benchmark": "postpath", "loop": loop_name, "args": vars(args), "fsync": probe,
                        "builds": dict(builds), "results": results}, out, indent=2)
+    if receiver:
+        receiver.stop()
     return 0 if results else 1
 
 

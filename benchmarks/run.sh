@@ -63,7 +63,7 @@ if [[ $smoke == 1 ]]; then
     FANOUT_ARGS="--subscribers 20 --rate 2000 --warmup 0.3 --duration 1 ${FANOUT_ARGS:-}"
     IDLE_ARGS="--counts 50,100 --settle 0.5 --idle-watch 0.5 ${IDLE_ARGS:-}"
     RECOVERY_ARGS="--subscribers 20 --rate 10 --before 0.5 --after 0.5 --timeout 60 ${RECOVERY_ARGS:-}"
-    POSTPATH_ARGS="--writers 1,2 --warmup 0.3 --duration 1 --floor-duration 1 ${POSTPATH_ARGS:-}"
+    POSTPATH_ARGS="--writers 1,2 --webhooks off,on --warmup 0.3 --duration 1 --floor-duration 1 ${POSTPATH_ARGS:-}"
     NODES_ARGS="--smoke ${NODES_ARGS:-}"
 else
     ECHO_ARGS="--servers $servers --repeat 3 ${ECHO_ARGS:-}"

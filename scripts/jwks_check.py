@@ -48,6 +48,9 @@ from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from benchlib import dev_token, free_port, http_json  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import checklib  # noqa: E402
+
 TIMEOUT = 30.0
 FETCH_TIMEOUT = "1s"
 SLOW_SECONDS = 3.0
@@ -185,29 +188,11 @@ def expect_refused(port: int, token: str, what: str, code: str = "unauthorized",
 
 
 def start_server(binary: str, data: Path, port: int, flags: list[str], log: Path) -> subprocess.Popen:
-    args = [binary, "serve", "--port", str(port), "--data", str(data), "--dev", "--log-level", "info", *flags]
-    server = subprocess.Popen(args, stdout=log.open("w"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + TIMEOUT
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            fail(f"the server exited with {server.returncode}: {log.read_text()[-2000:]}")
-        try:
-            if http_json("GET", port, "/healthz")[0] == 200:
-                return server
-        except OSError:
-            pass
-        time.sleep(0.1)
-    fail("the server did not answer /healthz within 30 s")
-    raise AssertionError
+    return checklib.start_server("jwks check", binary, data, port, flags, log, TIMEOUT)
 
 
 def wait_for(condition, what: str) -> None:
-    """Waits (bounded) for a condition that an event outside this process makes true."""
-    deadline = time.monotonic() + TIMEOUT
-    while not condition():
-        if time.monotonic() > deadline:
-            fail(f"gave up waiting for {what}")
-        time.sleep(0.05)
+    checklib.wait_for("jwks check", condition, what, TIMEOUT)
 
 
 def main() -> None:

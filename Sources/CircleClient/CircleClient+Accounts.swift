@@ -148,7 +148,7 @@ extension CircleClient {
     }
 
     /// One HTTP client for one call, closed after it.
-    private static func withAPI<Answer: Sendable>(
+    static func withAPI<Answer: Sendable>(
         server: String,
         token: String?,
         tls: WebSocketTLSConfiguration,

@@ -37,6 +37,10 @@ enum FuzzTarget: String, CaseIterable {
     /// conversion to a jwt-kit JWK). A parsed document must keep its promises: at most
     /// ``JWKSDocument/maxKeys`` keys, distinct kids, each with supported algorithms only.
     case jwks
+    /// What a bot's endpoint answers (``WebhookReply``): the first byte picks the status and
+    /// the `Content-Type`, the rest is the body. A reply must keep its promises: non-empty text
+    /// within the limit, no control characters but tab and newline.
+    case webhookReply = "webhook-reply"
 
     func run(_ bytes: [UInt8]) {
         switch self {
@@ -55,7 +59,20 @@ enum FuzzTarget: String, CaseIterable {
             WebAuthnFuzzing.run(bytes)
         case .jwks:
             Self.jwks(bytes)
+        case .webhookReply:
+            Self.webhookReply(bytes)
         }
+    }
+
+    private static func webhookReply(_ bytes: [UInt8]) {
+        guard let first = bytes.first else { return }
+        let status = [200, 201, 204, 299, 301, 404, 500][Int(first & 0x07) % 7]
+        let type = ["application/json", "application/json; charset=utf-8", "APPLICATION/JSON ;x=y", "text/plain", nil][Int(first >> 3) % 5]
+        let limit = 64
+        guard case .success(let reply)? = WebhookReply.parse(status: status, contentType: type, body: Array(bytes.dropFirst()), maxTextBytes: limit) else { return }
+        precondition((200..<300).contains(status), "a reply to a failed delivery")
+        precondition(!reply.text.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty && reply.text.utf8.count <= limit, "a reply's text out of bounds")
+        precondition(!reply.text.unicodeScalars.contains { $0.properties.generalCategory == .control && $0 != "\n" && $0 != "\t" }, "control characters")
     }
 
     private static func jwks(_ bytes: [UInt8]) {

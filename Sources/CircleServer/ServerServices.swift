@@ -13,6 +13,7 @@ final class ServerServices: Sendable {
     let verifier: TokenVerifier
     var authority: TokenAuthority { self.verifier.authority }
     let identity: Identity
+    let webhooks: WebhookDispatcher
     let logger: Logger
     let admission: ConnectionAdmission
     private let connectionsPerUser = NIOLockedValueBox([String: Int]())
@@ -45,7 +46,24 @@ final class ServerServices: Sendable {
             maxTotal: configuration.limits.effectiveMaxPendingConnections,
             maxPerAddress: configuration.limits.maxPendingConnectionsPerAddress
         )
-        self.committer = PostCommitter(store: store, hub: self.hub, metrics: metrics, logger: logger)
+        let committerBox = NIOLockedValueBox<PostCommitter?>(nil)
+        let webhooks = WebhookDispatcher(
+            store: store,
+            settings: configuration.webhooks,
+            allowPrivateOutbound: configuration.allowPrivateOutbound,
+            node: self.hub.link.node,
+            maxPostBytes: configuration.limits.maxPostBytes,
+            logger: logger
+        ) { post in
+            guard let committer = committerBox.withLockedValue({ $0 }) else { return .failure(StoreError(.unavailable, "the server is starting")) }
+            return await withCheckedContinuation { continuation in
+                committer.submit(post) { continuation.resume(returning: $0) }
+            }
+        }
+        self.webhooks = webhooks
+        let committer = PostCommitter(store: store, hub: self.hub, metrics: metrics, logger: logger, committed: { webhooks.wake() })
+        self.committer = committer
+        committerBox.withLockedValue { $0 = committer }
         // Another node ended all of a user's connections: the account may be disabled now.
         self.hub.observeAccounts { [identity, store] user in
             Task {

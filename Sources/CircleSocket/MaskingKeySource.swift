@@ -12,8 +12,8 @@ import NIOWebSocket
 ///
 /// RFC 6455 5.3 asks for a fresh, unpredictable key per frame from a strong source of entropy.
 /// `WebSocketMaskingKey.random()` asks `SystemRandomNumberGenerator` for each one, which on Linux
-/// is a `getrandom` system call per frame: 3.4 % of the client's CPU at 64 B in the client
-/// benchmark (`perf`, docs/BENCHMARKS.md section 2). Here one read of `/dev/urandom` (the same
+/// is a `getrandom` system call per frame: a visible share of the client's CPU at 64 B in the
+/// client benchmark (`perf`; docs/bench/client.md). Here one read of `/dev/urandom` (the same
 /// generator as `getrandom`; Glibc's Swift module does not declare `getrandom` itself) gives 32
 /// keys, or `arc4random_buf` on Apple platforms. Each key is used once.
 package struct MaskingKeySource: RandomNumberGenerator {

@@ -8,8 +8,8 @@ import NIOWebSocket
 /// Why our own: `ByteToMessageHandler` merges every read into the bytes left over from the last
 /// one, and reclaims consumed bytes with `discardReadBytes`. While the frames it already passed
 /// on still share that storage, each reclaim copies the rest into fresh memory. With 16 KiB
-/// messages those copies and their page faults were about 11 % of the client's CPU per message
-/// in the client benchmark (`perf`, docs/BENCHMARKS.md section 2). Here a frame that lies whole in
+/// messages those copies and their page faults were a large share of the client's CPU per message
+/// in the client benchmark (`perf`; docs/bench/client.md). Here a frame that lies whole in
 /// a read is passed on as a slice of it; only a frame cut by the end of a read is copied into a
 /// buffer of its own, which the next reads fill. That buffer grows with what has arrived (see
 /// ``WebSocketFrameParser/capacity(frameSize:holding:)``): a peer that sends a header announcing

@@ -11,13 +11,13 @@ import NIOWebSocket
 ///
 /// Servers use it too (``WebSocketServerUpgrader``): it keeps no state, where NIO's encoder
 /// holds a header buffer per connection, so an idle connection costs that much less
-/// (`benchmarks/idle.py --memprobe`, docs/BENCHMARKS.md section 4).
+/// (`benchmarks/idle.py --memprobe`, docs/bench/idle.md).
 ///
 /// A payload the app still holds (a message it received and sends back, a buffer it reuses)
 /// cannot be masked in place. NIO's encoder would copy it (copy-on-write) and then mask the
 /// copy; this one masks while copying, in one pass, into a buffer of its own. A small payload's
 /// copy also gets the header in front of it, so the frame is one buffer and one `write`
-/// (benchmarks/client.py, docs/BENCHMARKS.md section 2).
+/// (benchmarks/client.py, docs/bench/client.md).
 package final class WebSocketFrameWriter: ChannelOutboundHandler {
     package typealias OutboundIn = WebSocketFrame
     package typealias OutboundOut = ByteBuffer

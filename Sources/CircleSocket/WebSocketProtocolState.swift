@@ -369,8 +369,8 @@ package func applyWebSocketMask(_ bytes: UnsafeMutableRawBufferPointer, key: Web
     let count = bytes.count
     let key64 = maskWord(key: key, offset: offset)
     // A counted loop with wrapping arithmetic: the compiler vectorizes it (16 bytes or more per
-    // step). With `index += 8` its overflow check kept it to one word per step, five times
-    // slower on 16 KiB (docs/BENCHMARKS.md section 2).
+    // step). With `index += 8` its overflow check kept it to one word per step, several times
+    // slower on 16 KiB (a micro-benchmark of the loop; the client's cost: docs/bench/client.md).
     let words = count / 8
     for word in 0..<words {
         let at = word &* 8

@@ -161,7 +161,7 @@ extension CircleSummary {
 /// Appends JSON to a `ByteBuffer`: objects opened and closed by the caller, fields written in
 /// the order given (the caller sorts them), strings escaped. A buffer rather than a `String`:
 /// the server sends the bytes as they are, in a frame whose header goes in front of them, so
-/// no copy into a `String` and back is made (docs/BENCHMARKS.md section 6).
+/// no copy into a `String` and back is made (docs/bench/postpath.md).
 struct JSONTextWriter {
     private(set) var buffer: ByteBuffer
     /// Whether the innermost open object has a field yet (a comma goes before the next one).

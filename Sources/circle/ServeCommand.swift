@@ -60,6 +60,8 @@ struct ServeCommand: AsyncParsableCommand {
 
     @OptionGroup(title: "Identity providers (JWKS)") var issuers: IssuerOptions
 
+    @OptionGroup(title: "Webhooks") var webhooks: WebhookOptions
+
     @Option(name: .long, help: ArgumentHelp("TLS certificate chain (PEM); serves wss:// and https://. Env: CIRCLE_TLS_CERT.", valueName: "file"))
     var tlsCert: String?
 
@@ -289,6 +291,7 @@ struct ServeCommand: AsyncParsableCommand {
             identity: IdentityConfiguration(publicURL: self.effectivePublicURL)
         )
         try self.issuers.apply(to: &configuration)
+        try self.webhooks.apply(to: &configuration.webhooks)
         guard let postgresURL = self.postgres ?? ProcessInfo.processInfo.environment["CIRCLE_POSTGRES_URL"] else {
             try await self.serve(configuration: configuration, store: nil, logger: logger)
             return

@@ -31,13 +31,12 @@ struct LoginCommandTests {
 
     @Test("login keeps a 0600 device credential that the other commands use; admin invites and lists; logout ends it")
     func loginAdminLogout() async throws {
-        let server = TestServer()
-        defer { server.remove() }
-        let running = try await server.start()
-        defer { Task { await server.stop() } }
-        try await self.makeAdmin(server, link: try #require(running.setupLink))
-        let config = FileManager.default.temporaryDirectory.appendingPathComponent("circle-config-\(UUID().uuidString)").path
-        defer { try? FileManager.default.removeItem(atPath: config) }
+        try await self.withAdminServer { server, config in
+            try await self.loginAdminLogout(server, config: config)
+        }
+    }
+
+    private func loginAdminLogout(_ server: TestServer, config: String) async throws {
         let ws = server.wsURL
 
         let wrong = try await self.run(["login", "--server", ws, "--user", "ada"], config: config, input: ["not the password"])
@@ -94,5 +93,58 @@ struct LoginCommandTests {
         #expect(try !String(contentsOfFile: file, encoding: .utf8).contains("circle_"))
         let after = try await self.run(["admin", "users", "--server", ws], config: config)
         #expect(after.status == 4 && after.stderr.contains("circle login"), "\(after.status) \(after.stderr)")
+    }
+
+    @Test("admin webhook: add prints the id and the secret once, list, disable, rotate, deliveries, remove; a loopback URL is refused")
+    func adminWebhooks() async throws {
+        try await self.withAdminServer { server, config in
+            try await self.webhookCommands(server, config: config)
+        }
+    }
+
+    /// A server with its first admin, ada, and an empty config directory for the CLI.
+    private func withAdminServer(_ body: (TestServer, String) async throws -> Void) async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        let running = try await server.start()
+        defer { Task { await server.stop() } }
+        try await self.makeAdmin(server, link: try #require(running.setupLink))
+        let config = FileManager.default.temporaryDirectory.appendingPathComponent("circle-config-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: config) }
+        try await body(server, config)
+    }
+
+    private func webhookCommands(_ server: TestServer, config: String) async throws {
+        let ws = server.wsURL
+        let login = try await self.run(["login", "--server", ws, "--user", "ada"], config: config, input: ["correct horse battery"])
+        #expect(login.status == 0, "\(login.stderr)")
+        #expect(try await self.run(["circle", "create", "ops", "--server", ws], config: config).status == 0)
+
+        let refused = try await self.run(["admin", "webhook", "add", "http://127.0.0.1:9/hook", "--server", ws], config: config)
+        #expect(refused.status == 1 && refused.stderr.contains("public addresses only"), "\(refused.stderr)")
+        let badEvent = try await self.run(["admin", "webhook", "add", "https://hooks.example.com/x", "--event", "typing", "--server", ws], config: config)
+        #expect(badEvent.status == 64, "\(badEvent.stderr)")
+
+        let add = try await self.run(
+            ["admin", "webhook", "add", "https://hooks.example.com/circle", "--circle", "ops", "--event", "post", "--server", ws], config: config
+        )
+        #expect(add.status == 0, "\(add.stderr)")
+        let fields = add.stdout.split(separator: " ", omittingEmptySubsequences: true).map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+        let id = try #require(fields.first)
+        #expect(id.hasPrefix("wh_") && fields.last?.hasPrefix("whsec_") == true, "\(add.stdout)")
+
+        let list = try await self.run(["admin", "webhook", "list", "--server", ws], config: config)
+        #expect(list.stdout.contains("\(id)  active  ops  post") && !list.stdout.contains("whsec_"), "the secret is shown once: \(list.stdout)")
+        #expect(try await self.run(["send", "ops", "hello", "--server", ws], config: config).status == 0)
+        let deliveries = try await self.run(["admin", "webhook", "deliveries", id, "--server", ws], config: config)
+        #expect(deliveries.status == 0 && deliveries.stdout.contains("ops/1  post"), "the post's delivery was recorded: \(deliveries.stdout) \(deliveries.stderr)")
+
+        #expect(try await self.run(["admin", "webhook", "disable", id, "--server", ws], config: config).status == 0)
+        #expect(try await self.run(["admin", "webhook", "list", "--server", ws], config: config).stdout.contains("disabled (disabled by ada)"))
+        let rotated = try await self.run(["admin", "webhook", "rotate", id, "--server", ws], config: config)
+        #expect(rotated.status == 0 && rotated.stdout.hasPrefix("whsec_"), "\(rotated.stderr)")
+        #expect(try await self.run(["admin", "webhook", "remove", id, "--server", ws], config: config).status == 0)
+        let gone = try await self.run(["admin", "webhook", "remove", id, "--server", ws], config: config)
+        #expect(gone.status == 1 && gone.stderr.contains("no such webhook"), "\(gone.stderr)")
     }
 }

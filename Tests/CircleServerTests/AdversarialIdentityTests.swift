@@ -9,8 +9,14 @@ import Testing
 @Suite("Adversarial inputs: sign-in and identity", .serialized, .timeLimit(.minutes(3)))
 struct AdversarialIdentityTests {
     /// A server whose public URL is http://localhost (passkeys on), with its first admin.
-    private func withIdentityServer(_ body: (TestServer, Canary, CookieClient) async throws -> Void) async throws {
-        try await withCanaryServer(configure: { $0.identity.publicURL = "http://localhost" }) { server, canary in
+    private func withIdentityServer(
+        configure: (inout CircleServerConfiguration) -> Void = { _ in },
+        _ body: (TestServer, Canary, CookieClient) async throws -> Void
+    ) async throws {
+        try await withCanaryServer(configure: {
+            $0.identity.publicURL = "http://localhost"
+            configure(&$0)
+        }) { server, canary in
             let link = try #require(server.server?.setupLink)
             let admin = CookieClient(base: server.httpBase)
             admin.origin = "http://localhost"
@@ -130,6 +136,46 @@ struct AdversarialIdentityTests {
                 #expect(answer.status == 401, "a page session is not a bearer credential, nor is a forgery: \(answer.status)")
             }
             try await canary.check("after forged sessions")
+        }
+    }
+
+    @Test("a flood of ceremony starts: 429 with Retry-After per address, 503 when the store holds its limit")
+    func ceremonyFlood() async throws {
+        try await self.withIdentityServer(configure: { $0.identity.ceremonyLimits = CeremonyLimits(burst: 5, perMinute: 1, outstanding: 8) }) {
+            server, canary, admin in
+            let attacker = self.browser(server)
+            var statuses: [Int] = []
+            var retryAfter: String?
+            for index in 0..<12 {
+                // Passkey sign-in options and device codes draw on the same allowance.
+                let answer =
+                    index.isMultiple(of: 2)
+                    ? try await attacker.call("POST", HTTPAPI.Path.passkeySignInOptions, "{}")
+                    : try await attacker.call("POST", HTTPAPI.Path.deviceStart, #"{"device":"flood \#(index)"}"#)
+                statuses.append(answer.status)
+                if answer.status == 429 {
+                    #expect(answer.code == "rate_limited")
+                    retryAfter = answer.headers["retry-after"]
+                }
+            }
+            #expect(statuses == [200, 201, 200, 201, 200] + Array(repeating: 429, count: 7), "\(statuses)")
+            let seconds = try #require(retryAfter.flatMap { Int($0) }, "429 says when to come back")
+            #expect((1...60).contains(seconds), "one start a minute: \(seconds) s")
+            try await canary.check("during a flood of ceremony starts")
+        }
+        // Every client here is 127.0.0.1: the store's cap shows with a large per-address allowance.
+        try await self.withIdentityServer(configure: { $0.identity.ceremonyLimits = CeremonyLimits(burst: 100, perMinute: 100, outstanding: 3) }) {
+            server, canary, _ in
+            var statuses: [Int] = []
+            for _ in 0..<5 {
+                let answer = try await self.browser(server).call("POST", HTTPAPI.Path.passkeySignInOptions, "{}")
+                statuses.append(answer.status)
+                if answer.status == 503 {
+                    #expect(answer.code == "unavailable" && answer.headers["retry-after"] == "60", "\(answer.body)")
+                }
+            }
+            #expect(statuses == [200, 200, 200, 503, 503], "\(statuses)")
+            try await canary.check("with the ceremonies at their limit")
         }
     }
 }

@@ -4,6 +4,7 @@ import CircleTestSupport
 import CircleWire
 import Crypto
 import Foundation
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import Testing
@@ -50,11 +51,18 @@ struct TestIssuer {
 final class SilentListener: @unchecked Sendable {
     // @unchecked: `channel` is set once in `start()` before use.
     private var channel: (any Channel)?
+    private let connections = NIOLockedValueBox(0)
     var port: Int { self.channel?.localAddress?.port ?? 0 }
+    /// Connections accepted so far.
+    var accepted: Int { self.connections.withLockedValue { $0 } }
 
     func start() async throws {
+        let connections = self.connections
         self.channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .childChannelInitializer { channel in channel.eventLoop.makeSucceededVoidFuture() }
+            .childChannelInitializer { channel in
+                connections.withLockedValue { $0 += 1 }
+                return channel.eventLoop.makeSucceededVoidFuture()
+            }
             .bind(host: "127.0.0.1", port: 0).get()
     }
 

@@ -351,9 +351,32 @@ extension MutedStore {
     func passkey(id: String) async throws -> StoredPasskey? { try await self.base.passkey(id: id) }
     func usePasskey(id: String, signCount: Int64, at time: Int64) async throws { try await self.base.usePasskey(id: id, signCount: signCount, at: time) }
     func deletePasskey(id: String, of user: String) async throws -> Bool { try await self.base.deletePasskey(id: id, of: user) }
-    func createChallenge(_ challenge: StoredChallenge) async throws { try await self.base.createChallenge(challenge) }
+    func createChallenge(_ challenge: StoredChallenge, now: Int64, outstandingLimit: Int) async throws -> Bool {
+        try await self.base.createChallenge(challenge, now: now, outstandingLimit: outstandingLimit)
+    }
     func takeChallenge(id: String, now: Int64) async throws -> StoredChallenge? { try await self.base.takeChallenge(id: id, now: now) }
     func challenge(id: String, now: Int64) async throws -> StoredChallenge? { try await self.base.challenge(id: id, now: now) }
     func approveChallenge(id: String, user: String, now: Int64) async throws -> Bool { try await self.base.approveChallenge(id: id, user: user, now: now) }
     func accountEvents(after: Int64?) async throws -> (events: [AccountEvent], newest: Int64) { try await self.base.accountEvents(after: after) }
+}
+
+extension MutedStore {
+    func createWebhook(_ webhook: Webhook) async throws { try await self.base.createWebhook(webhook) }
+    func webhooks() async throws -> [Webhook] { try await self.base.webhooks() }
+    func webhook(id: String) async throws -> Webhook? { try await self.base.webhook(id: id) }
+    func updateWebhook(_ webhook: Webhook) async throws -> Bool { try await self.base.updateWebhook(webhook) }
+    func deleteWebhook(id: String) async throws -> Bool { try await self.base.deleteWebhook(id: id) }
+    func deliveries(of webhook: String, limit: Int) async throws -> [WebhookDelivery] { try await self.base.deliveries(of: webhook, limit: limit) }
+    func deliveryCounts(of webhook: String) async throws -> [WebhookDeliveryStatus: Int] { try await self.base.deliveryCounts(of: webhook) }
+    func claimDeliveries(node: String, now: Int64, lease: Int64, queues: Int, perWebhook: Int, perQueue: Int, excluding: [String]) async throws
+        -> [WebhookDelivery]
+    {
+        try await self.base.claimDeliveries(node: node, now: now, lease: lease, queues: queues, perWebhook: perWebhook, perQueue: perQueue, excluding: excluding)
+    }
+    func renewLeases(_ ids: [String], node: String, until: Int64) async throws { try await self.base.renewLeases(ids, node: node, until: until) }
+    func finishDeliveries(_ results: [(id: String, result: DeliveryResult?)], node: String, at now: Int64) async throws -> Int {
+        try await self.base.finishDeliveries(results, node: node, at: now)
+    }
+    func retryDelivery(_ id: String, of webhook: String, now: Int64) async throws -> Bool { try await self.base.retryDelivery(id, of: webhook, now: now) }
+    func pruneDeliveries(deliveredBefore time: Int64) async throws -> Int { try await self.base.pruneDeliveries(deliveredBefore: time) }
 }

@@ -80,10 +80,11 @@ import Testing
                 #expect(synchronous == SQLiteData.integer(2))  // FULL
                 #expect(foreignKeys == SQLiteData.integer(1))
                 #expect(busyTimeout == SQLiteData.integer(5_000))
-                // The post writer's own connection: durable commits, foreign keys, the same timeout.
+                // The post writer's own connection: durable commits, foreign keys, and its own busy
+                // handler in place of busy_timeout (which reads 0 once a handler is set).
                 #expect(try await store.writerPragma("synchronous") == 2)
                 #expect(try await store.writerPragma("foreign_keys") == 1)
-                #expect(try await store.writerPragma("busy_timeout") == 5_000)
+                #expect(try await store.writerPragma("busy_timeout") == 0)
                 _ = try await store.createCircle(name: "lobby", owner: "alice", isPrivate: false, createdAt: 1)
             }
             // Reopening an up-to-date database migrates nothing and keeps the data.
@@ -91,6 +92,31 @@ import Testing
                 let userVersion = try await store.pragma("user_version")
                 #expect(userVersion == SQLiteData.integer(SQLiteInt64(SQLiteStore.schemaVersion)))
                 #expect(try await store.circle(named: "lobby")?.owner == "alice")
+            }
+        }
+    }
+
+    @Test("a post waits for another connection's write transaction, however long within the limit, and is stored")
+    func postWaitsForAnotherWriter() async throws {
+        try await self.withDatabasePath { path in
+            try await self.withStore(at: path) { store in
+                _ = try await store.createCircle(name: "lobby", owner: "alice", isPrivate: false, createdAt: 1)
+                let other = try await SQLiteConnection.open(storage: .file(path: path), logger: Self.logger)
+                _ = try await other.query("BEGIN IMMEDIATE")
+                _ = try await other.query("INSERT INTO sign_in_failures (key, count, last) VALUES ('x', 1, 1)")
+                let post = Task {
+                    try await store.commit([NewPost(circle: "lobby", author: "alice", clientID: "p1", text: "hi", attachment: nil, time: 1)])
+                }
+                // Holds the write lock for 300 ms: the writer's busy handler keeps trying.
+                try await Task.sleep(for: .milliseconds(300))
+                _ = try await other.query("COMMIT")
+                try await other.close()
+                let outcomes = try await post.value
+                guard case .stored(let stored) = outcomes.first else {
+                    Issue.record("the post was not stored: \(outcomes)")
+                    return
+                }
+                #expect(stored.seq == 1)
             }
         }
     }

@@ -120,19 +120,28 @@ extension StoreContractTests {
             #expect(try await store.passkeys(of: "ada").isEmpty)
 
             let challenge = StoredChallenge(id: "ch1", purpose: "passkey-signin", user: nil, challenge: Array(repeating: 7, count: 32), expiresAt: 1000)
-            try await store.createChallenge(challenge)
+            #expect(try await store.createChallenge(challenge, now: 0, outstandingLimit: 10))
             #expect(try await store.takeChallenge(id: "ch1", now: 500) == challenge)
             #expect(try await store.takeChallenge(id: "ch1", now: 500) == nil, "a challenge is used once")
-            try await store.createChallenge(StoredChallenge(id: "ch2", purpose: "device", user: "ada", challenge: [1], expiresAt: 1000))
+            #expect(try await store.createChallenge(StoredChallenge(id: "ch2", purpose: "device", user: "ada", challenge: [1], expiresAt: 1000), now: 0, outstandingLimit: 10))
             #expect(try await store.takeChallenge(id: "ch2", now: 1000) == nil, "expired")
             // A device code: read in place, approved once by one user.
-            try await store.createChallenge(StoredChallenge(id: "ch3", purpose: "device", user: nil, challenge: [2], expiresAt: 1000))
+            #expect(try await store.createChallenge(StoredChallenge(id: "ch3", purpose: "device", user: nil, challenge: [2], expiresAt: 1000), now: 0, outstandingLimit: 10))
             #expect(try await store.challenge(id: "ch3", now: 10)?.user == nil)
             #expect(try await store.approveChallenge(id: "ch3", user: "ada", now: 10))
             #expect(try await !store.approveChallenge(id: "ch3", user: "mallory", now: 11))
             #expect(try await store.challenge(id: "ch3", now: 12)?.user == "ada")
             #expect(try await store.challenge(id: "ch3", now: 1000) == nil, "expired")
             #expect(try await !store.approveChallenge(id: "nope", user: "ada", now: 10))
+            // The ceremonies in flight are capped; expired ones leave as new ones come.
+            #expect(try await store.createChallenge(StoredChallenge(id: "ch4", purpose: "signin", user: nil, challenge: [3], expiresAt: 2000), now: 10, outstandingLimit: 2))
+            #expect(
+                try await !store.createChallenge(StoredChallenge(id: "ch5", purpose: "signin", user: nil, challenge: [4], expiresAt: 2000), now: 10, outstandingLimit: 2),
+                "ch3 and ch4 are in flight"
+            )
+            #expect(try await store.challenge(id: "ch5", now: 10) == nil, "a refused challenge is not stored")
+            #expect(try await store.createChallenge(StoredChallenge(id: "ch5", purpose: "signin", user: nil, challenge: [4], expiresAt: 2000), now: 1000, outstandingLimit: 2))
+            #expect(try await store.challenge(id: "ch3", now: 0) == nil, "expired at 1000, so deleted by the insert at 1000")
 
             try await store.recordSignInFailure(keys: ["user:ada", "address:10.0.0.1"], at: 100)
             try await store.recordSignInFailure(keys: ["user:ada"], at: 200)

@@ -31,7 +31,7 @@ public final class TestServer: @unchecked Sendable {
             echoEndpoint: echo
         )
         // bcrypt's least cost: the tests sign up and in by the dozen; `circle bench`-style
-        // figures for the real cost are in docs/BENCHMARKS.md.
+        // figures for the real cost are in docs/bench/signin.md.
         self.configuration.identity.passwordCost = 4
         // Waits long enough that a slow machine cannot outlast them within a test.
         self.configuration.identity.accountThrottle.firstWait = .seconds(120)

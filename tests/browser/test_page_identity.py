@@ -16,7 +16,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import CIRCLE, Server, console_errors, png  # noqa: E402
+from harness import CIRCLE, Server, console_errors, free_port, png  # noqa: E402
 
 PASSWORD = "correct horse battery"
 # Hashing a password (bcrypt) in a debug build on a loaded machine takes a while.
@@ -402,3 +402,41 @@ def test_a_pasted_token_is_kept_in_memory_only(accounts, new_page):
     other.refresh()
     wait(other, lambda: shown(other, "signinname"), "signed out after a reload")
     assert not shown(other, "app")
+
+
+def test_the_admin_screen_lists_webhooks_their_failed_deliveries_and_sends_again(new_page):
+    # Deliveries to a closed port fail at once; given up after a second, the webhook is disabled.
+    server = AccountServer()
+    server.extra_args = ["--allow-private-outbound", "--webhook-retry-after", "100ms", "--webhook-give-up-after", "1s"]
+    server.start()
+    try:
+        page = new_page()
+        set_up_admin(page, server)
+        assert page_fetch(page, "POST", "/v1/circles", {"name": "general"})["status"] == 201
+        closed = free_port()
+        made = page_fetch(page, "POST", "/v1/admin/webhooks", {"url": f"http://127.0.0.1:{closed}/hook", "circle": "general"})
+        assert made["status"] == 201, made
+        sent = server.cli_send("general", "hello hooks", "ada")
+        assert sent.returncode == 0, sent.stderr
+
+        def disabled():
+            hooks = page_fetch(page, "GET", "/v1/admin/webhooks", csrf=False)["body"]["webhooks"]
+            return hooks and hooks[0]["status"] == "disabled"
+        wait(page, disabled, "the webhook disabled after its delivery failed for a second", 60)
+
+        open_menu_item(page, "admin")
+        item = f'#sheet li.webhook[data-id="{made["body"]["id"]}"]'
+        wait(page, lambda: page.find_elements(By.CSS_SELECTOR, item + '[data-status="disabled"]'), "the disabled webhook listed")
+        text = page.find_element(By.CSS_SELECTOR, item).text
+        assert f"http://127.0.0.1:{closed}/hook" in text and "#general" in text and "1 failed" in text, text
+        assert "failed for" in page.find_element(By.CSS_SELECTOR, item + " .webhook-reason").text
+        page.find_element(By.CSS_SELECTOR, item + ' button[aria-label^="Deliveries of"]').click()
+        failed = item + ' li.delivery[data-status="failed"]'
+        wait(page, lambda: page.find_elements(By.CSS_SELECTOR, failed), "the failed delivery")
+        assert "#general/1 post" in page.find_element(By.CSS_SELECTOR, failed).text
+        page.find_element(By.XPATH, f"//li[@data-id='{made['body']['id']}']//button[normalize-space()='Send again']").click()
+        wait(page, lambda: page.find_elements(By.CSS_SELECTOR, item + ' li.delivery[data-status="pending"]'), "the delivery pending again")
+        page.find_element(By.XPATH, f"//li[@data-id='{made['body']['id']}']//button[normalize-space()='Enable']").click()
+        wait(page, lambda: page.find_elements(By.CSS_SELECTOR, item + '[data-status="active"]'), "the webhook enabled")
+    finally:
+        server.cleanup()

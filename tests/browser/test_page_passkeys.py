@@ -242,3 +242,32 @@ def test_approving_a_device_from_its_link_and_from_the_menu(keys_server, new_pag
     wait(page, lambda: not shown(page, "sheet"), "the panel closed")
     status, _, _ = keys_server.http("POST", "/v1/auth/device/token", body={"code": third["code"], "pollToken": third["pollToken"]})
     assert status == 202
+
+
+def test_the_passkey_button_and_device_links_follow_how_the_page_is_signed_in(keys_server, new_page):
+    page = with_authenticator(new_page())
+    page.get(keys_server.url + "/")
+    wait(page, lambda: shown(page, "signinform"), "the sign-in form")
+    # No account exists yet: there is nothing a passkey could sign in to.
+    assert shown(page, "signinnote") and not shown(page, "passkeysignin")
+    set_up_admin_with_a_passkey(page, keys_server)
+    sign_out(page)
+    assert shown(page, "passkeysignin")
+    # The access-token form is another way in; the passkey button goes with the account fields.
+    page.find_element(By.ID, "signinmode").click()
+    wait(page, lambda: shown(page, "tokenrow"), "the token field")
+    assert not shown(page, "passkeysignin")
+
+    # Signed in with a pasted token of ada's (kept in memory only): a device link opened in this
+    # tab asks the question, and the approval goes through with the token.
+    page.find_element(By.ID, "tokenin").send_keys(keys_server.token("ada"))
+    page.find_element(By.ID, "signinbtn").click()
+    wait(page, lambda: in_chat(page), "ada in the chat by token", SIGN_IN_WAIT)
+    status, _, start = keys_server.http("POST", "/v1/auth/device", body={"device": "laptop"})
+    assert status == 201, start
+    page.execute_script("location.hash = arguments[0]", "#device=" + start["code"])
+    wait(page, lambda: page.find_element(By.ID, "sheet").get_attribute("data-panel") == "device", "the approval panel", SIGN_IN_WAIT)
+    page.find_element(By.XPATH, "//div[@id='sheet']//button[normalize-space()='Approve']").click()
+    wait(page, lambda: "is signed in as ada" in page.find_element(By.ID, "sheet").text, "the approval done")
+    status, _, credential = keys_server.http("POST", "/v1/auth/device/token", body={"code": start["code"], "pollToken": start["pollToken"]})
+    assert status == 200 and credential["user"] == "ada", credential

@@ -46,6 +46,8 @@ final class Identity: Sendable {
     /// A hash at the configured cost of nothing anyone knows: a sign-in with an unknown name is
     /// checked against it, so it takes as long as one with a known name.
     private let decoyHash: String
+    /// Ceremony starts per address (``CeremonyLimits``).
+    private let ceremonyStarts: NIOLockedValueBox<AddressRateLimiter>
 
     /// Opaque credentials (sessions, device credentials, personal tokens) start with this, so a
     /// bearer token is told from a JWT without trying to parse it.
@@ -58,6 +60,8 @@ final class Identity: Sendable {
         self.servesTLS = servesTLS
         self.logger = logger
         self.decoyHash = Bcrypt.hash(Self.prehash(Self.randomSecret(bytes: 16)), cost: configuration.passwordCost)
+        let limits = configuration.ceremonyLimits
+        self.ceremonyStarts = NIOLockedValueBox(AddressRateLimiter(rate: Double(limits.perMinute) / 60, burst: Double(limits.burst)))
     }
 
     // MARK: - Start
@@ -167,6 +171,21 @@ final class Identity: Sendable {
         let stored = hash ?? self.decoyHash
         let matches = try await NIOThreadPool.singleton.runIfActive { Bcrypt.verify(Self.prehash(password), hash: stored) }
         return hash != nil && matches
+    }
+
+    // MARK: - Ceremonies
+
+    /// Stores a ceremony's challenge if `address` may start one now and the store holds fewer
+    /// than ``CeremonyLimits/outstanding``; otherwise throws 429 or 503 with `Retry-After`.
+    func startCeremony(_ challenge: StoredChallenge, address: SocketAddress?) async throws {
+        if let wait = self.ceremonyStarts.withLockedValue({ $0.take(address, now: .now()) }) {
+            let seconds = max(1, Int((Double(wait.nanoseconds) / 1e9).rounded(.up)))
+            throw APIError(.tooManyRequests, .rateLimited, "too many sign-in attempts from your address; try again in \(seconds) s", headers: [.retryAfter: "\(seconds)"])
+        }
+        guard try await self.store.createChallenge(challenge, now: Self.now, outstandingLimit: self.configuration.ceremonyLimits.outstanding) else {
+            self.logger.warning("sign-in ceremonies at their limit", metadata: ["circle.limit": "\(self.configuration.ceremonyLimits.outstanding)"])
+            throw APIError(.serviceUnavailable, .unavailable, "too many sign-ins are under way; try again in a minute", headers: [.retryAfter: "60"])
+        }
     }
 
     // MARK: - Sign-in

@@ -21,6 +21,8 @@ public struct IdentityConfiguration: Sendable {
     public var accountThrottle: SignInThrottle
     /// Failed sign-ins per address.
     public var addressThrottle: SignInThrottle
+    /// Ceremonies (passkey options, device codes) started per address, and in flight at once.
+    public var ceremonyLimits: CeremonyLimits
 
     public init(
         publicURL: String? = nil,
@@ -30,7 +32,8 @@ public struct IdentityConfiguration: Sendable {
         passwordCost: UInt8 = 12,
         setupLinkLifetime: Duration = .seconds(3600),
         accountThrottle: SignInThrottle = .account,
-        addressThrottle: SignInThrottle = .address
+        addressThrottle: SignInThrottle = .address,
+        ceremonyLimits: CeremonyLimits = CeremonyLimits()
     ) {
         self.publicURL = publicURL
         self.sessionIdleTimeout = sessionIdleTimeout
@@ -40,6 +43,7 @@ public struct IdentityConfiguration: Sendable {
         self.setupLinkLifetime = setupLinkLifetime
         self.accountThrottle = accountThrottle
         self.addressThrottle = addressThrottle
+        self.ceremonyLimits = ceremonyLimits
     }
 
     /// Whether `url` is an origin a page can be served at: http or https, a host, an optional
@@ -59,6 +63,24 @@ public struct IdentityConfiguration: Sendable {
     public static let maximumDisplayNameLength = 64
     /// Personal access tokens a user may hold at once.
     public static let maximumPersonalTokens = 50
+}
+
+/// How many sign-in ceremonies may start: each start stores a challenge, and anyone may start
+/// one (docs/API.md, "Limits of sign-in").
+public struct CeremonyLimits: Sendable, Hashable {
+    /// Starts one address may make at once (IPv6: one /64)…
+    public var burst: Int
+    /// …and then per minute. Beyond: 429 `rate_limited` with `Retry-After`.
+    public var perMinute: Int
+    /// Challenges not yet used or expired, in the whole store (every node). Beyond: 503
+    /// `unavailable` with `Retry-After`, until some are used or expire (5 to 10 minutes).
+    public var outstanding: Int
+
+    public init(burst: Int = 30, perMinute: Int = 30, outstanding: Int = 10_000) {
+        self.burst = burst
+        self.perMinute = perMinute
+        self.outstanding = outstanding
+    }
 }
 
 /// When sign-in attempts wait: a value, tested without I/O (SignInThrottleTests).

@@ -66,6 +66,8 @@ public struct CircleServerConfiguration: Sendable {
     /// Lets outbound fetches of configured URLs (JWKS) reach private, loopback, link-local and
     /// unspecified addresses; off, only public addresses are used (``OutboundAddressPolicy``).
     public var allowPrivateOutbound: Bool
+    /// How webhook deliveries are sent (docs/API.md, "Webhooks").
+    public var webhooks: WebhookSettings
     /// TLS certificate chain and key; `nil` serves plain HTTP and `ws://`.
     public var tls: TLSConfiguration?
     /// Limits that keep one client from hurting the others.
@@ -219,7 +221,8 @@ public struct CircleServerConfiguration: Sendable {
         corsOrigin: String? = nil,
         nodePollInterval: Duration = .seconds(1),
         heapTrimInterval: Duration? = nil,
-        identity: IdentityConfiguration = .init()
+        identity: IdentityConfiguration = .init(),
+        webhooks: WebhookSettings = .init()
     ) {
         self.host = host
         self.port = port
@@ -238,5 +241,6 @@ public struct CircleServerConfiguration: Sendable {
         self.nodePollInterval = nodePollInterval
         self.heapTrimInterval = heapTrimInterval
         self.identity = identity
+        self.webhooks = webhooks
     }
 }

@@ -73,6 +73,11 @@ final class DataDirectoryLock: Sendable {
         }
         guard let fd else { return }
         _ = ftruncate(fd, 0)
+        // Unlocked explicitly, not only by the close: a child process forked by this one (a
+        // `Process` run) holds a copy of the descriptor until it execs, and the lock belongs to
+        // the open file, so a close alone would leave the directory locked for that moment (a
+        // server restarted at once in the same process was refused, seen in the test suite).
+        _ = flock(fd, LOCK_UN)
         _ = close(fd)
     }
 

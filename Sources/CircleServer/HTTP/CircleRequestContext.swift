@@ -39,7 +39,12 @@ extension RequestContext {
     /// The peer's IP address, when the context knows it (contexts that are
     /// `RemoteAddressRequestContext`, as ``BasicCircleRequestContext`` is).
     var circleRemoteAddress: String? {
-        (self as? any RemoteAddressRequestContext)?.remoteAddress?.ipAddress
+        self.circleRemoteSocketAddress?.ipAddress
+    }
+
+    /// The peer's socket address, when the context knows it.
+    var circleRemoteSocketAddress: SocketAddress? {
+        (self as? any RemoteAddressRequestContext)?.remoteAddress
     }
 }
 

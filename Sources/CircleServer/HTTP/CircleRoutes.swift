@@ -62,6 +62,7 @@ struct CircleRoutes: Sendable {
 
         let authenticated = router.group().add(middleware: TokenAuthMiddleware<Context>(services: services))
         IdentityRoutes(services: services).add(public: router, authenticated: authenticated)
+        WebhookRoutes(services: services).add(authenticated: authenticated)
         self.addCircles(to: authenticated)
         MediaRoutes(media: self.media).add(to: authenticated)
     }

@@ -17,7 +17,7 @@ extension IdentityRoutes {
     static let deviceCodeAlphabet = Array("BCDFGHJKMNPQRSTVWXZ23456789")
 
     func addDeviceFlow<Context: CircleRequestContext>(public router: some RouterMethods<Context>, authenticated: some RouterMethods<Context>) {
-        router.post(RouterPath(HTTPAPI.Path.deviceStart)) { request, _ in
+        router.post(RouterPath(HTTPAPI.Path.deviceStart)) { request, context in
             let start = try await Self.body(request, HTTPAPI.DeviceStart.self, send: #"{"device": "build box"}"#)
             let label = start.device.trimmingCharacters(in: .whitespacesAndNewlines)
             guard !label.isEmpty, label.count <= Limits.labelLength, Self.displayNameProblem(label) == nil else {
@@ -28,14 +28,15 @@ extension IdentityRoutes {
             let code = String(letters[0..<4]) + "-" + String(letters[4..<8])
             let pollToken = Identity.randomSecret(bytes: 24)
             let expires = Identity.now + Self.deviceCodeLifetime
-            try await self.store.createChallenge(
+            try await self.identity.startCeremony(
                 StoredChallenge(
                     id: Self.deviceChallengeID(code),
                     purpose: CeremonyPurpose(kind: "device", displayName: label).encoded,
                     user: nil,
                     challenge: Array(SHA256.hash(data: Data(pollToken.utf8))),
                     expiresAt: expires
-                )
+                ),
+                address: context.circleRemoteSocketAddress
             )
             let origin = self.identity.publicOrigin ?? Self.origin(of: request)
             return Response.json(

@@ -32,10 +32,10 @@ extension IdentityRoutes {
         router.post(RouterPath(HTTPAPI.Path.passkeyRegister)) { request, context in
             try await self.register(request, context: context)
         }
-        router.post(RouterPath(HTTPAPI.Path.passkeySignInOptions)) { request, _ in
+        router.post(RouterPath(HTTPAPI.Path.passkeySignInOptions)) { request, context in
             try self.requireOwnOrigin(request)
             let party = try self.relyingParty()
-            let challenge = try await self.issueChallenge(CeremonyPurpose(kind: "signin"), user: nil)
+            let challenge = try await self.issueChallenge(CeremonyPurpose(kind: "signin"), user: nil, context: context)
             return Response.json(
                 .ok,
                 HTTPAPI.PasskeyCeremony(
@@ -70,7 +70,7 @@ extension IdentityRoutes {
         return WebAuthnRelyingParty(id: host, origins: [origin])
     }
 
-    private func issueChallenge(_ purpose: CeremonyPurpose, user: String?) async throws -> StoredChallenge {
+    private func issueChallenge(_ purpose: CeremonyPurpose, user: String?, context: some CircleRequestContext) async throws -> StoredChallenge {
         var generator = SystemRandomNumberGenerator()
         let challenge = StoredChallenge(
             id: Identity.randomSecret(bytes: 12),
@@ -79,7 +79,7 @@ extension IdentityRoutes {
             challenge: (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) },
             expiresAt: Identity.now + Int64(Self.ceremonyTimeout)
         )
-        try await self.store.createChallenge(challenge)
+        try await self.identity.startCeremony(challenge, address: context.circleRemoteSocketAddress)
         return challenge
     }
 
@@ -127,7 +127,7 @@ extension IdentityRoutes {
             displayName = account.displayName.isEmpty ? account.name : account.displayName
             purpose = CeremonyPurpose(kind: "add")
         }
-        let challenge = try await self.issueChallenge(purpose, user: name)
+        let challenge = try await self.issueChallenge(purpose, user: name, context: context)
         let options = HTTPAPI.PasskeyCreationOptions(
             rpID: party.id,
             rpName: "Circle",

@@ -449,7 +449,8 @@ struct IdentityRoutes: Sendable {
         return account
     }
 
-    private func requireAdmin(_ context: some CircleRequestContext) async throws -> Account {
+    /// The signed-in admin (an active account with the admin role); 403 for anyone else.
+    func requireAdmin(_ context: some CircleRequestContext) async throws -> Account {
         let user = try context.requireUser()
         guard let account = try await self.store.account(named: user.name), account.role == .admin, account.status == .active else {
             throw APIError(.forbidden, .forbidden, "only admins do this")

@@ -237,7 +237,7 @@ protocol HubSubscriberSink: AnyObject {
 /// A session as the hub sees it: where it runs and how to reach it there.
 ///
 /// It holds its session as one protocol reference rather than three closures: that is about
-/// 300 bytes less for every connection (benchmarks/idle.py, docs/BENCHMARKS.md section 4).
+/// 300 bytes less for every connection (benchmarks/idle.py, docs/bench/idle.md).
 final class HubSubscriber: Sendable, Hashable {
     let eventLoop: any EventLoop
     let user: String
@@ -698,8 +698,8 @@ final class LoopInbox: Sendable {
 /// the answers' flushes to the same loops one after the other. Woken at each hand-over, a loop
 /// on the committer's core preempts the committer at once (the wake-up is an `eventfd` write),
 /// drains what is there, and is woken again for the next part: three wake-ups, drains and
-/// context switches per loop and batch where one does (`perf` of `postpath.py`, docs/BENCHMARKS.md
-/// section 6). So the committer collects the wakes of the whole batch and wakes each loop once.
+/// context switches per loop and batch where one does (`perf` of `postpath.py`;
+/// docs/bench/postpath.md). So the committer collects the wakes of the whole batch and wakes each loop once.
 /// Every `InboxWakes` that was posted through must be woken, or its inboxes stall.
 struct InboxWakes {
     fileprivate var inboxes: [LoopInbox] = []

@@ -120,8 +120,8 @@ struct NodeSignal: Sendable, Hashable, Codable {
     /// The signal as the text of one notification, or `nil` when it is too large to send (a
     /// posts signal then goes without its posts). The text begins with ``prefix(of:)`` of its
     /// node, so that the node can tell its own signals, which PostgreSQL sends back to it as
-    /// well, without decoding them (decoding them cost a lone node with 16 writers about 7 % of
-    /// its CPU: `perf`, docs/SCALING.md).
+    /// well, without decoding them (decoding them was a visible share of a lone node's CPU with
+    /// 16 writers: `perf`; docs/bench/nodes.md).
     func encoded() -> String? {
         guard let prefix = Self.prefix(of: self.node),
               let fields = try? JSONEncoder().encode(Fields(kind: self.kind)),

@@ -13,8 +13,8 @@ import Musl
 import Darwin
 #endif
 
-/// The server's one way to fetch a URL that someone configured (JWKS documents; webhooks and
-/// push will use it too): a GET with a time limit for the whole exchange, a size limit on the
+/// The server's one way to reach a URL that someone configured (JWKS documents, webhooks; push
+/// will use it too): a GET or POST with a time limit for the whole exchange, a size limit on the
 /// body and the ``OutboundAddressPolicy`` applied to every address the host resolves to; the
 /// connection then goes to the checked address.
 ///
@@ -52,6 +52,16 @@ package struct OutboundHTTP: Sendable {
 
     /// GETs `url` (`https`, or `http`), within ``timeout``.
     package func get(_ url: String, headers: HTTPHeaders = [:]) async throws(Failure) -> Response {
+        try await self.send(.GET, url, headers: headers, body: nil)
+    }
+
+    /// POSTs `body` to `url` (`https`, or `http`), within ``timeout``; redirects are answers
+    /// like any other, never followed.
+    package func post(_ url: String, headers: HTTPHeaders = [:], body: [UInt8]) async throws(Failure) -> Response {
+        try await self.send(.POST, url, headers: headers, body: body)
+    }
+
+    private func send(_ method: HTTPMethod, _ url: String, headers: HTTPHeaders, body: [UInt8]?) async throws(Failure) -> Response {
         let (target, uri): (HTTPTarget, String)
         do {
             (target, uri) = try HTTPTarget.parse(url, schemes: ["http", "https"])
@@ -63,33 +73,45 @@ package struct OutboundHTTP: Sendable {
         // thread), and that part ends on its own later.
         let timeout = self.timeout
         let gate = NIOLockedValueBox<CheckedContinuation<Result<Response, Failure>, Never>?>(nil)
-        let timer = NIOLockedValueBox<Task<Void, Never>?>(nil)
-        let outcome = await withCheckedContinuation { (continuation: CheckedContinuation<Result<Response, Failure>, Never>) in
-            gate.withLockedValue { $0 = continuation }
-            let exchange = Task {
-                let result: Result<Response, Failure>
-                do throws(Failure) {
-                    result = .success(try await self.exchange(target: target, uri: uri, headers: headers))
-                } catch {
-                    result = .failure(error)
+        let tasks = NIOLockedValueBox<(exchange: Task<Void, Never>?, timer: Task<Void, Never>?)>((nil, nil))
+        let outcome = await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Result<Response, Failure>, Never>) in
+                gate.withLockedValue { $0 = continuation }
+                let exchange = Task {
+                    let result: Result<Response, Failure>
+                    do throws(Failure) {
+                        result = .success(try await self.exchange(method, target: target, uri: uri, headers: headers, body: body))
+                    } catch {
+                        result = .failure(error)
+                    }
+                    gate.withLockedValue { $0.take() }?.resume(returning: result)
+                    tasks.withLockedValue { $0.timer }?.cancel()
                 }
-                gate.withLockedValue { $0.take() }?.resume(returning: result)
-                timer.withLockedValue { $0 }?.cancel()
+                let limit = Task {
+                    try? await Task.sleep(for: timeout)
+                    guard let waiting = gate.withLockedValue({ $0.take() }) else { return }
+                    exchange.cancel()
+                    waiting.resume(returning: .failure(Failure("no answer from \(target.address) within \(timeout)")))
+                }
+                tasks.withLockedValue { $0 = (exchange, limit) }
+                // The exchange may have ended (or the caller been cancelled) before the tasks were stored.
+                if gate.withLockedValue({ $0 == nil }) {
+                    limit.cancel()
+                    exchange.cancel()
+                }
             }
-            let limit = Task {
-                try? await Task.sleep(for: timeout)
-                guard let waiting = gate.withLockedValue({ $0.take() }) else { return }
-                exchange.cancel()
-                waiting.resume(returning: .failure(Failure("no answer from \(target.address) within \(timeout)")))
-            }
-            timer.withLockedValue { $0 = limit }
-            // The exchange may have ended before the timer was stored.
-            if gate.withLockedValue({ $0 == nil }) { limit.cancel() }
+        } onCancel: {
+            // The caller gave up (a server shutting down): end the exchange now.
+            let waiting = gate.withLockedValue { $0.take() }
+            let (exchange, limit) = tasks.withLockedValue { $0 }
+            exchange?.cancel()
+            limit?.cancel()
+            waiting?.resume(returning: .failure(Failure("cancelled")))
         }
         return try outcome.get()
     }
 
-    private func exchange(target: HTTPTarget, uri: String, headers: HTTPHeaders) async throws(Failure) -> Response {
+    private func exchange(_ method: HTTPMethod, target: HTTPTarget, uri: String, headers: HTTPHeaders, body: [UInt8]?) async throws(Failure) -> Response {
         let address = try await self.resolve(target)
         let connection: HTTPConnection
         do {
@@ -103,10 +125,16 @@ package struct OutboundHTTP: Sendable {
             do {
                 var requestHeaders = headers
                 requestHeaders.replaceOrAdd(name: "Connection", value: "close")
-                try await connection.sendHead(method: .GET, uri: uri, headers: requestHeaders)
+                if let body {
+                    requestHeaders.replaceOrAdd(name: "Content-Length", value: "\(body.count)")
+                }
+                try await connection.sendHead(method: method, uri: uri, headers: requestHeaders)
+                if let body, !body.isEmpty {
+                    try await connection.sendBody(ByteBuffer(bytes: body))
+                }
                 try await connection.sendEnd()
                 var head: HTTPResponseHead?
-                var body: [UInt8] = []
+                var answer: [UInt8] = []
                 reading: while true {
                     switch try await connection.next(idleTimeout: self.timeout) {
                     case .head(let value):
@@ -116,16 +144,16 @@ package struct OutboundHTTP: Sendable {
                             throw Failure("the answer has \(length) bytes, more than the limit of \(self.maxBodyBytes)")
                         }
                     case .body(let buffer):
-                        guard body.count + buffer.readableBytes <= self.maxBodyBytes else {
+                        guard answer.count + buffer.readableBytes <= self.maxBodyBytes else {
                             throw Failure("the answer is longer than the limit of \(self.maxBodyBytes) bytes")
                         }
-                        body += buffer.readableBytesView
+                        answer += buffer.readableBytesView
                     case .end:
                         break reading
                     }
                 }
                 guard let head else { throw Failure("no answer from \(target.address)") }
-                return .success(Response(status: Int(head.status.code), headers: head.headers, body: body))
+                return .success(Response(status: Int(head.status.code), headers: head.headers, body: answer))
             } catch let failure as Failure {
                 return .failure(failure)
             } catch {

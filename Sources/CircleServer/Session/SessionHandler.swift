@@ -206,7 +206,7 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, Sessi
     /// The state's `isWritable` is the socket's: set when the handler is added and on every
     /// `channelWritabilityChanged`, which NIO fires synchronously inside the write or flush that
     /// changes it. Not asking the channel spares each delivery a load from an object that only
-    /// that question touches (fan-out, docs/BENCHMARKS.md section 3).
+    /// that question touches (fan-out, docs/bench/fanout.md).
     private func feed(_ event: (inout SessionState) -> [SessionState.Action]) {
         guard self.context != nil else { return }
         let actions = event(&self.state)
@@ -474,8 +474,8 @@ extension TimeAmount {
 
 /// Writes that wait for a batch's flush. At most ``limit`` wait: NIO's queue of a channel's
 /// pending writes has room for 15 buffers (a write is one or two) and doubles, for good, when a
-/// burst fills it. The presence storm of many joins did that on many connections (134–296 bytes
-/// each on average at 1,000 idle connections, heaptrack; docs/BENCHMARKS.md section 4). A
+/// burst fills it. The presence storm of many joins did that on many idle connections (heaptrack;
+/// docs/bench/idle.md). A
 /// commit's posts reach a subscriber as one write (``HubPostRun``), so fan-out seldom gets here.
 struct UnflushedWrites {
     static let limit = 7

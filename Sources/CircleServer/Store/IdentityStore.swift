@@ -278,7 +278,9 @@ public protocol IdentityStore: Sendable {
     func usePasskey(id: String, signCount: Int64, at time: Int64) async throws
     func deletePasskey(id: String, of user: String) async throws -> Bool
 
-    func createChallenge(_ challenge: StoredChallenge) async throws
+    /// Stores a challenge unless `outstandingLimit` challenges that have not expired at `now`
+    /// are stored already (then `false`); expired ones are deleted first.
+    func createChallenge(_ challenge: StoredChallenge, now: Int64, outstandingLimit: Int) async throws -> Bool
     /// Removes and returns the challenge (once), if it has not expired at `now`.
     func takeChallenge(id: String, now: Int64) async throws -> StoredChallenge?
     /// The challenge, left in place, if it has not expired at `now`.

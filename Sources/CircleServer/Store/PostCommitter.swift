@@ -57,14 +57,18 @@ final class PostCommitter: Sendable {
     private let metrics: ServerMetrics
     private let logger: Logger
     private let maxBatch: Int
+    /// Called after each batch that stored entries: what the commit set off (webhook
+    /// deliveries) may be due.
+    private let committed: @Sendable () -> Void
     private let state = NIOLockedValueBox(State())
 
-    init(store: any CircleStore, hub: Hub, metrics: ServerMetrics, logger: Logger, maxBatch: Int = 512) {
+    init(store: any CircleStore, hub: Hub, metrics: ServerMetrics, logger: Logger, maxBatch: Int = 512, committed: @escaping @Sendable () -> Void = {}) {
         self.store = store
         self.hub = hub
         self.metrics = metrics
         self.logger = logger
         self.maxBatch = maxBatch
+        self.committed = committed
     }
 
     /// Queues a post for ``run()``; `completion` runs once, on an arbitrary thread.
@@ -180,6 +184,7 @@ final class PostCommitter: Sendable {
                 self.metrics.posts.increment(by: stored.count)
                 self.metrics.deliveries.increment(by: deliveries)
                 answers.finish(wakes: &wakes)
+                if !stored.isEmpty { self.committed() }
             } catch {
                 self.logger.error("commit failed", metadata: ["error": "\(error)", "batch": "\(batch.count)"])
                 var wakes = InboxWakes()

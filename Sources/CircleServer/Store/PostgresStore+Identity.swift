@@ -391,13 +391,18 @@ extension PostgresStore {
 
     // MARK: - Challenges
 
-    public func createChallenge(_ challenge: StoredChallenge) async throws {
+    public func createChallenge(_ challenge: StoredChallenge, now: Int64, outstandingLimit: Int) async throws -> Bool {
         try await self.operation("create challenge") {
             try await self.client.withTransaction(logger: self.logger) { connection in
-                try await connection.query(
-                    "DELETE FROM auth_challenges WHERE expires_at <= \(challenge.expiresAt - 3_600_000)",
-                    logger: self.logger
-                )
+                try await connection.query("DELETE FROM auth_challenges WHERE expires_at <= \(now)", logger: self.logger)
+                // Under READ COMMITTED, nodes starting ceremonies at the same moment may each see
+                // one fewer than there will be: the limit can be passed by as many; it bounds a
+                // flood, not an exact count.
+                var outstanding: Int64 = 0
+                for try await count in try await connection.query("SELECT count(*) FROM auth_challenges", logger: self.logger).decode(Int64.self) {
+                    outstanding = count
+                }
+                guard outstanding < Int64(outstandingLimit) else { return false }
                 try await connection.query(
                     """
                     INSERT INTO auth_challenges (id, purpose, user_name, challenge, expires_at)
@@ -405,6 +410,7 @@ extension PostgresStore {
                     """,
                     logger: self.logger
                 )
+                return true
             }
         }
     }

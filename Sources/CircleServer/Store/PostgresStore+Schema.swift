@@ -205,6 +205,43 @@ extension PostgresStore {
             )
             """,
         ],
+        // Webhooks and their deliveries: an outbox written in the transaction of the entries.
+        [
+            """
+            CREATE TABLE webhooks (
+                id text COLLATE "C" PRIMARY KEY,
+                url text NOT NULL,
+                circle text COLLATE "C",
+                events text NOT NULL,
+                secrets text NOT NULL,
+                status text NOT NULL,
+                disabled_reason text,
+                bot text COLLATE "C",
+                created_by text COLLATE "C" NOT NULL,
+                created_at bigint NOT NULL
+            )
+            """,
+            """
+            CREATE TABLE webhook_deliveries (
+                id text COLLATE "C" PRIMARY KEY,
+                webhook text COLLATE "C" NOT NULL,
+                circle text COLLATE "C" NOT NULL,
+                seq bigint NOT NULL,
+                event text NOT NULL,
+                status text NOT NULL,
+                attempts integer NOT NULL DEFAULT 0,
+                created_at bigint NOT NULL,
+                next_attempt_at bigint NOT NULL,
+                last_attempt_at bigint,
+                last_status integer,
+                last_error text,
+                claimed_by text,
+                lease_until bigint NOT NULL DEFAULT 0
+            )
+            """,
+            "CREATE INDEX webhook_deliveries_pending ON webhook_deliveries (webhook, circle, seq) WHERE status = 'pending'",
+            "CREATE INDEX webhook_deliveries_by_webhook ON webhook_deliveries (webhook, created_at)",
+        ],
         // Full-text search: each post's current text as a generated `tsvector` (so the commit
         // keeps it in step without a statement of its own) and a trigram index for substrings and
         // scripts without spaces. The text configuration is 'simple' (no stemming, no stop words:

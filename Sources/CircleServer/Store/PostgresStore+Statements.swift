@@ -6,8 +6,8 @@ import PostgresNIO
 // The statements every group commit runs, and the signal that follows it, as prepared
 // statements: postgres-nio prepares each once per pooled connection and then only binds and
 // executes it. Sent as plain queries, PostgreSQL parsed, analysed and planned every one of them
-// on every commit: parsing and analysis were 18 % of its CPU, planning 17 %, with 16 writers on
-// one node (`perf`, docs/SCALING.md). Prepared, they are parsed and analysed once; they are
+// on every commit: parsing, analysis and planning were about a third of its CPU, with 16 writers
+// on one node (`perf`; nodes.py, docs/bench/nodes.md). Prepared, they are parsed and analysed once; they are
 // still planned at every execution, for the arrays at hand (`plan_cache_mode`, set in
 // `PostgresStore.init`). The statements of rarer paths (edits, replies, reactions, deletions)
 // stay plain queries.
@@ -112,6 +112,44 @@ extension PostgresStore {
             var bindings = PostgresBindings(capacity: 2)
             bindings.append(self.counters.map(\.circle))
             bindings.append(self.counters.map(\.lastSeq))
+            return bindings
+        }
+
+        func decodeRow(_ row: PostgresRow) throws {}
+    }
+
+    /// The webhook subscriptions a commit delivers to.
+    struct ActiveWebhooks: PostgresPreparedStatement {
+        static let sql = "SELECT id, circle, events, bot FROM webhooks WHERE status = 'active'"
+        typealias Row = (String, String?, String, String?)
+
+        func makeBindings() -> PostgresBindings { PostgresBindings() }
+
+        func decodeRow(_ row: PostgresRow) throws -> Row { try row.decode(Row.self) }
+    }
+
+    /// Records a commit's webhook deliveries (``CommitPlan/webhookDeliveries(_:now:)``).
+    struct InsertDeliveries: PostgresPreparedStatement {
+        static let sql = """
+            INSERT INTO webhook_deliveries (id, webhook, circle, seq, event, status, created_at, next_attempt_at)
+            SELECT id, webhook, circle, seq, event, 'pending', created_at, next_attempt_at
+            FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[], $5::text[], $6::int8[], $7::int8[])
+              AS v(id, webhook, circle, seq, event, created_at, next_attempt_at)
+            ON CONFLICT (id) DO NOTHING
+            """
+        typealias Row = ()
+
+        var deliveries: [WebhookDelivery]
+
+        func makeBindings() -> PostgresBindings {
+            var bindings = PostgresBindings(capacity: 7)
+            bindings.append(self.deliveries.map(\.id))
+            bindings.append(self.deliveries.map(\.webhook))
+            bindings.append(self.deliveries.map(\.circle))
+            bindings.append(self.deliveries.map(\.seq))
+            bindings.append(self.deliveries.map(\.event.rawValue))
+            bindings.append(self.deliveries.map(\.createdAt))
+            bindings.append(self.deliveries.map(\.nextAttemptAt))
             return bindings
         }
 

@@ -82,8 +82,8 @@ public final class PostgresStore: CircleStore {
         // each execution is still planned for its own arrays. A generic plan, which PostgreSQL
         // would settle on after five executions, is made from the tables' statistics at that
         // moment. On a new database those are empty tables: the keys' lookup became a scan of
-        // the whole index, slower as the table grew (2.4× the database's CPU per post in
-        // nodes.py, docs/SCALING.md).
+        // the whole index, slower as the table grew (more than twice the database's CPU per
+        // post in nodes.py, docs/bench/nodes.md).
         clientConfiguration.options.additionalStartupParameters = [("plan_cache_mode", "force_custom_plan")]
         var logger = logger
         logger[metadataKey: "circle.store"] = "postgres"
@@ -473,6 +473,17 @@ public final class PostgresStore: CircleStore {
         }
         if !plan.newLastSeqs.isEmpty {
             try await connection.run(SetLastSeqs(counters: plan.newLastSeqs), logger: logger)
+        }
+        // 4. What the commit sets off, in the same transaction: webhook deliveries.
+        if !plan.inserts.isEmpty {
+            var webhooks: [Webhook] = []
+            for try await (id, circle, events, bot) in try await connection.execute(ActiveWebhooks(), logger: logger) {
+                webhooks.append(Webhook(id: id, url: "", circle: circle, events: Webhook.events(from: events), secrets: [], bot: bot, createdBy: "", createdAt: 0))
+            }
+            let deliveries = plan.webhookDeliveries(webhooks, now: Int64(Date().timeIntervalSince1970 * 1000))
+            if !deliveries.isEmpty {
+                try await connection.run(InsertDeliveries(deliveries: deliveries), logger: logger)
+            }
         }
         return plan.outcomes
     }

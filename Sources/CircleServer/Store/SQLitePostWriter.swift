@@ -17,8 +17,8 @@ import VaporCSQLite
 /// (``CircleStore/commitExecutor``): the loop then wakes, commits, publishes and answers on this
 /// one thread, and a batch costs no thread hop besides the posts' way in and the answers' way
 /// out. Measured with benchmarks/postpath.py at one writer: the committer's hops through Swift's
-/// cooperative pool took 16 % of the server's CPU samples, and running it here cut CPU per post
-/// by 13 % (docs/BENCHMARKS.md, section 6). The store's other connection (sqlite-nio)
+/// cooperative pool were a large share of the server's CPU samples, and running it here cut the
+/// CPU per post (docs/bench/postpath.md). The store's other connection (sqlite-nio)
 /// keeps serving reads meanwhile: in WAL mode a reader sees the last committed state and does
 /// not wait for a commit's fsync.
 ///
@@ -105,7 +105,12 @@ final class SQLitePostWriter: @unchecked Sendable {
             throw StoreError(.unavailable, "SQLite store: open the post writer on \(path) failed: \(message)")
         }
         self.handle = handle
-        sqlite_nio_sqlite3_busy_timeout(handle, Int32(busyTimeoutMilliseconds))
+        // The store's other connection writes too (webhook deliveries' bookkeeping, accounts).
+        // SQLite's own busy timeout sleeps 1, 2, 5, 10… up to 100 ms between tries, far longer
+        // than such a write holds the lock, and every post waiting behind it would wait that
+        // long: this handler tries again after 20 µs, doubling to at most 1 ms, for about the
+        // same total time.
+        sqlite_nio_sqlite3_busy_handler(handle, fineBusyHandler, UnsafeMutableRawPointer(bitPattern: max(1, busyTimeoutMilliseconds)))
         do {
             // Per connection: an ack promises durability, so FULL syncs the WAL on every commit.
             for pragma in ["PRAGMA synchronous = FULL", "PRAGMA foreign_keys = ON"] {
@@ -233,6 +238,22 @@ final class SQLitePostWriter: @unchecked Sendable {
                 }
                 try self.run(statement, "write a reaction")
             }
+            // 4. What the commit sets off, in the same transaction: webhook deliveries.
+            if !plan.inserts.isEmpty {
+                let webhooks = try self.activeWebhooks(statements[.activeWebhooks])
+                for delivery in plan.webhookDeliveries(webhooks, now: Int64(Date().timeIntervalSince1970 * 1000)) {
+                    let insert = statements[.insertDelivery]
+                    defer { self.reset(insert) }
+                    try self.bind(insert, 1, delivery.id)
+                    try self.bind(insert, 2, delivery.webhook)
+                    try self.bind(insert, 3, delivery.circle)
+                    try self.bind(insert, 4, delivery.seq)
+                    try self.bind(insert, 5, delivery.event.rawValue)
+                    try self.bind(insert, 6, delivery.createdAt)
+                    try self.bind(insert, 7, delivery.nextAttemptAt)
+                    try self.run(insert, "record a webhook delivery")
+                }
+            }
             for entry in plan.newLastSeqs {
                 let update = statements[.updateLastSeq]
                 defer { self.reset(update) }
@@ -354,6 +375,22 @@ final class SQLitePostWriter: @unchecked Sendable {
         )
     }
 
+    /// The subscriptions a commit delivers to (only what ``Webhook/wants(_:)`` asks).
+    private func activeWebhooks(_ statement: OpaquePointer) throws -> [Webhook] {
+        defer { self.reset(statement) }
+        var webhooks: [Webhook] = []
+        while try self.step(statement, "read the webhooks") {
+            guard let id = self.columnText(statement, 0) else { continue }
+            webhooks.append(
+                Webhook(
+                    id: id, url: "", circle: self.columnText(statement, 1), events: Webhook.events(from: self.columnText(statement, 2) ?? ""),
+                    secrets: [], bot: self.columnText(statement, 3), createdBy: "", createdAt: 0
+                )
+            )
+        }
+        return webhooks
+    }
+
     private func circle(_ name: String, _ statement: OpaquePointer) throws -> CommitPlan.Circle? {
         defer { self.reset(statement) }
         try self.bind(statement, 1, name)
@@ -396,6 +433,7 @@ final class SQLitePostWriter: @unchecked Sendable {
         case begin, commit, rollback
         case circle, findKey, findEntry, reactionCounts, findReaction
         case insert, updatePost, clearEdits, deleteReactions, deleteReaction, putReaction, updateLastSeq
+        case activeWebhooks, insertDelivery
         case searchFind, searchAddDoc, searchRemoveDoc, searchAddWords, searchAddTrigrams, searchRemoveWords, searchRemoveTrigrams
 
         /// The columns ``SQLitePostWriter/entry(_:)`` reads, in its order.
@@ -426,6 +464,12 @@ final class SQLitePostWriter: @unchecked Sendable {
                 ON CONFLICT (circle, post, emoji, user) DO UPDATE SET seq = excluded.seq, first_seq = excluded.first_seq
                 """
             case .updateLastSeq: "UPDATE circles SET last_seq = ?2 WHERE name = ?1"
+            case .activeWebhooks: "SELECT id, circle, events, bot FROM webhooks WHERE status = 'active'"
+            case .insertDelivery:
+                """
+                INSERT OR IGNORE INTO webhook_deliveries (id, webhook, circle, seq, event, status, created_at, next_attempt_at)
+                VALUES (?1, ?2, ?3, ?4, ?5, 'pending', ?6, ?7)
+                """
             case .searchFind:
                 """
                 SELECT d.id, p.text, d.trigrams FROM search_docs AS d JOIN posts AS p ON p.circle = d.circle AND p.seq = d.seq
@@ -557,3 +601,14 @@ final class SQLitePostWriter: @unchecked Sendable {
 
 /// SQLite's "copy the bound value now" destructor, which the C macro `SQLITE_TRANSIENT` spells as -1.
 private let transientDestructor = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+
+/// The post writer's busy handler (see `openOnThread`): `context` carries the limit in
+/// milliseconds; `count` is how many times it was called for this lock.
+private func fineBusyHandler(_ context: UnsafeMutableRawPointer?, _ count: Int32) -> Int32 {
+    let limit = Int(bitPattern: context)
+    // 20, 40, … 640 µs, then 1 ms a try: the first seven tries take 1.3 ms, then one per ms.
+    let waited = count < 6 ? 0 : Int(count - 6)
+    guard waited < limit else { return 0 }
+    usleep(count < 6 ? UInt32(20 << count) : 1000)
+    return 1
+}

@@ -303,10 +303,12 @@ extension SQLiteStore {
 
     // MARK: - Challenges
 
-    public func createChallenge(_ challenge: StoredChallenge) async throws {
+    public func createChallenge(_ challenge: StoredChallenge, now: Int64, outstandingLimit: Int) async throws -> Bool {
         try await self.exclusive("create challenge") { connection in
             // Expired ones go as new ones come: the table stays as small as the ceremonies in flight.
-            _ = try await connection.query("DELETE FROM auth_challenges WHERE expires_at <= ?", [.integer(SQLiteInt64(challenge.expiresAt - 3_600_000))])
+            _ = try await connection.query("DELETE FROM auth_challenges WHERE expires_at <= ?", [.integer(SQLiteInt64(now))])
+            let rows = try await connection.query("SELECT count(*) AS n FROM auth_challenges")
+            guard (rows.first?.column("n")?.integer ?? 0) < outstandingLimit else { return false }
             _ = try await connection.query(
                 "INSERT INTO auth_challenges (id, purpose, user, challenge, expires_at) VALUES (?, ?, ?, ?, ?)",
                 [
@@ -314,6 +316,7 @@ extension SQLiteStore {
                     .integer(SQLiteInt64(challenge.expiresAt)),
                 ]
             )
+            return true
         }
     }
 

@@ -207,6 +207,46 @@ extension SQLiteStore {
             ]
         ),
         Migration(
+            summary: "webhooks and their deliveries (an outbox written with the entries)",
+            statements: [
+                """
+                CREATE TABLE webhooks (
+                    id TEXT NOT NULL PRIMARY KEY,
+                    url TEXT NOT NULL,
+                    circle TEXT,
+                    events TEXT NOT NULL,
+                    secrets TEXT NOT NULL,
+                    status TEXT NOT NULL,
+                    disabled_reason TEXT,
+                    bot TEXT,
+                    created_by TEXT NOT NULL,
+                    created_at INTEGER NOT NULL
+                ) STRICT
+                """,
+                """
+                CREATE TABLE webhook_deliveries (
+                    id TEXT NOT NULL PRIMARY KEY,
+                    webhook TEXT NOT NULL,
+                    circle TEXT NOT NULL,
+                    seq INTEGER NOT NULL,
+                    event TEXT NOT NULL,
+                    status TEXT NOT NULL,
+                    attempts INTEGER NOT NULL DEFAULT 0,
+                    created_at INTEGER NOT NULL,
+                    next_attempt_at INTEGER NOT NULL,
+                    last_attempt_at INTEGER,
+                    last_status INTEGER,
+                    last_error TEXT,
+                    claimed_by TEXT,
+                    lease_until INTEGER NOT NULL DEFAULT 0
+                ) STRICT
+                """,
+                // Each endpoint's queue per circle, in order: only its first pending delivery may go.
+                "CREATE INDEX webhook_deliveries_pending ON webhook_deliveries (webhook, circle, seq) WHERE status = 'pending'",
+                "CREATE INDEX webhook_deliveries_by_webhook ON webhook_deliveries (webhook, created_at)",
+            ]
+        ),
+        Migration(
             summary: "full-text search index",
             statements: [
                 // FTS5 needs an integer rowid and `posts` has none (WITHOUT ROWID): each indexed post

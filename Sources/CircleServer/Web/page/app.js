@@ -227,6 +227,12 @@ function setSignInMode(mode) {
   $("devrow").classList.toggle("hidden", account || !S.dev);
   $("tokenrow").classList.toggle("hidden", account);
   $("signinmode").textContent = account ? (S.dev ? "Use a development name or a token" : "Use an access token") : "Sign in with a password";
+  showPasskeySignIn();
+}
+
+/// The passkey button goes with the account fields, once an account can exist to sign in to.
+function showPasskeySignIn() {
+  $("passkeysignin").classList.toggle("hidden", !passkeysAvailable() || S.signInMode !== "account" || S.setupRequired);
 }
 $("signinmode").addEventListener("click", () => {
   setSignInMode(S.signInMode === "account" ? "token" : "account");
@@ -295,7 +301,7 @@ function showSignIn(message) {
   $("me").textContent = "";
   $("signinpass").value = "";
   $("signinerr").textContent = message || "";
-  $("passkeysignin").classList.toggle("hidden", !passkeysAvailable());
+  showPasskeySignIn();
   $("signinnote").classList.toggle("hidden", !S.setupRequired && !S.deviceCode);
   $("signinnote").textContent = S.setupRequired
     ? "No account exists yet: open the setup link that circle serve printed when it started."
@@ -642,7 +648,8 @@ function enterApp(profile, list) {
   loadPeople();
   const last = sessionStorage.getItem("circle.current");
   if (last && !PHONE.matches && S.circles.some((circle) => circle.name === last)) openCircle(last);
-  if (S.deviceCode && S.csrf) openDeviceApproval(S.deviceCode);
+  // Signed in by token, the server decides: the token's user needs an account to approve.
+  if (S.deviceCode) openDeviceApproval(S.deviceCode);
 }
 
 /// The signed-in person at the bottom of the circle list: avatar (their photo, or initials) and name.
@@ -2750,8 +2757,78 @@ async function openAdmin() {
       await fillInvites(invites, inviteError);
     } catch (failure) { inviteError.textContent = failure.message; }
   }, hours.row, uses.row, circles, create, inviteError);
-  openSheet("Admin", "admin", section("People", users, error), section("Invite someone", form, made), section("Invites", invites));
-  await Promise.all([fillUsers(users, error), fillInvites(invites, inviteError)]);
+  const webhooks = el("ul", "rows webhooks");
+  const webhookError = errorLine();
+  openSheet("Admin", "admin", section("People", users, error), section("Invite someone", form, made), section("Invites", invites),
+    section("Webhooks", webhooks, webhookError));
+  await Promise.all([fillUsers(users, error), fillInvites(invites, inviteError), fillWebhooks(webhooks, webhookError)]);
+}
+
+/// The webhook subscriptions (docs/API.md, "Webhooks"): state, what they get, their deliveries
+/// by state; each opens its newest deliveries, where a failed one can be sent again.
+async function fillWebhooks(list, error) {
+  try {
+    const { webhooks } = await api("/v1/admin/webhooks");
+    list.replaceChildren(...webhooks.map((hook) => webhookItem(hook, list, error)));
+    if (!webhooks.length) list.append(el("li", "hint", "No webhooks. circle admin webhook add URL subscribes one."));
+  } catch (failure) { error.textContent = failure.message; }
+}
+
+function webhookItem(hook, list, error) {
+  const item = el("li", "row-item webhook");
+  item.dataset.id = hook.id;
+  item.dataset.status = hook.status;
+  const text = el("div", "row-text");
+  text.append(el("strong", undefined, hook.url), " ", el("span", "tag" + (hook.status === "active" ? "" : " bad"), hook.status));
+  const counts = ["pending", "delivered", "failed"].map((state) => `${hook.deliveries[state] || 0} ${state}`).join(" · ");
+  const scope = (hook.circle ? "#" + hook.circle : "every circle") + " · " + hook.events.join(", ") + (hook.bot ? " · bot " + hook.bot : "");
+  text.append(el("span", "hint", `${scope} · ${counts}`));
+  if (hook.disabledReason) text.append(el("span", "hint webhook-reason", hook.disabledReason));
+  const deliveries = el("ul", "rows deliveries hidden");
+  const actions = el("div", "row-actions");
+  const show = button("Deliveries", "", async () => {
+    const opening = deliveries.classList.contains("hidden");
+    deliveries.classList.toggle("hidden", !opening);
+    if (opening) await fillDeliveries(hook, deliveries, list, error);
+  });
+  show.setAttribute("aria-label", "Deliveries of " + hook.url);
+  const toggle = button(hook.status === "active" ? "Disable" : "Enable", hook.status === "active" ? "" : "primary", async () => {
+    error.textContent = "";
+    try {
+      const updated = await api("/v1/admin/webhooks/" + encodeURIComponent(hook.id), { method: "PATCH", body: JSON.stringify({ enabled: hook.status !== "active" }) });
+      item.replaceWith(webhookItem(updated, list, error));
+    } catch (failure) { error.textContent = failure.message; }
+  });
+  actions.append(show, toggle);
+  item.append(text, actions, deliveries);
+  return item;
+}
+
+async function fillDeliveries(hook, target, list, error) {
+  try {
+    const { deliveries } = await api("/v1/admin/webhooks/" + encodeURIComponent(hook.id) + "/deliveries?limit=20");
+    target.replaceChildren(...deliveries.map((delivery) => {
+      const row = el("li", "row-item delivery");
+      row.dataset.id = delivery.id;
+      row.dataset.status = delivery.status;
+      const last = delivery.lastError || (delivery.lastStatus ? `answered ${delivery.lastStatus}` : "not tried yet");
+      const line = el("div", "row-text");
+      line.append(el("span", "tag" + (delivery.status === "failed" ? " bad" : ""), delivery.status), " ",
+        `#${delivery.circle}/${delivery.seq} ${delivery.event} · ${delivery.attempts} attempt${delivery.attempts === 1 ? "" : "s"} · ${last}`);
+      row.append(line);
+      if (delivery.status === "failed") {
+        const retry = button("Send again", "", async () => {
+          try {
+            await api("/v1/admin/webhooks/" + encodeURIComponent(hook.id) + "/deliveries/" + encodeURIComponent(delivery.id) + "/retry", { method: "POST" });
+            await fillDeliveries(hook, target, list, error);
+          } catch (failure) { error.textContent = failure.message; }
+        });
+        row.append(retry);
+      }
+      return row;
+    }));
+    if (!deliveries.length) target.append(el("li", "hint", "No deliveries yet."));
+  } catch (failure) { error.textContent = failure.message; }
 }
 
 async function fillUsers(list, error) {
@@ -2984,8 +3061,8 @@ async function start() {
 window.addEventListener("hashchange", () => {
   const link = takeFragment();
   if (link && link.kind === "device") {
-    if (S.user && S.csrf) openDeviceApproval(link.token);
-    else { S.deviceCode = link.token; if (!S.user) showSignIn(""); }
+    if (S.user) openDeviceApproval(link.token);
+    else { S.deviceCode = link.token; showSignIn(""); }
     return;
   }
   if (!link || S.user) return;

@@ -1,0 +1,116 @@
+import CircleWire
+import Foundation
+import Testing
+
+@testable import CircleServer
+
+/// Webhook rules without I/O: which entries a subscription gets, signatures, retries.
+@Suite("Webhooks: planning, signatures, retries")
+struct WebhookTests {
+    @Test("the Standard Webhooks signature of the specification's example (checked with the standardwebhooks package)")
+    func signature() {
+        let body = Array(#"{"test": 2432232314}"#.utf8)
+        let signature = WebhookSignature.sign(id: "msg_p5jXN8AQM9LWM0D4loKWxJek", timestamp: 1_614_265_330, body: body, secrets: ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"])
+        #expect(signature == "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=")
+        let two = WebhookSignature.sign(id: "msg_x", timestamp: 1, body: body, secrets: [WebhookSignature.newSecret(), "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"])
+        #expect(two.split(separator: " ").count == 2)
+        #expect(WebhookSignature.key("whsec_short") == nil)
+        #expect(WebhookSignature.newSecret().hasPrefix("whsec_"))
+    }
+
+    @Test("a commit's deliveries: each stored entry, each active subscription that wants its circle and event")
+    func planning() {
+        var known = CommitPlan.Known()
+        known.circles[BinaryText("general")] = .init(lastSeq: 0, owner: "ada", isPrivate: false)
+        known.circles[BinaryText("random")] = .init(lastSeq: 0, owner: "ada", isPrivate: false)
+        let posts = [
+            NewPost(circle: "general", author: "ada", clientID: "a", text: "hi", attachment: nil, time: 5),
+            NewPost(circle: "random", author: "ada", clientID: "b", text: "yo", attachment: nil, time: 5),
+            NewPost(circle: "general", author: "ada", clientID: "c", text: nil, attachment: nil, time: 5, change: .react, target: 1, emoji: "👍"),
+        ]
+        let plan = CommitPlan(posts: posts, known: known)
+        var off = Webhook(id: "off", url: "", circle: nil, events: Set(WebhookEvent.allCases), secrets: [], createdBy: "", createdAt: 0)
+        off.status = .disabled
+        let webhooks = [
+            Webhook(id: "all", url: "", circle: nil, events: Set(WebhookEvent.allCases), secrets: [], createdBy: "", createdAt: 0),
+            Webhook(id: "general-reactions", url: "", circle: "general", events: [.reaction], secrets: [], createdBy: "", createdAt: 0),
+            off,
+        ]
+        let deliveries = plan.webhookDeliveries(webhooks, now: 9)
+        #expect(deliveries.map { "\($0.webhook) \($0.circle)/\($0.seq) \($0.event.rawValue)" } == [
+            "all general/1 post", "all random/1 post", "all general/2 reaction", "general-reactions general/2 reaction",
+        ])
+        #expect(deliveries.allSatisfy { $0.nextAttemptAt == 9 && $0.createdAt == 5 })
+        #expect(plan.webhookDeliveries([], now: 9).isEmpty)
+        #expect(Set(deliveries.map(\.id)).count == deliveries.count)
+    }
+
+    @Test("retries back off exponentially with jitter, up to the longest wait, and give up after the limit")
+    func retries() {
+        let policy = WebhookRetryPolicy(first: .seconds(5), longest: .seconds(60), jitter: 0.2, giveUpAfter: .seconds(3600))
+        let delivery = WebhookDelivery(id: "msg", webhook: "w", circle: "c", seq: 1, event: .post, createdAt: 0, nextAttemptAt: 0)
+        func wait(_ attempt: Int, random: Double) -> Int64? {
+            guard case .retry(_, _, let at) = policy.afterFailure(delivery, attempt: attempt, now: 1000, status: 500, error: "x", random: random) else { return nil }
+            return at - 1000
+        }
+        #expect(wait(1, random: 0.5) == 5000)
+        #expect(wait(2, random: 0.5) == 10_000)
+        #expect(wait(3, random: 0.5) == 20_000)
+        #expect(wait(10, random: 0.5) == 60_000, "capped")
+        #expect(wait(1, random: 0) == 4000)
+        #expect(wait(1, random: 0.999_999)! > 5990)
+        guard case .failed(let status, _, let reason) = policy.afterFailure(delivery, attempt: 40, now: 3_600_000, status: 503, error: "down", random: 0.5) else {
+            Issue.record("an hour old: given up")
+            return
+        }
+        #expect(status == 503)
+        #expect(reason.contains("down"))
+    }
+
+    @Test("the payload: type, an RFC 3339 timestamp and the entry")
+    func payload() throws {
+        let entry = CirclePost(circle: "general", seq: 3, author: "ada", text: "hi", attachment: nil, time: 1, id: "p")
+        let body = WebhookPayload.body(event: .post, entry: entry, circle: "general", seq: 3, at: 1_614_265_330_123)
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(body)) as? [String: Any])
+        #expect(json["type"] as? String == "post")
+        #expect(json["timestamp"] as? String == "2021-02-25T15:02:10.123Z")
+        let data = try #require(json["data"] as? [String: Any])
+        #expect(data["seq"] as? Int == 3)
+        #expect((data["entry"] as? [String: Any])?["text"] as? String == "hi")
+    }
+
+    @Test("a bot's reply: JSON text within the limit becomes a post; anything else is no reply or a stated problem")
+    func replies() {
+        func parse(_ body: String, status: Int = 200, type: String? = "application/json") -> Result<WebhookReply, WebhookReply.Problem>? {
+            WebhookReply.parse(status: status, contentType: type, body: Array(body.utf8), maxTextBytes: 10)
+        }
+        #expect(parse(#"{"text":"pong"}"#) == .success(WebhookReply(text: "pong")))
+        #expect(parse(#"{"text":"pong","extra":[1,2]}"#, type: "Application/JSON; charset=utf-8") == .success(WebhookReply(text: "pong")))
+        #expect(parse(#"{"text":"a\nb\tc"}"#) == .success(WebhookReply(text: "a\nb\tc")))
+        #expect(parse(#"{"text":"pong"}"#, status: 500) == nil, "a failed delivery has no reply")
+        #expect(parse(#"{"text":"pong"}"#, type: "text/plain") == nil)
+        #expect(parse(#"{"text":"pong"}"#, type: nil) == nil)
+        #expect(parse("", status: 204) == nil)
+        if case .failure(.notJSON)? = parse("not json") {} else { Issue.record("a body that is not JSON: \(String(describing: parse("not json")))") }
+        #expect(parse("[1]") == .failure(.notAnObject))
+        #expect(parse(#"{"text":3}"#) == .failure(.noText))
+        #expect(parse(#"{"text":"  \n "}"#) == .failure(.emptyText))
+        #expect(parse(#"{"text":"12345678901"}"#) == .failure(.tooLong(limit: 10)))
+        #expect(parse(#"{"text":"a\u0007"}"#) == .failure(.controlCharacters))
+        #expect(parse(String(repeating: "[", count: 100)) != nil, "deep nesting is a parse error, not a crash")
+    }
+
+    @Test("a bot's own entries are not delivered to its subscription")
+    func botsDoNotHearThemselves() {
+        var known = CommitPlan.Known()
+        known.circles[BinaryText("general")] = .init(lastSeq: 0, owner: "ada", isPrivate: false)
+        let posts = [
+            NewPost(circle: "general", author: "ada", clientID: "a", text: "@pingbot ping", attachment: nil, time: 5),
+            NewPost(circle: "general", author: "pingbot", clientID: "b", text: "pong", attachment: nil, time: 5),
+        ]
+        let plan = CommitPlan(posts: posts, known: known)
+        let hook = Webhook(id: "bot", url: "", circle: nil, events: Set(WebhookEvent.allCases), secrets: [], bot: "pingbot", createdBy: "", createdAt: 0)
+        let other = Webhook(id: "log", url: "", circle: nil, events: Set(WebhookEvent.allCases), secrets: [], createdBy: "", createdAt: 0)
+        #expect(plan.webhookDeliveries([hook, other], now: 1).map { "\($0.webhook) \($0.seq)" } == ["bot 1", "log 1", "log 2"])
+    }
+}
