@@ -522,7 +522,7 @@ actor ClientCore {
             self.logger.warning("server error without id", metadata: ["code": "\(code)", "message": "\(text)"])
         case .post(let post):
             self.deliver(post)
-        case .history(let id, _, _, _, _), .circles(let id, _):
+        case .history(let id, _, _, _, _), .circles(let id, _), .search(let id, _):
             self.resolveRequest(id, .success(message))
         case .read(let circle, let seq):
             self.broadcast(.read(seq: seq), in: circle)

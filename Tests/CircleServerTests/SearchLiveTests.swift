@@ -136,6 +136,32 @@ struct SearchLiveTests {
         }
     }
 
+    @Test("the circle.v1 search request answers what GET /v1/search answers, and refuses alike")
+    func overWebSocket() async throws {
+        try await Self.withSearchServer { server, alice in
+            let reply = try await alice.request { .search(HTTPAPI.SearchRequest(q: "deploy", order: "newest", limit: 2), id: $0) }
+            guard case .search(_, let results) = reply else { throw TestFailure("no search page: \(reply)") }
+            let http = try await Self.search(server, "alice", [("q", "deploy"), ("order", "newest"), ("limit", "2")])
+            #expect(results == http)
+            #expect(results.hits.count == 2 && results.next != nil)
+            let rest = try await alice.request { .search(HTTPAPI.SearchRequest(q: "deploy", order: "newest", limit: 2, cursor: results.next), id: $0) }
+            guard case .search(_, let second) = rest else { throw TestFailure("no second page: \(rest)") }
+            #expect(second.hits.count == 1 && second.next == nil)
+            let refusals: [(HTTPAPI.SearchRequest, CircleErrorCode)] = [
+                (HTTPAPI.SearchRequest(q: ""), .nothingToFind),
+                (HTTPAPI.SearchRequest(q: "deploy", limit: 0), .badRequest),
+                (HTTPAPI.SearchRequest(q: "deploy", order: "random"), .badRequest),
+                (HTTPAPI.SearchRequest(q: "deploy", before: "soon"), .badDate),
+                (HTTPAPI.SearchRequest(q: "deploy", circle: "nope"), .notFound),
+                (HTTPAPI.SearchRequest(q: "deploy", cursor: "x"), .badCursor),
+            ]
+            for (asked, code) in refusals {
+                let answer = try await alice.request { .search(asked, id: $0) }
+                #expect(answer.errorCode == code, "\(asked): \(answer)")
+            }
+        }
+    }
+
     @Test("a space in a query string may be written + or %20")
     func formEncoding() async throws {
         try await Self.withSearchServer { server, _ in
