@@ -907,6 +907,25 @@ actor ClientCore {
         return circles
     }
 
+    /// A search: asked on the connection, or answered from the offline cache when there is none.
+    func search(_ request: HTTPAPI.SearchRequest) async throws -> CircleSearchResults {
+        if self.socket == nil, self.caching {
+            guard let query = CachedSearch(request) else {
+                throw CircleClientError(.server(.nothingToFind), "give a word or a \"phrase\" to search for")
+            }
+            let offset = request.cursor.flatMap { $0.hasPrefix("cache:") ? Int($0.dropFirst(6)) : nil } ?? 0
+            let limit = min(max(request.limit ?? HTTPAPI.SearchRequest.defaultLimit, 1), HTTPAPI.SearchRequest.maxLimit)
+            let posts = self.circles.values.flatMap { $0.timeline?.posts ?? [] }
+            let page = query.hits(in: posts, offset: max(0, offset), limit: limit)
+            return CircleSearchResults(hits: page.hits, next: page.more ? "cache:\(max(0, offset) + page.hits.count)" : nil, fromCache: true)
+        }
+        let reply = try await self.request { .search(request, id: $0) }
+        guard case .search(_, let results) = reply else {
+            throw CircleClientError(.badRequest, "unexpected reply \(reply)")
+        }
+        return CircleSearchResults(hits: results.hits, next: results.next)
+    }
+
     func cachedPosts(in circle: String) -> [CirclePost] {
         self.circles[circle]?.timeline?.posts ?? []
     }
