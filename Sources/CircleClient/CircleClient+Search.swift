@@ -40,7 +40,7 @@ extension CircleClient {
     /// - Returns: A page of hits.
     /// - Throws: ``CircleClientError`` with the server's code (`query_too_long`,
     ///   `too_many_terms`, `nothing_to_find`, `bad_date`, `bad_cursor`, `forbidden`,
-    ///   `not_found`, `search_timed_out`, …), `timed_out`, or `not_connected`.
+    ///   `not_found`, `search_timed_out`, `still_indexing`, …), `timed_out`, or `not_connected`.
     public func search(_ request: HTTPAPI.SearchRequest) async throws -> CircleSearchResults {
         try await self.core.search(request)
     }

@@ -58,6 +58,9 @@ public struct CircleErrorCode: RawRepresentable, Hashable, Sendable, Codable, Cu
     public static let badDate = Self(rawValue: "bad_date")
     /// `search`: a cursor not made by this search (another order, damaged, too deep) (HTTP 400).
     public static let badCursor = Self(rawValue: "bad_cursor")
+    /// `search`: the server is still indexing the posts stored before its search index
+    /// existed (after an upgrade); retry later (HTTP 503 with `Retry-After`).
+    public static let stillIndexing = Self(rawValue: "still_indexing")
     /// `search`: stopped at its time bound; narrow the search (HTTP 422).
     public static let searchTimedOut = Self(rawValue: "search_timed_out")
     /// Something failed inside the server; the request may be retried.

@@ -5,7 +5,7 @@ import Testing
 
 @testable import CircleServer
 
-/// The SQLite search index (schema step 6), as the post writer keeps it.
+/// The SQLite search index (schema step 7), as the post writer keeps it.
 extension SQLiteStoreTests {
     /// The posts in the index, as `seq`s of circle "a", read on a connection of the test's own.
     func indexedSeqs(_ path: String, trigrams: Bool = false) async throws -> [Int64] {

@@ -66,13 +66,14 @@ struct SearchRoutes: Sendable {
 
     /// The HTTP answer to a refused search: 400 for what the request says, 403/404 for a circle
     /// it names, 422 for a search stopped at its time bound, 503 (with `Retry-After`) when the
-    /// store could not answer.
+    /// store could not answer or is still indexing the posts of an upgraded database.
     static func apiError(_ refusal: SearchRefusal) -> APIError {
         switch refusal.code {
         case .notFound: return APIError(.notFound, refusal.code, refusal.message)
         case .forbidden: return APIError(.forbidden, refusal.code, refusal.message)
         case .searchTimedOut: return APIError(.unprocessableContent, refusal.code, refusal.message)
         case .unavailable: return APIError(.serviceUnavailable, refusal.code, refusal.message, headers: [.retryAfter: "1"])
+        case .stillIndexing: return APIError(.serviceUnavailable, refusal.code, refusal.message, headers: [.retryAfter: "5"])
         default: return APIError(.badRequest, refusal.code, refusal.message)
         }
     }

@@ -80,6 +80,7 @@ struct SearchAnswer: Sendable {
             switch error.code {
             case .timedOut: throw SearchRefusal(.searchTimedOut, "the search took longer than it may; narrow it (a circle, an author, a time, rarer words)")
             case .badCursor: throw SearchRefusal(.badCursor, error.message)
+            case .stillIndexing: throw SearchRefusal(.stillIndexing, error.message)
             }
         } catch let error as StoreError {
             throw SearchRefusal(.unavailable, "the search could not be answered now (\(error.message)); retry")

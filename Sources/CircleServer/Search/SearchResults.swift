@@ -116,6 +116,9 @@ public struct SearchError: Error, Sendable, Hashable, CustomStringConvertible {
         case timedOut = "search_timed_out"
         /// The cursor was not made by this kind of search (another order, damaged, too deep).
         case badCursor = "bad_cursor"
+        /// The index does not hold every post yet: posts stored before it existed are being
+        /// indexed in the background (SQLite, after an upgrade). Ask again later.
+        case stillIndexing = "still_indexing"
     }
 
     public var code: Code

@@ -288,9 +288,20 @@ extension SQLiteStore {
                 )
                 """,
                 // The step indexes no post stored before it: it stays short on a large database. Those
-                // posts have no `search_docs` row; a backfill can index them later in small write
-                // transactions (the posts without a row, in (circle, seq) order from where it stopped),
-                // beside commits, which index every post they store or change.
+                // posts have no `search_docs` row; the backfill (SQLiteStore+SearchBackfill.swift)
+                // indexes them in the background in small write transactions, in (circle, seq) order
+                // from where it stopped (this row), beside commits, which index every post they store
+                // or change. Searches answer "still indexing" until it is done.
+                """
+                CREATE TABLE search_backfill (
+                    id INTEGER PRIMARY KEY CHECK (id = 1),
+                    done INTEGER NOT NULL,
+                    circle TEXT NOT NULL DEFAULT '',
+                    seq INTEGER NOT NULL DEFAULT 0,
+                    indexed INTEGER NOT NULL DEFAULT 0
+                ) STRICT
+                """,
+                "INSERT INTO search_backfill (id, done) SELECT 1, NOT EXISTS (SELECT 1 FROM posts)",
             ]
         ),
     ]

@@ -1,6 +1,7 @@
 import CircleWire
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import SQLiteNIO
@@ -38,6 +39,9 @@ public final class SQLiteStore: CircleStore {
     /// Read-only handles for searches, which a timer may interrupt.
     let searcher: SQLiteSearcher
     private let gate = Gate()
+    /// Whether the search index holds every post (`search_backfill.done`), once read: `true`
+    /// stays true; `nil` means ask the database.
+    let searchIndexDone = NIOLockedValueBox<Bool?>(nil)
     let logger: Logger
 
     /// How long a statement waits for a lock held by another process before failing.
