@@ -2,17 +2,27 @@ import CircleServer
 import CircleTestSupport
 import CircleWire
 import Foundation
+import Logging
 import Testing
 
-/// `GET /v1/search` against a real server on loopback with its SQLite store: readable circles
+/// `GET /v1/search` against a real server on loopback with its SQLite store (and once with PostgreSQL): readable circles
 /// only, snippets, paging, and every documented refusal.
 @Suite("Search over HTTP, live")
 struct SearchLiveTests {
     /// A server with alice's public `general` and private `team` (bob is in neither list of
     /// members of `team`), and posts acked in both before `body` runs.
-    static func withSearchServer(_ body: (TestServer, TestClient) async throws -> Void) async throws {
+    static func withSearchServer(postgres: Bool = false, _ body: (TestServer, TestClient) async throws -> Void) async throws {
         let server = TestServer()
         defer { server.remove() }
+        var pool: Task<Void, Never>?
+        if postgres {
+            var logger = Logger(label: "circle.test.search")
+            logger.logLevel = .warning
+            let store = try PostgresStore(url: try await PostgresTestServer.shared.freshDatabase(), logger: logger)
+            pool = Task { await store.run() }
+            server.store = store
+        }
+        defer { pool?.cancel() }
         try await server.start()
         try await server.createCircle("general", owner: "alice")
         try await server.createCircle("team", owner: "alice", isPrivate: true)
@@ -77,6 +87,30 @@ struct SearchLiveTests {
             #expect(future.hits.isEmpty)
             let past = try await Self.search(server, "alice", [("q", "deploy"), ("before", "2999-01-01T00:00:00Z")])
             #expect(past.hits.count == 3)
+        }
+    }
+
+    @Test("on PostgreSQL: the same hits, paging and refusals over HTTP and the WebSocket")
+    func overPostgres() async throws {
+        try await Self.withSearchServer(postgres: true) { server, alice in
+            let bob = try await Self.search(server, "bob", [("q", "deploy"), ("order", "newest")])
+            #expect(bob.hits.map { "\($0.circle)#\($0.seq)" } == ["general#3", "general#1"])
+            #expect(bob.hits.allSatisfy { $0.snippet.contains("\u{E000}") && $0.snippet.contains("\u{E001}") }, "\(bob.hits.map(\.snippet))")
+            #expect(try await Self.search(server, "bob", [("q", "cafe")]).hits.map(\.seq) == [2])
+            let first = try await Self.search(server, "alice", [("q", "deploy"), ("order", "newest"), ("limit", "2")])
+            let second = try await Self.search(server, "alice", [("q", "deploy"), ("order", "newest"), ("limit", "2"), ("cursor", first.next ?? "")])
+            #expect(Set((first.hits + second.hits).map { "\($0.circle)#\($0.seq)" }) == ["general#3", "team#1", "general#1"])
+            #expect(second.next == nil)
+            for (items, status, code) in [
+                ([("q", "deploy"), ("circle", "team")], 403, CircleErrorCode.forbidden), ([("q", "-deploy")], 400, .nothingToFind),
+                ([("q", #"NEAR(deploy, 2) "unbalanced"#), ("cursor", "x")], 400, .badCursor),
+            ] {
+                let refusal = try await Self.refusal(server, "bob", items)
+                #expect(refusal.status == status && refusal.code == code, "\(items): \(refusal)")
+            }
+            let reply = try await alice.request { .search(HTTPAPI.SearchRequest(q: "secret"), id: $0) }
+            guard case .search(_, let results) = reply else { throw TestFailure("no search page: \(reply)") }
+            #expect(results.hits.map(\.circle) == ["team"])
         }
     }
 
