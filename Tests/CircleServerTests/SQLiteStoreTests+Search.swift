@@ -80,6 +80,44 @@ extension SQLiteStoreTests {
         }
     }
 
+    /// The backfill indexes an upgraded database's posts exactly as the post writer would (a NUL
+    /// and text after it included), so that later edits and deletes remove the very tokens.
+    @Test func searchBackfillIndexesOldPostsExactly() async throws {
+        try await self.withDatabasePath { path in
+            let old = try await SQLiteStore.open(path: path, logger: Self.logger)
+            try await old.migrate(upTo: SQLiteStore.schemaVersion - 1)
+            let insert = "INSERT INTO posts (circle, seq, author, client_id, text, attachment, time, deleted) VALUES"
+            for statement in [
+                "INSERT INTO circles (name, owner, private, created_at, last_seq) VALUES ('a', 'alice', 0, 1, 4)",
+                "\(insert) ('a', 1, 'alice', 'o1', 'plain old words', NULL, 10, 0)",
+                "\(insert) ('a', 2, 'alice', 'o2', 'before' || char(0) || ' 東京タワー after', NULL, 20, 0)",
+                "\(insert) ('a', 3, 'alice', 'o3', '', 'm', 30, 0)",
+                "\(insert) ('a', 4, 'alice', 'o4', NULL, NULL, 40, 1)",
+            ] {
+                try await old.execute(statement)
+            }
+            try await old.close()
+            try await self.withStore(at: path) { store in
+                #expect(try await self.indexedSeqs(path).isEmpty)
+                var rounds = 0
+                while try await !store.backfillSearchIndex(batchSize: 3).done, rounds < 5 { rounds += 1 }
+                #expect(rounds == 1)
+                #expect(try await self.indexedSeqs(path) == [1, 2])
+                #expect(try await self.indexedSeqs(path, trigrams: true) == [2])
+                try await self.checkIndex(store)
+                let found = try await store.search(try SearchQuery.parse("after タワー"), reader: "bob", options: SearchOptions())
+                #expect(found.hits.map(\.seq) == [2])
+                func change(_ change: CircleChange, _ target: Int64, id: String, text: String? = nil) -> NewPost {
+                    NewPost(circle: "a", author: "alice", clientID: id, text: text, attachment: nil, time: 50, change: change, target: target)
+                }
+                _ = try await store.commit([change(.edit, 2, id: "e1", text: "plain now"), change(.delete, 1, id: "d1")])
+                #expect(try await self.indexedSeqs(path) == [2])
+                #expect(try await self.indexedSeqs(path, trigrams: true).isEmpty)
+                try await self.checkIndex(store)
+            }
+        }
+    }
+
     @Test func searchIndexCheckNoticesADifference() async throws {
         try await self.withStore { store in
             _ = try await store.createCircle(name: "a", owner: "alice", isPrivate: false, createdAt: 1)

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import NIOConcurrencyHelpers
+import NIOCore
 import SQLiteNIO
 
 /// The search index of a database from before it existed: the posts stored before the schema
@@ -40,24 +41,28 @@ extension SQLiteStore {
                 if state.column("done")?.integer == 1 { return SearchBackfillProgress(indexed: indexed, done: true) }
                 let rows = try await connection.query(
                     """
-                    SELECT p.circle, p.seq, p.text, p.change IS NULL AND p.deleted = 0 AND p.text IS NOT NULL AND p.text <> '' AS searchable,
+                    SELECT p.circle, p.seq, CAST(p.text AS BLOB) AS bytes, p.change IS NULL AND p.deleted = 0 AND p.text IS NOT NULL AND p.text <> '' AS searchable,
                         EXISTS (SELECT 1 FROM search_docs AS d WHERE d.circle = p.circle AND d.seq = p.seq) AS present
                     FROM posts AS p WHERE (p.circle, p.seq) > (?1, ?2) ORDER BY p.circle, p.seq LIMIT ?3
                     """,
                     [.text(state.column("circle")?.string ?? ""), .integer(state.column("seq")?.integer ?? 0), .integer(SQLiteInt64(max(1, batchSize)))]
                 )
                 for row in rows where row.column("searchable")?.integer == 1 && row.column("present")?.integer == 0 {
-                    guard let circle = row.column("circle")?.string, let seq = row.column("seq")?.integer, let text = row.column("text")?.string else { continue }
-                    let trigrams = CommitPlan.needsTrigrams(text)
+                    // The text goes from `posts` to the index inside SQLite: the very bytes the post
+                    // writer reads back to remove it (sqlite-nio's text would stop at a NUL).
+                    guard let circle = row.column("circle")?.string, let seq = row.column("seq")?.integer, let bytes = row.column("bytes")?.blob else { continue }
+                    let trigrams = CommitPlan.needsTrigrams(String(buffer: bytes))
                     guard
                         let id = try await connection.query(
                             "INSERT INTO search_docs (circle, seq, trigrams) VALUES (?1, ?2, ?3) RETURNING id",
                             [.text(circle), .integer(seq), .integer(trigrams ? 1 : 0)]
                         ).first?.column("id")?.integer
                     else { continue }
-                    _ = try await connection.query("INSERT INTO search_words (rowid, text) VALUES (?1, ?2)", [.integer(id), .text(text)])
-                    if trigrams {
-                        _ = try await connection.query("INSERT INTO search_trigrams (rowid, text) VALUES (?1, ?2)", [.integer(id), .text(text)])
+                    for table in trigrams ? ["search_words", "search_trigrams"] : ["search_words"] {
+                        _ = try await connection.query(
+                            "INSERT INTO \(table) (rowid, text) SELECT ?1, text FROM posts WHERE circle = ?2 AND seq = ?3",
+                            [.integer(id), .text(circle), .integer(seq)]
+                        )
                     }
                     indexed += 1
                 }
