@@ -25,6 +25,19 @@ extension CircleClient {
         try await self.api.call(.GET, HTTPAPI.Path.circles, as: HTTPAPI.CircleList.self).circles
     }
 
+    /// `GET /v1/search`: the page ``search(_:)`` gives when connected, asked over HTTP (no
+    /// connection needed; no answer from the offline cache).
+    ///
+    /// - Parameter request: What to find; `q` is required.
+    /// - Returns: A page of hits and the cursor of the next.
+    public func searchPage(_ request: HTTPAPI.SearchRequest) async throws -> HTTPAPI.SearchResults {
+        var query = URLComponents()
+        query.queryItems = request.queryItems.map { URLQueryItem(name: $0.name, value: $0.value) }
+        // A literal + in a query string reads as a space (form encoding): send it escaped.
+        let encoded = (query.percentEncodedQuery ?? "").replacingOccurrences(of: "+", with: "%2B")
+        return try await self.api.call(.GET, HTTPAPI.Path.search + "?" + encoded, as: HTTPAPI.SearchResults.self)
+    }
+
     /// The people with accounts on the server (active ones), with their display names and
     /// photos; empty on a server whose users all come from an app's tokens.
     public func profiles() async throws -> [HTTPAPI.Profile] {

@@ -522,7 +522,7 @@ actor ClientCore {
             self.logger.warning("server error without id", metadata: ["code": "\(code)", "message": "\(text)"])
         case .post(let post):
             self.deliver(post)
-        case .history(let id, _, _, _, _), .circles(let id, _):
+        case .history(let id, _, _, _, _), .circles(let id, _), .search(let id, _):
             self.resolveRequest(id, .success(message))
         case .read(let circle, let seq):
             self.broadcast(.read(seq: seq), in: circle)
@@ -905,6 +905,25 @@ actor ClientCore {
             throw CircleClientError(.badRequest, "unexpected reply \(reply)")
         }
         return circles
+    }
+
+    /// A search: asked on the connection, or answered from the offline cache when there is none.
+    func search(_ request: HTTPAPI.SearchRequest) async throws -> CircleSearchResults {
+        if self.socket == nil, self.caching {
+            guard let query = CachedSearch(request) else {
+                throw CircleClientError(.server(.nothingToFind), "give a word or a \"phrase\" to search for")
+            }
+            let offset = request.cursor.flatMap { $0.hasPrefix("cache:") ? Int($0.dropFirst(6)) : nil } ?? 0
+            let limit = min(max(request.limit ?? HTTPAPI.SearchRequest.defaultLimit, 1), HTTPAPI.SearchRequest.maxLimit)
+            let posts = self.circles.values.flatMap { $0.timeline?.posts ?? [] }
+            let page = query.hits(in: posts, offset: max(0, offset), limit: limit)
+            return CircleSearchResults(hits: page.hits, next: page.more ? "cache:\(max(0, offset) + page.hits.count)" : nil, fromCache: true)
+        }
+        let reply = try await self.request { .search(request, id: $0) }
+        guard case .search(_, let results) = reply else {
+            throw CircleClientError(.badRequest, "unexpected reply \(reply)")
+        }
+        return CircleSearchResults(hits: results.hits, next: results.next)
     }
 
     func cachedPosts(in circle: String) -> [CirclePost] {

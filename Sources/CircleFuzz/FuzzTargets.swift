@@ -41,6 +41,11 @@ enum FuzzTarget: String, CaseIterable {
     /// the `Content-Type`, the rest is the body. A reply must keep its promises: non-empty text
     /// within the limit, no control characters but tab and newline.
     case webhookReply = "webhook-reply"
+    /// What a person types into a search box (``SearchQuery/parse(_:)``), as UTF-8 (invalid
+    /// sequences replaced). A parsed query must keep its promises: something to find, no empty
+    /// term, no control character in a term, at most ``SearchQuery/Limits/maxTerms`` terms and
+    /// filters, the same query when parsed again.
+    case searchQuery = "search-query"
 
     func run(_ bytes: [UInt8]) {
         switch self {
@@ -61,7 +66,30 @@ enum FuzzTarget: String, CaseIterable {
             Self.jwks(bytes)
         case .webhookReply:
             Self.webhookReply(bytes)
+        case .searchQuery:
+            Self.searchQuery(bytes)
         }
+    }
+
+    private static func searchQuery(_ bytes: [UInt8]) {
+        let text = String(decoding: bytes, as: UTF8.self)
+        func parsed() -> Result<SearchQuery, SearchQueryError> {
+            do {
+                return .success(try SearchQuery.parse(text))
+            } catch {
+                return .failure(error)
+            }
+        }
+        let first = parsed()
+        precondition(first == parsed(), "the same text parsed two ways")
+        guard case .success(let query) = first else { return }
+        precondition(!query.groups.isEmpty && query.groups.allSatisfy { !$0.isEmpty }, "nothing to find")
+        let terms = query.terms + query.excluded
+        precondition(terms.allSatisfy { !$0.text.isEmpty }, "an empty term")
+        precondition(!terms.contains { $0.text.unicodeScalars.contains { $0.properties.generalCategory == .control } }, "a control character in a term")
+        let filters = query.authors.count + query.circles.count + (query.before == nil ? 0 : 1) + (query.after == nil ? 0 : 1)
+        precondition(terms.count + filters <= SearchQuery.Limits.maxTerms, "more terms than the limit")
+        precondition(text.utf8.count <= SearchQuery.Limits.maxBytes, "a query over the byte limit parsed")
     }
 
     private static func webhookReply(_ bytes: [UInt8]) {

@@ -48,6 +48,21 @@ public struct CircleErrorCode: RawRepresentable, Hashable, Sendable, Codable, Cu
     /// `auth`: the new token is valid but names another user than the connection's (the
     /// connection keeps its token; reconnect to change users).
     public static let userMismatch = Self(rawValue: "user_mismatch")
+    /// `search`: the query is longer than 512 UTF-8 bytes (HTTP 400).
+    public static let queryTooLong = Self(rawValue: "query_too_long")
+    /// `search`: more than 16 terms, exclusions and filters (HTTP 400).
+    public static let tooManyTerms = Self(rawValue: "too_many_terms")
+    /// `search`: no word or phrase to look for (HTTP 400).
+    public static let nothingToFind = Self(rawValue: "nothing_to_find")
+    /// `search`: a `before`/`after` that is not a date or an ISO-8601 time (HTTP 400).
+    public static let badDate = Self(rawValue: "bad_date")
+    /// `search`: a cursor not made by this search (another order, damaged, too deep) (HTTP 400).
+    public static let badCursor = Self(rawValue: "bad_cursor")
+    /// `search`: the server is still indexing the posts stored before its search index
+    /// existed (after an upgrade); retry later (HTTP 503 with `Retry-After`).
+    public static let stillIndexing = Self(rawValue: "still_indexing")
+    /// `search`: stopped at its time bound; narrow the search (HTTP 422).
+    public static let searchTimedOut = Self(rawValue: "search_timed_out")
     /// Something failed inside the server; the request may be retried.
     public static let internalError = Self(rawValue: "internal")
 

@@ -30,19 +30,23 @@ public enum CircleAction: String, Sendable, CaseIterable, Codable {
     /// Replace the connection's token with a fresh one (`token`) for the same user: its `exp`
     /// becomes the connection's expiry. `circle` is not needed.
     case auth
+    /// Search the posts of every circle the user may read (`search` holds what to find).
+    /// `circle` is not needed.
+    case search
 
     /// The actions stored as entries of the circle's stream (each acked with its `seq`, and
     /// idempotent by request id like a post).
     public var isStored: Bool {
         switch self {
         case .post, .edit, .delete, .react, .unreact: return true
-        case .join, .leave, .history, .typing, .ping, .read, .circles, .auth: return false
+        case .join, .leave, .history, .typing, .ping, .read, .circles, .auth, .search: return false
         }
     }
 
-    /// Whether the request must name a `circle` (every action but `ping`, `circles` and `auth`).
+    /// Whether the request must name a `circle` (every action but `ping`, `circles`, `auth`
+    /// and `search`).
     public var needsCircle: Bool {
-        self != .ping && self != .circles && self != .auth
+        self != .ping && self != .circles && self != .auth && self != .search
     }
 
     /// The change a stored action makes to an earlier post (`nil` for a post).
@@ -91,6 +95,8 @@ public struct CircleRequest: Sendable, Hashable, Codable {
     public var seq: Int64?
     /// `auth`: the new access token (a JWT, at most ``CircleRequest/maxTokenBytes``).
     public var token: String?
+    /// `search`: what to find (the fields of `GET /v1/search`).
+    public var search: HTTPAPI.SearchRequest?
 
     public init(
         action: CircleAction,
@@ -107,7 +113,8 @@ public struct CircleRequest: Sendable, Hashable, Codable {
         emoji: String? = nil,
         replyTo: Int64? = nil,
         seq: Int64? = nil,
-        token: String? = nil
+        token: String? = nil,
+        search: HTTPAPI.SearchRequest? = nil
     ) {
         self.action = action
         self.id = id
@@ -124,6 +131,7 @@ public struct CircleRequest: Sendable, Hashable, Codable {
         self.replyTo = replyTo
         self.seq = seq
         self.token = token
+        self.search = search
     }
 
     public static func join(_ circle: String, id: String, since: Int64? = nil, quiet: Bool? = nil) -> CircleRequest {
@@ -169,6 +177,11 @@ public struct CircleRequest: Sendable, Hashable, Codable {
 
     public static func history(of circle: String, id: String, before: Int64? = nil, after: Int64? = nil, limit: Int? = nil) -> CircleRequest {
         CircleRequest(action: .history, id: id, circle: circle, before: before, after: after, limit: limit)
+    }
+
+    /// Searches every circle the user may read (see ``CircleAction/search``).
+    public static func search(_ search: HTTPAPI.SearchRequest, id: String) -> CircleRequest {
+        CircleRequest(action: .search, id: id, circle: "", search: search)
     }
 
     public static func typing(in circle: String, id: String) -> CircleRequest {
@@ -240,7 +253,8 @@ extension CircleRequest {
             emoji: fields.optionalString("emoji"),
             replyTo: fields.optionalInteger("replyTo"),
             seq: fields.optionalInteger("seq"),
-            token: fields.optionalString("token")
+            token: fields.optionalString("token"),
+            search: fields.optionalSearch("search")
         )
         if let problem = fields.problem {
             return .failure(.init(id: id, code: .badRequest, message: problem))
@@ -293,6 +307,31 @@ extension CircleRequest {
             }
         }
 
+        /// The `search` object: the fields of ``HTTPAPI/SearchRequest``, type-checked.
+        mutating func optionalSearch(_ key: String) -> HTTPAPI.SearchRequest? {
+            switch self.object[key] {
+            case nil, .null?: return nil
+            case .object?:
+                guard let value = self.object[key] else { return nil }
+                do {
+                    return try JSONValueDecoding.decode(HTTPAPI.SearchRequest.self, from: value)
+                } catch let error as DecodingError {
+                    switch error {
+                    case .typeMismatch(_, let context), .valueNotFound(_, let context), .keyNotFound(_, let context), .dataCorrupted(let context):
+                        self.note("\"\(key)\": \(context.debugDescription)")
+                    @unknown default:
+                        self.note("\"\(key)\" does not have the expected fields")
+                    }
+                } catch {
+                    self.note("\"\(key)\" does not have the expected fields")
+                }
+                return nil
+            case let other?:
+                self.note("\"\(key)\" must be an object, not \(other.kind)")
+                return nil
+            }
+        }
+
         /// An integer field; numbers with a fraction or out of the 64-bit range are refused.
         mutating func optionalInteger(_ key: String) -> Int64? {
             switch self.object[key] {
@@ -329,6 +368,9 @@ extension CircleRequest {
             if token.utf8.count > Self.maxTokenBytes { return "\"token\" must be at most \(Self.maxTokenBytes) bytes" }
             return nil
         }
+        if self.action == .search {
+            return self.search == nil ? "\"search\" needs a \"search\" object with \"q\"" : nil
+        }
         guard self.action.needsCircle else { return nil }
         if self.circle.isEmpty { return "\"circle\" must not be empty" }
         switch self.action {
@@ -351,7 +393,7 @@ extension CircleRequest {
             if (self.before ?? 0) < 0 || (self.after ?? 0) < 0 { return "\"before\" and \"after\" must not be negative" }
         case .join:
             if let since, since < 0 { return "\"since\" must not be negative" }
-        case .leave, .typing, .ping, .circles, .auth:
+        case .leave, .typing, .ping, .circles, .auth, .search:
             break
         }
         return nil

@@ -93,6 +93,25 @@ extension CircleServerMessage {
             out.field("id", id)
             out.field("type", "circles")
             out.close()
+        case .search(let id, let results):
+            out.open()
+            out.key("hits")
+            out.raw("[")
+            for (index, hit) in results.hits.enumerated() {
+                if index > 0 { out.raw(",") }
+                out.open()
+                out.field("author", hit.author)
+                out.field("circle", hit.circle)
+                out.field("seq", hit.seq)
+                out.field("snippet", hit.snippet)
+                out.field("time", hit.time)
+                out.close()
+            }
+            out.raw("]")
+            out.field("id", id)
+            if let next = results.next { out.field("next", next) }
+            out.field("type", "search")
+            out.close()
         }
     }
 

@@ -228,15 +228,17 @@ public enum CircleServerMessage: Sendable, Hashable {
     case read(circle: String, seq: Int64)
     /// The circles the user sees, answering `circles`.
     case circles(id: String, circles: [CircleSummary])
+    /// A page of search hits, answering `search` (the body of `GET /v1/search`).
+    case search(id: String, results: HTTPAPI.SearchResults)
 }
 
 extension CircleServerMessage: Codable {
     private enum Kind: String, Codable {
-        case ack, error, post, history, joined, left, typing, gap, read, circles
+        case ack, error, post, history, joined, left, typing, gap, read, circles, search
     }
 
     private enum Keys: String, CodingKey {
-        case type, id, seq, time, duplicate, code, message, circle, user, posts, more, from, to, circles, lastSeq
+        case type, id, seq, time, duplicate, code, message, circle, user, posts, more, from, to, circles, lastSeq, hits, next
         case author, text, attachment
     }
 
@@ -282,6 +284,14 @@ extension CircleServerMessage: Codable {
             self = .read(circle: try container.decode(String.self, forKey: .circle), seq: try container.decode(Int64.self, forKey: .seq))
         case .circles:
             self = .circles(id: try container.decode(String.self, forKey: .id), circles: try container.decode([CircleSummary].self, forKey: .circles))
+        case .search:
+            self = .search(
+                id: try container.decode(String.self, forKey: .id),
+                results: HTTPAPI.SearchResults(
+                    hits: try container.decode([HTTPAPI.SearchHit].self, forKey: .hits),
+                    next: try container.decodeIfPresent(String.self, forKey: .next)
+                )
+            )
         }
     }
 
@@ -334,6 +344,11 @@ extension CircleServerMessage: Codable {
             try container.encode(Kind.circles, forKey: .type)
             try container.encode(id, forKey: .id)
             try container.encode(circles, forKey: .circles)
+        case .search(let id, let results):
+            try container.encode(Kind.search, forKey: .type)
+            try container.encode(id, forKey: .id)
+            try container.encode(results.hits, forKey: .hits)
+            try container.encodeIfPresent(results.next, forKey: .next)
         }
     }
 

@@ -34,10 +34,12 @@ struct CircleCommand: AsyncParsableCommand {
               circle chat general --user alice
               circle send general "hello" --user bob
               circle tail general --follow --json --user carol | jq .text
+              circle search deploy --user alice
             """,
         version: CircleVersion.current,
         subcommands: [
-            ServeCommand.self, TokenCommand.self, ChatCommand.self, SendCommand.self, TailCommand.self, CirclesCommand.self, UploadCommand.self,
+            ServeCommand.self, TokenCommand.self, ChatCommand.self, SendCommand.self, TailCommand.self, SearchCommand.self, CirclesCommand.self,
+            UploadCommand.self,
             DownloadCommand.self, WSCommand.self, BenchCommand.self, DiscoverCommand.self, LoginCommand.self, LogoutCommand.self,
             AdminCommand.self, BackupCommand.self, RestoreCommand.self,
         ]

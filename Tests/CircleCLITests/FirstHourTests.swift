@@ -273,7 +273,7 @@ struct FirstHourTests {
         #expect(other.stderr.contains("did you mean `circle send`?"), "\(other.stderr)")
 
         let commands: [[String]] = [
-            [], ["serve"], ["token"], ["chat"], ["send"], ["tail"], ["circle"], ["circle", "create"], ["circle", "list"], ["circle", "add-member"],
+            [], ["serve"], ["token"], ["chat"], ["send"], ["tail"], ["search"], ["circle"], ["circle", "create"], ["circle", "list"], ["circle", "add-member"],
             ["circle", "remove-member"], ["upload"], ["download"], ["ws"], ["bench"], ["bench", "client"], ["bench", "recovery"],
         ]
         for command in commands {

@@ -305,6 +305,9 @@ final class MutedStore: SharedCircleStore {
     func markRead(_ user: String, in circle: String, upTo seq: Int64) async throws -> ReadMarker {
         try await self.base.markRead(user, in: circle, upTo: seq)
     }
+    func search(_ query: SearchQuery, reader: String, options: SearchOptions) async throws -> SearchPage {
+        try await self.base.search(query, reader: reader, options: options)
+    }
     func createUpload(_ upload: MediaUpload) async throws { try await self.base.createUpload(upload) }
     func upload(id: String) async throws -> MediaUpload? { try await self.base.upload(id: id) }
     func deleteUpload(id: String) async throws { try await self.base.deleteUpload(id: id) }

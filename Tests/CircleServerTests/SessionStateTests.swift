@@ -88,6 +88,7 @@ struct SessionStateTests {
                 return ["submit \(post.clientID) at \(post.time)" + change]
             case .markRead(let request): return ["mark \(request.circle) \(request.seq ?? -1)"]
             case .listCircles(let request): return ["circles \(request.id)"]
+            case .search(let request): return ["search \(request.id)"]
             case .verifyToken(let request): return ["verify \(request.id)"]
             case .expiryChanged(let expiry): return ["expiry \(expiry.map { "\($0.uptimeNanoseconds / 1_000_000_000)" } ?? "none")"]
             case .broadcastRead(let circle, let seq): return ["tell read \(circle) \(seq)"]
@@ -468,6 +469,20 @@ struct SessionStateTests {
         #expect(Self.describe(state.circlesListed(circles, .success([summary]), now: clock.now)) == ["send \(CircleServerMessage.circles(id: "c1", circles: [summary]))"])
         let marker = HubPayload(text: ByteBuffer(string: "read 5"))
         #expect(Self.describe(state.hubEvent(.user(marker))) == ["write read 5"])
+    }
+
+    @Test("search: asked without a join, answered with the page or the refusal's own code")
+    func search() {
+        var state = Self.makeState()
+        let clock = Clock()
+        let search = CircleRequest.search(HTTPAPI.SearchRequest(q: "deploy"), id: "s1")
+        #expect(Self.describe(state.received(.success(search), now: clock.now)) == ["search s1"])
+        let page = HTTPAPI.SearchResults(hits: [HTTPAPI.SearchHit(circle: "general", seq: 3, author: "ann", time: 9, snippet: "\u{E000}deploy\u{E001}")], next: "n")
+        #expect(Self.describe(state.searchAnswered(search, .success(page), now: clock.now)) == ["send \(CircleServerMessage.search(id: "s1", results: page))"])
+        #expect(Self.describe(state.received(.success(search), now: clock.now)) == ["search s1"])
+        #expect(Self.describe(state.searchAnswered(search, .failure(SearchRefusal(.searchTimedOut, "narrow it")), now: clock.now)) == ["error s1 search_timed_out: narrow it"])
+        #expect(Self.describe(state.received(.success(search), now: clock.now)) == ["search s1"])
+        #expect(Self.describe(state.searchAnswered(search, .failure(StoreError(.unavailable, "down")), now: clock.now)).first?.hasPrefix("error s1 unavailable") == true)
     }
 
     @Test("posts are rate limited by the token bucket on the injected clock")

@@ -73,6 +73,7 @@ final class TestClient: @unchecked Sendable {
             case .error(let errorID, _, _) where errorID == id: return (message, others)
             case .history(let historyID, _, _, _, _) where historyID == id: return (message, others)
             case .circles(let listID, _) where listID == id: return (message, others)
+            case .search(let searchID, _) where searchID == id: return (message, others)
             default: others.append(message)
             }
         }

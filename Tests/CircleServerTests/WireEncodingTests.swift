@@ -53,6 +53,19 @@ import Testing
                 CircleSummary(name: "b", owner: text, private: false, createdAt: 0, lastSeq: 0),
             ]),
         ]
+        messages += [
+            .search(id: text, results: HTTPAPI.SearchResults(hits: [])),
+            .search(
+                id: "s",
+                results: HTTPAPI.SearchResults(
+                    hits: [
+                        HTTPAPI.SearchHit(circle: text, seq: 3, author: text, time: 9, snippet: "…a \u{E000}\(text)\u{E001} b…"),
+                        HTTPAPI.SearchHit(circle: "room", seq: Int64.max, author: "ana", time: -1, snippet: ""),
+                    ],
+                    next: text
+                )
+            ),
+        ]
         messages += Self.posts(text).map { .post($0) }
         return messages
     }
@@ -130,6 +143,22 @@ import Testing
         #expect((try? JSONParser.parse([0x22, 0x61, 0x0A, 0x22]).get()) == nil)  // a raw newline
         #expect((try? JSONParser.parse([0x22, 0x61, 0xFF, 0x22]).get()) == nil)  // not UTF-8
         #expect((try? JSONParser.parse([0x22, 0x61]).get()) == nil)  // unterminated
+    }
+
+    @Test("search requests carry their fields in a search object, type-checked")
+    func searchRequestsDecode() throws {
+        let decoded = try CircleRequest.decode(Array(#"{"action":"search","id":"s1","search":{"q":"deploy","order":"newest","limit":5,"circle":"ops"}}"#.utf8)).get()
+        #expect(decoded == .search(HTTPAPI.SearchRequest(q: "deploy", circle: "ops", order: "newest", limit: 5), id: "s1"))
+        for frame in [
+            #"{"action":"search","id":"s2"}"#, #"{"action":"search","id":"s3","search":"deploy"}"#, #"{"action":"search","id":"s4","search":{}}"#,
+            #"{"action":"search","id":"s5","search":{"q":5}}"#, #"{"action":"search","id":"s6","search":{"q":"x","limit":"5"}}"#,
+        ] {
+            guard case .failure(let failure) = CircleRequest.decode(Array(frame.utf8)) else {
+                Issue.record("\(frame) was accepted")
+                continue
+            }
+            #expect(failure.code == .badRequest && failure.id != nil, "\(frame): \(failure)")
+        }
     }
 
     @Test func changeRequestsDecode() throws {

@@ -64,6 +64,7 @@ struct CircleRoutes: Sendable {
         IdentityRoutes(services: services).add(public: router, authenticated: authenticated)
         WebhookRoutes(services: services).add(authenticated: authenticated)
         self.addCircles(to: authenticated)
+        SearchRoutes(search: SearchAnswer(store: services.store)).add(authenticated: authenticated)
         MediaRoutes(media: self.media).add(to: authenticated)
     }
 

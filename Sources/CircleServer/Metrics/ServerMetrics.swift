@@ -31,6 +31,10 @@ final class ServerMetrics: Sendable {
     let nodeSignalsReceived: CoreMetrics.Counter
     let nodeReads: CoreMetrics.Counter
     let heapTrims: CoreMetrics.Counter
+    /// Posts the search backfill has indexed (those stored before the index existed).
+    let searchBackfillIndexed: CoreMetrics.Meter
+    /// 1 once the search index holds every post, 0 while the backfill runs.
+    let searchIndexReady: CoreMetrics.Meter
 
     init() {
         _ = ProcessMetrics.processStart
@@ -46,6 +50,8 @@ final class ServerMetrics: Sendable {
         self.registry = registry
         self.factory = factory
         self.connections = CoreMetrics.Meter(label: "circle_connections", factory: factory)
+        self.searchBackfillIndexed = CoreMetrics.Meter(label: "circle_search_backfill_indexed_posts", factory: factory)
+        self.searchIndexReady = CoreMetrics.Meter(label: "circle_search_index_ready", factory: factory)
         self.connectionsOpened = CoreMetrics.Counter(label: "circle_connections_opened_total", factory: factory)
         self.joins = CoreMetrics.Counter(label: "circle_joins_total", factory: factory)
         self.posts = CoreMetrics.Counter(label: "circle_posts_total", factory: factory)

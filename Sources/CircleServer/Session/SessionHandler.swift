@@ -259,6 +259,8 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, Sessi
                 self.markRead(request)
             case .listCircles(let request):
                 self.listCircles(request)
+            case .search(let request):
+                self.search(request)
             case .verifyToken(let request):
                 self.verifyToken(request)
             case .expiryChanged(let expiry):
@@ -388,6 +390,16 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, Sessi
         let store = self.services.store
         self.onLoop({ try await store.circles(visibleTo: user).map(\.summary) }) { handler, result in
             handler.feed { $0.circlesListed(request, result, now: .now()) }
+        }
+    }
+
+    /// `search`: answered as `GET /v1/search` answers (``SearchAnswer``), off the loop.
+    private func search(_ request: CircleRequest) {
+        let reader = self.user.name
+        let answer = SearchAnswer(store: self.services.store)
+        let asked = request.search ?? HTTPAPI.SearchRequest(q: "")
+        self.onLoop({ try await answer.answer(asked, reader: reader) }) { handler, result in
+            handler.feed { $0.searchAnswered(request, result, now: .now()) }
         }
     }
 

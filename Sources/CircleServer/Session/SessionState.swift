@@ -119,6 +119,8 @@ struct SessionState {
         case markRead(CircleRequest)
         /// Read the user's circle list, then feed ``SessionState/circlesListed(_:_:now:)``.
         case listCircles(CircleRequest)
+        /// Answer a `search` (``SearchAnswer``), then feed ``SessionState/searchAnswered(_:_:now:)``.
+        case search(CircleRequest)
         /// Verify `auth`'s token with the server's token check, then feed
         /// ``SessionState/tokenVerified(_:_:now:)``.
         case verifyToken(CircleRequest)
@@ -360,6 +362,22 @@ struct SessionState {
         return actions
     }
 
+    /// The answer to a `search` request: a page, or a refusal with its documented code.
+    mutating func searchAnswered(_ request: CircleRequest, _ result: Result<HTTPAPI.SearchResults, any Error>, now: SessionInstant) -> [Action] {
+        var actions: [Action] = []
+        switch result {
+        case .success(let results):
+            actions.append(.send(.search(id: request.id, results: results)))
+        case .failure(let refusal as SearchRefusal):
+            self.fail(request.id, refusal.code, refusal.message, into: &actions)
+        case .failure(let error):
+            self.fail(request.id, .unavailable, "the search could not be answered now (\(error)); retry", into: &actions)
+        }
+        self.requestsInFlight -= 1
+        self.drain(now: now, into: &actions)
+        return actions
+    }
+
     /// The store's answer to a `circles` request.
     mutating func circlesListed(_ request: CircleRequest, _ result: Result<[CircleSummary], any Error>, now: SessionInstant) -> [Action] {
         var actions: [Action] = []
@@ -546,6 +564,9 @@ struct SessionState {
         case .history:
             self.requestsInFlight += 1
             actions.append(.readHistory(request))
+        case .search:
+            self.requestsInFlight += 1
+            actions.append(.search(request))
         case .typing: self.typing(request, now: now, into: &actions)
         case .ping: actions.append(.send(.ack(id: request.id, seq: nil, time: now.wallMilliseconds, duplicate: false)))
         }

@@ -206,6 +206,17 @@ public protocol CircleStore: IdentityStore, WebhookStore {
     /// newest `limit` of them, returned oldest first.
     func historySnapshot(in circle: String, before: Int64?, after: Int64?, limit: Int, viewer: String) async throws -> HistorySnapshot
 
+    /// Posts matching `query` that `reader` may read — in public circles, or in private ones they
+    /// are a member of, decided inside the store's query (a private circle they are not in adds
+    /// nothing, not even to a count) —, in their current text only: never a deleted post, an
+    /// edit entry, nor text an edit replaced. A page of at most ``SearchOptions/limit`` hits in
+    /// ``SearchOptions/order``, each with a snippet whose matched words are marked with
+    /// ``SearchHit/markStart`` and ``SearchHit/markEnd``; ``SearchPage/next`` goes on.
+    ///
+    /// Throws ``SearchError`` (`.timedOut` past ``SearchOptions/timeLimit``, `.badCursor`); a
+    /// query is always searched as plain text, so its content never makes the store fail.
+    func search(_ query: SearchQuery, reader: String, options: SearchOptions) async throws -> SearchPage
+
     /// Records a resumable upload that was just created (its bytes live in the data directory).
     func createUpload(_ upload: MediaUpload) async throws
     /// An upload, or `nil` when there is none with that id (deleted, never made).

@@ -242,6 +242,48 @@ extension PostgresStore {
             "CREATE INDEX webhook_deliveries_pending ON webhook_deliveries (webhook, circle, seq) WHERE status = 'pending'",
             "CREATE INDEX webhook_deliveries_by_webhook ON webhook_deliveries (webhook, created_at)",
         ],
+        // Full-text search: each post's current text as a generated `tsvector` (so the commit
+        // keeps it in step without a statement of its own) and a trigram index for substrings and
+        // scripts without spaces. The text configuration is 'simple' (no stemming, no stop words:
+        // the same words in every language, as SQLite's unicode61), applied to the text with its
+        // diacritics removed by `circle_search_fold`, since the `unaccent` extension is not
+        // assumed. Only `pg_trgm` is needed (a trusted extension: a database owner may create it).
+        [
+            "CREATE EXTENSION IF NOT EXISTS pg_trgm",
+            // A post's text as `text`: PostgreSQL's `text` cannot hold the NULs a post may contain.
+            """
+            CREATE FUNCTION circle_search_plain(body bytea) RETURNS text
+            LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+            DECLARE
+                at integer;
+            BEGIN
+                LOOP
+                    at := position('\\x00'::bytea IN body);
+                    EXIT WHEN at = 0;
+                    body := overlay(body PLACING ''::bytea FROM at FOR 1);
+                END LOOP;
+                RETURN convert_from(body, 'UTF8');
+            END
+            $$
+            """,
+            // Diacritics removed: decomposed (NFD), then the combining marks dropped ("Café" → "Cafe").
+            """
+            CREATE FUNCTION circle_search_fold(words text) RETURNS text
+            LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+            AS $$ SELECT regexp_replace(normalize(words, NFD), '[\\u0300-\\u036f]', '', 'g') $$
+            """,
+            """
+            ALTER TABLE posts ADD COLUMN search tsvector GENERATED ALWAYS AS (
+                CASE WHEN change IS NULL AND NOT deleted AND text IS NOT NULL
+                THEN to_tsvector('simple'::regconfig, circle_search_fold(circle_search_plain(text))) END
+            ) STORED
+            """,
+            "CREATE INDEX posts_search ON posts USING gin (search) WHERE search IS NOT NULL",
+            """
+            CREATE INDEX posts_search_trigrams ON posts USING gin (circle_search_fold(circle_search_plain(text)) gin_trgm_ops)
+            WHERE change IS NULL AND NOT deleted AND text IS NOT NULL
+            """,
+        ],
     ]
 
     /// The schema version this build writes and understands.

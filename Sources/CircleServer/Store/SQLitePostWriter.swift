@@ -194,8 +194,15 @@ final class SQLitePostWriter: @unchecked Sendable {
                 try self.bind(insert, 12, entry.edited)
                 try self.bind(insert, 13, entry.deleted ? 1 : 0)
                 try self.run(insert, "insert an entry")
+                if let text = CommitPlan.searchText(entry) {
+                    try self.index(entry, text, statements)
+                }
             }
             for post in plan.postUpdates {
+                // The index forgets the post's old text (read before the update: the exact text it indexed) …
+                if let indexed = try self.indexed(post, statements) {
+                    try self.unindex(indexed, statements)
+                }
                 let update = statements[.updatePost]
                 defer { self.reset(update) }
                 try self.bind(update, 1, post.circle)
@@ -205,6 +212,10 @@ final class SQLitePostWriter: @unchecked Sendable {
                 try self.bind(update, 5, post.edited)
                 try self.bind(update, 6, post.deleted ? 1 : 0)
                 try self.run(update, "update a post")
+                // … and learns its new one, if it has any.
+                if let text = CommitPlan.searchText(post) {
+                    try self.index(post, text, statements)
+                }
             }
             for post in plan.deletedPosts {
                 for statement in [statements[.clearEdits], statements[.deleteReactions]] {
@@ -257,6 +268,66 @@ final class SQLitePostWriter: @unchecked Sendable {
             _ = try? self.run(statements[.rollback], "rollback")
             throw error
         }
+    }
+
+    // MARK: - The search index
+
+    /// A post as the search index holds it: its search id, its indexed text, and whether that
+    /// is in the trigram index too.
+    private struct Indexed {
+        var id: Int64
+        var text: String
+        var trigrams: Bool
+    }
+
+    /// The post as the index holds it, when it is indexed.
+    private func indexed(_ post: CirclePost, _ statements: Statements) throws -> Indexed? {
+        let find = statements[.searchFind]
+        defer { self.reset(find) }
+        try self.bind(find, 1, post.circle)
+        try self.bind(find, 2, post.seq)
+        guard try self.step(find, "look up a post in the search index") else { return nil }
+        return Indexed(
+            id: sqlite_nio_sqlite3_column_int64(find, 0),
+            text: self.columnText(find, 1) ?? "",
+            trigrams: sqlite_nio_sqlite3_column_int64(find, 2) != 0
+        )
+    }
+
+    /// Indexes `text` as the post's, under a new search id.
+    private func index(_ post: CirclePost, _ text: String, _ statements: Statements) throws {
+        let trigrams = CommitPlan.needsTrigrams(text)
+        let add = statements[.searchAddDoc]
+        defer { self.reset(add) }
+        try self.bind(add, 1, post.circle)
+        try self.bind(add, 2, post.seq)
+        try self.bind(add, 3, trigrams ? 1 : 0)
+        guard try self.step(add, "add a post to the search index") else {
+            throw StoreError(.unavailable, "SQLite store: adding a post to the search index returned no id")
+        }
+        let id = sqlite_nio_sqlite3_column_int64(add, 0)
+        for statement in trigrams ? [statements[.searchAddWords], statements[.searchAddTrigrams]] : [statements[.searchAddWords]] {
+            defer { self.reset(statement) }
+            try self.bind(statement, 1, id)
+            try self.bind(statement, 2, text)
+            try self.run(statement, "index a post's text")
+        }
+    }
+
+    /// Removes a post from the index (external content: FTS5 needs the very text it indexed to
+    /// remove its tokens).
+    private func unindex(_ indexed: Indexed, _ statements: Statements) throws {
+        let removals = indexed.trigrams ? [statements[.searchRemoveWords], statements[.searchRemoveTrigrams]] : [statements[.searchRemoveWords]]
+        for statement in removals {
+            defer { self.reset(statement) }
+            try self.bind(statement, 1, indexed.id)
+            try self.bind(statement, 2, indexed.text)
+            try self.run(statement, "remove a post's text from the search index")
+        }
+        let remove = statements[.searchRemoveDoc]
+        defer { self.reset(remove) }
+        try self.bind(remove, 1, indexed.id)
+        try self.run(remove, "remove a post from the search index")
     }
 
     /// The stored entry with idempotency key `key`, if any.
@@ -363,6 +434,7 @@ final class SQLitePostWriter: @unchecked Sendable {
         case circle, findKey, findEntry, reactionCounts, findReaction
         case insert, updatePost, clearEdits, deleteReactions, deleteReaction, putReaction, updateLastSeq
         case activeWebhooks, insertDelivery
+        case searchFind, searchAddDoc, searchRemoveDoc, searchAddWords, searchAddTrigrams, searchRemoveWords, searchRemoveTrigrams
 
         /// The columns ``SQLitePostWriter/entry(_:)`` reads, in its order.
         static let entryColumns = "circle, seq, author, client_id, text, attachment, time, change, target, emoji, reply_to, edited_at, deleted"
@@ -398,6 +470,17 @@ final class SQLitePostWriter: @unchecked Sendable {
                 INSERT OR IGNORE INTO webhook_deliveries (id, webhook, circle, seq, event, status, created_at, next_attempt_at)
                 VALUES (?1, ?2, ?3, ?4, ?5, 'pending', ?6, ?7)
                 """
+            case .searchFind:
+                """
+                SELECT d.id, p.text, d.trigrams FROM search_docs AS d JOIN posts AS p ON p.circle = d.circle AND p.seq = d.seq
+                WHERE d.circle = ?1 AND d.seq = ?2
+                """
+            case .searchAddDoc: "INSERT INTO search_docs (circle, seq, trigrams) VALUES (?1, ?2, ?3) RETURNING id"
+            case .searchRemoveDoc: "DELETE FROM search_docs WHERE id = ?1"
+            case .searchAddWords: "INSERT INTO search_words (rowid, text) VALUES (?1, ?2)"
+            case .searchAddTrigrams: "INSERT INTO search_trigrams (rowid, text) VALUES (?1, ?2)"
+            case .searchRemoveWords: "INSERT INTO search_words (search_words, rowid, text) VALUES ('delete', ?1, ?2)"
+            case .searchRemoveTrigrams: "INSERT INTO search_trigrams (search_trigrams, rowid, text) VALUES ('delete', ?1, ?2)"
             }
         }
     }

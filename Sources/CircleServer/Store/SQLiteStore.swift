@@ -1,6 +1,7 @@
 import CircleWire
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import SQLiteNIO
@@ -38,18 +39,24 @@ import SQLiteNIO
 public final class SQLiteStore: CircleStore {
     private let connection: SQLiteConnection
     private let writer: SQLitePostWriter
+    /// Read-only handles for searches, which a timer may interrupt.
+    let searcher: SQLiteSearcher
     private let gate = Gate()
     private let bookkeeping: SQLiteConnection
     private let bookkeepingGate = Gate()
+    /// Whether the search index holds every post (`search_backfill.done`), once read: `true`
+    /// stays true; `nil` means ask the database.
+    let searchIndexDone = NIOLockedValueBox<Bool?>(nil)
     let logger: Logger
 
     /// How long a statement waits for a lock held by another process before failing.
     static let busyTimeoutMilliseconds = 5_000
 
-    private init(connection: SQLiteConnection, writer: SQLitePostWriter, bookkeeping: SQLiteConnection, logger: Logger) {
+    private init(connection: SQLiteConnection, writer: SQLitePostWriter, bookkeeping: SQLiteConnection, searcher: SQLiteSearcher, logger: Logger) {
         self.connection = connection
         self.writer = writer
         self.bookkeeping = bookkeeping
+        self.searcher = searcher
         self.logger = logger
     }
 
@@ -111,7 +118,8 @@ public final class SQLiteStore: CircleStore {
         }
         Self.makePrivate(path)
         logger.debug("opened the SQLite store", metadata: ["circle.store.sqlite_version": "\(SQLiteConnection.libraryVersionString())"])
-        return SQLiteStore(connection: connection, writer: writer, bookkeeping: bookkeeping, logger: logger)
+        let searcher = SQLiteSearcher(path: path, eventLoop: eventLoopGroup.any())
+        return SQLiteStore(connection: connection, writer: writer, bookkeeping: bookkeeping, searcher: searcher, logger: logger)
     }
 
     /// The database holds private circles: it, its WAL and its shared-memory file are readable
@@ -368,6 +376,7 @@ public final class SQLiteStore: CircleStore {
             return  // already closed
         }
         do {
+            try await self.searcher.close()
             try await self.connection.close()
             try await self.writer.close()
             await self.gate.leave(closing: true)

@@ -60,6 +60,8 @@ const S = {
   confirming: null,           // key of the post asking "Delete this post?"
   menu: null,                 // key of the post whose actions a long press opened
   roving: null,               // {circle, seq}: the timeline's tab stop when not the newest post
+  searches: 0,                // searches asked: an answer to an older one is dropped
+  found: null,                // {circle, seq}: the search hit opened last
 };
 
 // ---------------------------------------------------------------- small helpers
@@ -2250,6 +2252,65 @@ function setReply(p) {
   }
 }
 $("replycancel").addEventListener("click", () => { setReply(null); composer.focus(); });
+
+// ---------------------------------------------------------------- search
+
+/// The snippet of a search hit as nodes: its text, with the words between U+E000 and U+E001 in
+/// <mark> (text nodes only: nothing in a post is read as HTML).
+function snippetNodes(snippet) {
+  const nodes = [];
+  for (const [index, part] of snippet.split(/[\uE000\uE001]/).entries()) {
+    if (!part) continue;
+    nodes.push(index % 2 === 1 ? el("mark", null, part) : document.createTextNode(part));
+  }
+  return nodes;
+}
+
+/// GET /v1/search, every circle the user may read; a button per hit opens the conversation at it.
+async function runSearch(q) {
+  const box = $("searchresults");
+  box.replaceChildren();
+  if (!q.trim()) { box.classList.add("hidden"); return; }
+  box.classList.remove("hidden");
+  const status = el("p", "search-status", "Searching…");
+  box.append(status);
+  const asked = ++S.searches;
+  try {
+    const page = await api("/v1/search?" + new URLSearchParams({ q, limit: "20" }));
+    if (asked !== S.searches) return;
+    status.textContent = page.hits.length ? `${page.hits.length}${page.next ? "+" : ""} found` : "Nothing found.";
+    for (const hit of page.hits) {
+      const button = el("button", "search-hit");
+      button.type = "button";
+      button.dataset.circle = hit.circle;
+      button.dataset.seq = String(hit.seq);
+      button.append(el("span", "search-where", `#${hit.circle} · ${displayName(hit.author)} · ${fullFormat.format(new Date(hit.time))}`), ...snippetNodes(hit.snippet));
+      button.addEventListener("click", () => openSearchHit(hit.circle, hit.seq));
+      box.append(button);
+    }
+  } catch (error) {
+    if (asked === S.searches) status.textContent = "Search failed: " + error.message;
+  }
+}
+
+/// Opens `circle` at post `seq`, scrolled to it and marked until another hit is opened.
+async function openSearchHit(circle, seq) {
+  for (const node of $("list").querySelectorAll(".post.found")) node.classList.remove("found");
+  S.found = { circle, seq };
+  if (circle !== S.current) await openCircle(circle);
+  await scrollToPost(circle, seq);
+  if (S.current !== circle) return;
+  const node = $("list").querySelector(`.post[data-seq="${seq}"]`);
+  if (node) node.classList.add("found");
+}
+
+$("searchform").addEventListener("submit", (event) => {
+  event.preventDefault();
+  runSearch($("searchq").value);
+});
+$("searchq").addEventListener("keydown", (event) => {
+  if (event.key === "Escape") { $("searchq").value = ""; runSearch(""); }
+});
 
 /// Shows post `seq` (loading older pages until it is there) and flashes it.
 async function scrollToPost(circle, seq) {

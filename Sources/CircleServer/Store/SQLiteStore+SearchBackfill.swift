@@ -1,0 +1,110 @@
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import SQLiteNIO
+
+/// The search index of a database from before it existed: the posts stored before the schema
+/// step are indexed in the background, a batch per write transaction, while the server serves.
+extension SQLiteStore {
+    /// Where the backfill stands after a batch.
+    public struct SearchBackfillProgress: Sendable, Hashable {
+        /// Posts indexed by the backfill so far (all batches, also before a restart).
+        public var indexed: Int64
+        /// Every post stored before the index is in it now; searches answer.
+        public var done: Bool
+    }
+
+    /// Whether the search index holds every post; reads `search_backfill` until it does.
+    func searchIndexComplete() async throws -> Bool {
+        if self.searchIndexDone.withLockedValue({ $0 }) == true { return true }
+        let done = try await self.exclusive("read the search index's state") { connection in
+            try await connection.query("SELECT done FROM search_backfill WHERE id = 1").first?.column("done")?.integer ?? 1
+        }
+        if done == 1 { self.searchIndexDone.withLockedValue { $0 = true } }
+        return done == 1
+    }
+
+    /// Indexes the next `batchSize` entries of the posts table (in `(circle, seq)` order, from
+    /// where the last batch stopped) that the index lacks, in one write transaction: a commit
+    /// waits for it at most that long, and one that changed a post first indexed it already.
+    ///
+    /// - Parameter batchSize: Entries looked at per transaction (posts and changes).
+    /// - Returns: The progress after the batch.
+    public func backfillSearchIndex(batchSize: Int = 500) async throws -> SearchBackfillProgress {
+        let progress = try await self.exclusive("index old posts for search") { connection in
+            try await Self.transaction(on: connection, logger: self.logger) { () async throws -> SearchBackfillProgress in
+                guard let state = try await connection.query("SELECT done, circle, seq, indexed FROM search_backfill WHERE id = 1").first else {
+                    return SearchBackfillProgress(indexed: 0, done: true)
+                }
+                var indexed = Int64(state.column("indexed")?.integer ?? 0)
+                if state.column("done")?.integer == 1 { return SearchBackfillProgress(indexed: indexed, done: true) }
+                let rows = try await connection.query(
+                    """
+                    SELECT p.circle, p.seq, CAST(p.text AS BLOB) AS bytes, p.change IS NULL AND p.deleted = 0 AND p.text IS NOT NULL AND p.text <> '' AS searchable,
+                        EXISTS (SELECT 1 FROM search_docs AS d WHERE d.circle = p.circle AND d.seq = p.seq) AS present
+                    FROM posts AS p WHERE (p.circle, p.seq) > (?1, ?2) ORDER BY p.circle, p.seq LIMIT ?3
+                    """,
+                    [.text(state.column("circle")?.string ?? ""), .integer(state.column("seq")?.integer ?? 0), .integer(SQLiteInt64(max(1, batchSize)))]
+                )
+                for row in rows where row.column("searchable")?.integer == 1 && row.column("present")?.integer == 0 {
+                    // The text goes from `posts` to the index inside SQLite: the very bytes the post
+                    // writer reads back to remove it (sqlite-nio's text would stop at a NUL).
+                    guard let circle = row.column("circle")?.string, let seq = row.column("seq")?.integer, let bytes = row.column("bytes")?.blob else { continue }
+                    let trigrams = CommitPlan.needsTrigrams(String(buffer: bytes))
+                    guard
+                        let id = try await connection.query(
+                            "INSERT INTO search_docs (circle, seq, trigrams) VALUES (?1, ?2, ?3) RETURNING id",
+                            [.text(circle), .integer(seq), .integer(trigrams ? 1 : 0)]
+                        ).first?.column("id")?.integer
+                    else { continue }
+                    for table in trigrams ? ["search_words", "search_trigrams"] : ["search_words"] {
+                        _ = try await connection.query(
+                            "INSERT INTO \(table) (rowid, text) SELECT ?1, text FROM posts WHERE circle = ?2 AND seq = ?3",
+                            [.integer(id), .text(circle), .integer(seq)]
+                        )
+                    }
+                    indexed += 1
+                }
+                let done = rows.count < max(1, batchSize)
+                let last = rows.last
+                _ = try await connection.query(
+                    "UPDATE search_backfill SET done = ?1, circle = ?2, seq = ?3, indexed = ?4 WHERE id = 1",
+                    [
+                        .integer(done ? 1 : 0), .text(last?.column("circle")?.string ?? state.column("circle")?.string ?? ""),
+                        .integer(last?.column("seq")?.integer ?? state.column("seq")?.integer ?? 0), .integer(SQLiteInt64(indexed)),
+                    ]
+                )
+                return SearchBackfillProgress(indexed: indexed, done: done)
+            }
+        }
+        if progress.done { self.searchIndexDone.withLockedValue { $0 = true } }
+        return progress
+    }
+
+    /// Runs the backfill to its end, a batch at a time, reporting each batch's progress; then
+    /// returns. Stops early when the task is cancelled (the next start goes on from there).
+    public func runSearchBackfill(batchSize: Int = 500, logger: Logger, progress: @Sendable (SearchBackfillProgress) -> Void) async {
+        var batches = 0
+        var started = false
+        while !Task.isCancelled {
+            do {
+                let step = try await self.backfillSearchIndex(batchSize: batchSize)
+                progress(step)
+                if step.done {
+                    if started { logger.info("search index: every post indexed", metadata: ["circle.search.indexed": "\(step.indexed)"]) }
+                    return
+                }
+                if !started {
+                    logger.info("search index: indexing the posts stored before it existed, in the background; searches answer \"still indexing\" until done")
+                    started = true
+                }
+                batches += 1
+                if batches % 20 == 0 { logger.info("search index: indexing", metadata: ["circle.search.indexed": "\(step.indexed)"]) }
+            } catch {
+                logger.warning("search index: a backfill batch failed; trying again", metadata: ["circle.store.error": "\(error)"])
+                try? await Task.sleep(for: .seconds(1))
+            }
+        }
+    }
+}

@@ -1,0 +1,131 @@
+import CircleWire
+import Foundation
+import SQLiteNIO
+import Testing
+
+@testable import CircleServer
+
+/// The SQLite search index (schema step 7), as the post writer keeps it.
+extension SQLiteStoreTests {
+    /// The posts in the index, as `seq`s of circle "a", read on a connection of the test's own.
+    func indexedSeqs(_ path: String, trigrams: Bool = false) async throws -> [Int64] {
+        let connection = try await SQLiteConnection.open(storage: .file(path: path))
+        do {
+            let rows = try await connection.query("SELECT seq FROM search_docs WHERE circle = 'a' AND trigrams >= ? ORDER BY seq", [.integer(trigrams ? 1 : 0)])
+            try await connection.close()
+            return rows.compactMap { $0.column("seq")?.integer.map(Int64.init) }
+        } catch {
+            try await connection.close()
+            throw error
+        }
+    }
+
+    /// FTS5's own check, `rank = 1` included: every token of the index is in the content (the
+    /// posts' current text) and the other way round. It fails the statement when they differ.
+    func checkIndex(_ store: SQLiteStore) async throws {
+        for table in ["search_words", "search_trigrams"] {
+            try await store.execute("INSERT INTO \(table) (\(table), rank) VALUES ('integrity-check', 1)")
+        }
+    }
+
+    @Test func searchIndexFollowsCommits() async throws {
+        try await self.withDatabasePath { path in
+            try await self.withStore(at: path) { store in
+                _ = try await store.createCircle(name: "a", owner: "alice", isPrivate: false, createdAt: 1)
+                func change(_ change: CircleChange, _ target: Int64, id: String, text: String? = nil, emoji: String? = nil) -> NewPost {
+                    NewPost(circle: "a", author: "alice", clientID: id, text: text, attachment: nil, time: 2, change: change, target: target, emoji: emoji)
+                }
+                let first = try await store.commit([
+                    self.newPost("a", id: "p1", text: "first text"),
+                    self.newPost("a", id: "p2", text: "second"),
+                    self.newPost("a", id: "p3", text: nil, attachment: "m"),
+                    change(.edit, 1, id: "e1", text: "first edited"),
+                    change(.delete, 2, id: "d1"),
+                    change(.react, 1, id: "r1", emoji: "👍"),
+                    NewPost(circle: "a", author: "bob", clientID: "re", text: "a reply", attachment: nil, time: 3, replyTo: 1),
+                    self.newPost("a", id: "p4", text: ""),
+                ])
+                #expect(self.storedSeqs(first) == [1, 2, 3, 4, 5, 6, 7, 8])
+                // Posts with text, in their state at the end of the batch; no change entries.
+                #expect(try await self.indexedSeqs(path) == [1, 7])
+                try await self.checkIndex(store)
+
+                _ = try await store.commit([change(.edit, 1, id: "e2", text: "edited again")])
+                #expect(try await self.indexedSeqs(path) == [1, 7])
+                try await self.checkIndex(store)
+                _ = try await store.commit([change(.delete, 1, id: "d2")])
+                #expect(try await self.indexedSeqs(path) == [7])
+                try await self.checkIndex(store)
+                // A post with no text gets some by an edit.
+                _ = try await store.commit([change(.edit, 8, id: "e3", text: "now with words")])
+                #expect(try await self.indexedSeqs(path) == [7, 8])
+                try await self.checkIndex(store)
+                // Only text with characters of a script without spaces goes to the trigram index.
+                #expect(try await self.indexedSeqs(path, trigrams: true).isEmpty)
+                _ = try await store.commit([self.newPost("a", id: "p5", text: "東京タワー")])
+                #expect(try await self.indexedSeqs(path, trigrams: true) == [12])
+                try await self.checkIndex(store)
+                _ = try await store.commit([change(.edit, 12, id: "e4", text: "plain words now")])
+                #expect(try await self.indexedSeqs(path, trigrams: true).isEmpty)
+                #expect(try await self.indexedSeqs(path) == [7, 8, 12])
+                try await self.checkIndex(store)
+                _ = try await store.commit([change(.edit, 12, id: "e5", text: "また東京")])
+                #expect(try await self.indexedSeqs(path, trigrams: true) == [12])
+                try await self.checkIndex(store)
+                _ = try await store.commit([change(.delete, 12, id: "d3")])
+                #expect(try await self.indexedSeqs(path, trigrams: true).isEmpty)
+                #expect(try await self.indexedSeqs(path) == [7, 8])
+                try await self.checkIndex(store)
+            }
+        }
+    }
+
+    /// The backfill indexes an upgraded database's posts exactly as the post writer would (a NUL
+    /// and text after it included), so that later edits and deletes remove the very tokens.
+    @Test func searchBackfillIndexesOldPostsExactly() async throws {
+        try await self.withDatabasePath { path in
+            let old = try await SQLiteStore.open(path: path, logger: Self.logger)
+            try await old.migrate(upTo: SQLiteStore.schemaVersion - 1)
+            let insert = "INSERT INTO posts (circle, seq, author, client_id, text, attachment, time, deleted) VALUES"
+            for statement in [
+                "INSERT INTO circles (name, owner, private, created_at, last_seq) VALUES ('a', 'alice', 0, 1, 4)",
+                "\(insert) ('a', 1, 'alice', 'o1', 'plain old words', NULL, 10, 0)",
+                "\(insert) ('a', 2, 'alice', 'o2', 'before' || char(0) || ' 東京タワー after', NULL, 20, 0)",
+                "\(insert) ('a', 3, 'alice', 'o3', '', 'm', 30, 0)",
+                "\(insert) ('a', 4, 'alice', 'o4', NULL, NULL, 40, 1)",
+            ] {
+                try await old.execute(statement)
+            }
+            try await old.close()
+            try await self.withStore(at: path) { store in
+                #expect(try await self.indexedSeqs(path).isEmpty)
+                var rounds = 0
+                while try await !store.backfillSearchIndex(batchSize: 3).done, rounds < 5 { rounds += 1 }
+                #expect(rounds == 1)
+                #expect(try await self.indexedSeqs(path) == [1, 2])
+                #expect(try await self.indexedSeqs(path, trigrams: true) == [2])
+                try await self.checkIndex(store)
+                let found = try await store.search(try SearchQuery.parse("after タワー"), reader: "bob", options: SearchOptions())
+                #expect(found.hits.map(\.seq) == [2])
+                func change(_ change: CircleChange, _ target: Int64, id: String, text: String? = nil) -> NewPost {
+                    NewPost(circle: "a", author: "alice", clientID: id, text: text, attachment: nil, time: 50, change: change, target: target)
+                }
+                _ = try await store.commit([change(.edit, 2, id: "e1", text: "plain now"), change(.delete, 1, id: "d1")])
+                #expect(try await self.indexedSeqs(path) == [2])
+                #expect(try await self.indexedSeqs(path, trigrams: true).isEmpty)
+                try await self.checkIndex(store)
+            }
+        }
+    }
+
+    @Test func searchIndexCheckNoticesADifference() async throws {
+        try await self.withStore { store in
+            _ = try await store.createCircle(name: "a", owner: "alice", isPrivate: false, createdAt: 1)
+            _ = try await store.commit([self.newPost("a", id: "p1", text: "indexed words")])
+            try await self.checkIndex(store)
+            // Text changed behind the index's back: the check that the tests above rely on fails.
+            try await store.execute("UPDATE posts SET text = 'other words' WHERE circle = 'a' AND seq = 1")
+            await #expect(throws: (any Error).self) { try await self.checkIndex(store) }
+        }
+    }
+}
