@@ -35,4 +35,35 @@ extension StoreContractTests {
             #expect(try await store.apiKey(id: "k2")?.revokedAt == nil)
         }
     }
+
+    @Test(arguments: StoreKind.allCases) func moderatedDeletes(_ kind: StoreKind) async throws {
+        try await self.withStore(kind) { store in
+            _ = try await store.createCircle(name: "general", owner: "alice", isPrivate: false, createdAt: 1)
+            _ = try await store.commit([NewPost(circle: "general", author: "bo", clientID: "p1", text: "spam", attachment: nil, time: 2)])
+            let refused = try await store.commit([
+                NewPost(circle: "general", author: "mod-bot", clientID: "d1", text: nil, attachment: nil, time: 3, change: .delete, target: 1)
+            ])
+            guard case .rejected(.notAuthor, _)? = refused.first else {
+                Issue.record("a delete of someone else's post without moderated: \(refused)")
+                return
+            }
+            let moderated = try await store.commit([
+                NewPost(circle: "general", author: "mod-bot", clientID: "d2", text: nil, attachment: nil, time: 4, change: .delete, target: 1, moderated: true)
+            ])
+            guard case .stored(let entry)? = moderated.first else {
+                Issue.record("a moderated delete: \(moderated)")
+                return
+            }
+            #expect(entry.seq == 2 && entry.author == "mod-bot" && entry.change == .delete && entry.target == 1)
+            let page = try await store.history(in: "general", before: nil, after: nil, limit: 10, viewer: "alice")
+            #expect(page.count == 1 && page[0].deleted == true && page[0].text == nil, "\(page)")
+            let twice = try await store.commit([
+                NewPost(circle: "general", author: "mod-bot", clientID: "d3", text: nil, attachment: nil, time: 5, change: .delete, target: 1, moderated: true)
+            ])
+            guard case .rejected(.postDeleted, _)? = twice.first else {
+                Issue.record("a second moderated delete: \(twice)")
+                return
+            }
+        }
+    }
 }

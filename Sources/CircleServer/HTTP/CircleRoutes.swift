@@ -66,6 +66,7 @@ struct CircleRoutes: Sendable {
         IdentityRoutes(services: services).add(public: router, authenticated: authenticated, admin: keyed)
         WebhookRoutes(services: services).add(authenticated: keyed)
         APIKeyRoutes(services: services).add(authenticated: keyed)
+        MessageRoutes(services: services).add(authenticated: keyed)
         self.addCircles(to: keyed)
         MediaRoutes(media: self.media).add(to: authenticated)
     }
