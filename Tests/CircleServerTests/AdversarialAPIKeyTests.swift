@@ -141,6 +141,14 @@ struct AdversarialAPIKeyTests {
             #expect(privateModerated.status == 201, "\(privateModerated.body)")
             let modPost = try await server.http("POST", HTTPAPI.Path.messages("lobby"), token: moderator, json: #"{"text":"x"}"#)
             #expect(modPost.status == 403, "moderate alone does not post: \(modPost.body)")
+
+            // It removes members of any circle (and does not add them); a key without manage or moderate does neither.
+            #expect(try await server.http("POST", HTTPAPI.Path.members("staff"), token: admin, json: #"{"user":"bo"}"#).status == 200)
+            let (_, reader) = try await self.makeKey(server, admin, bot: "reader-bot", scopes: ["read"])
+            #expect(try await server.http("DELETE", HTTPAPI.Path.member("bo", of: "staff"), token: reader).status == 403)
+            #expect(try await server.http("POST", HTTPAPI.Path.members("staff"), token: moderator, json: #"{"user":"cy"}"#).status == 403)
+            let removed = try await server.http("DELETE", HTTPAPI.Path.member("bo", of: "staff"), token: moderator)
+            #expect(removed.status == 200 && !removed.body.contains("\"bo\""), "\(removed.body)")
             try await canary.check("after changes over HTTP")
         }
     }

@@ -149,14 +149,15 @@ struct CircleRoutes: Sendable {
             return Response.json(.ok, HTTPAPI.MemberList(members: try await store.members(of: info.name)))
         }
         router.delete(RouterPath(circle + "/members/{user}")) { _, context in
-            let principal = try context.requirePrincipal(.manage)
-            let info = try await self.visibleCircle(context, principal: principal, managing: true)
+            // A moderator's key removes members too (it does not add them).
+            let principal = try context.requirePrincipal(.manage, .moderate)
+            let info = try await self.visibleCircle(context, principal: principal, managing: true, removing: true)
             let user = principal.name
             let member = try context.pathParameter("user")
             guard TokenAuthority.isValidUserName(member) else {
                 throw APIError(.badRequest, .badRequest, "\"\(member)\" is not a valid user name")
             }
-            let allowed = member == user ? true : try await self.managesMembers(of: info, principal: principal)
+            let allowed = member == user ? true : try await self.managesMembers(of: info, principal: principal, removing: true)
             guard allowed else {
                 throw APIError(.forbidden, .forbidden, "only the owner or an admin removes other members")
             }
@@ -170,23 +171,31 @@ struct CircleRoutes: Sendable {
     }
 
     /// Whether `principal` may add and remove members of `circle`: its owner, an admin, or an
-    /// API key with `manage`.
-    private func managesMembers(of circle: CircleInfo, principal: AuthenticatedUser) async throws -> Bool {
-        if circle.owner == principal.name || principal.apiKeyScopes?.contains(.manage) == true { return true }
+    /// API key with `manage` (or, `removing`, with `moderate`).
+    private func managesMembers(of circle: CircleInfo, principal: AuthenticatedUser, removing: Bool = false) async throws -> Bool {
+        if circle.owner == principal.name { return true }
+        if let scopes = principal.apiKeyScopes {
+            return scopes.contains(.manage) || (removing && scopes.contains(.moderate))
+        }
         guard let account = try await self.services.store.account(named: principal.name) else { return false }
         return account.role == .admin && account.status == .active
     }
 
     /// The circle of the `{name}` in the path, if the user may see it: 404 when there is none,
     /// 403 when it is private and the user is not a member.
-    private func visibleCircle(_ context: some CircleRequestContext, principal: AuthenticatedUser, managing: Bool = false) async throws -> CircleInfo {
+    private func visibleCircle(
+        _ context: some CircleRequestContext,
+        principal: AuthenticatedUser,
+        managing: Bool = false,
+        removing: Bool = false
+    ) async throws -> CircleInfo {
         let name = try context.pathParameter("name")
         let user = principal.name
         guard let info = try await self.services.store.circle(named: name) else {
             throw APIError(.notFound, .notFound, "no circle \"\(name)\"")
         }
         // Admins manage the members of private circles they are not in (but do not read them).
-        if managing, info.isPrivate, try await self.managesMembers(of: info, principal: principal) { return info }
+        if managing, info.isPrivate, try await self.managesMembers(of: info, principal: principal, removing: removing) { return info }
         if info.isPrivate, try await !self.services.store.isMember(user, of: name) {
             throw APIError(.forbidden, .forbidden, "\"\(name)\" is private and you are not a member")
         }
