@@ -11,8 +11,11 @@ import Testing
 struct AdversarialAPIKeyTests {
     /// A canary server with its first admin, ada, and a public circle `lobby` and a private
     /// circle `staff` (both ada's); `body` gets ada's token.
-    private func withAdmin(_ body: (TestServer, Canary, String) async throws -> Void) async throws {
-        try await withCanaryServer { server, canary in
+    private func withAdmin(
+        _ limits: CircleServerConfiguration.Limits = .init(),
+        _ body: (TestServer, Canary, String) async throws -> Void
+    ) async throws {
+        try await withCanaryServer(limits) { server, canary in
             let link = try #require(server.server?.setupLink)
             let setup = try await server.http(
                 "POST", HTTPAPI.Path.authSetup, json: #"{"token":"\#(link.split(separator: "#setup=")[1])","name":"ada","password":"correct horse battery"}"#
@@ -255,6 +258,33 @@ struct AdversarialAPIKeyTests {
             try await canary.check("after bad posts")
             let history = try await server.http("GET", HTTPAPI.Path.messages("lobby"), token: admin)
             #expect(self.json(history.body)["posts"] as? [Any] != nil && (self.json(history.body)["posts"] as? [Any])?.isEmpty == true, "nothing was stored in lobby: \(history.body.prefix(300))")
+        }
+    }
+
+    @Test("each author has the WebSocket's allowance of entries over HTTP; beyond it, 429 with Retry-After and nothing stored")
+    func rateLimited() async throws {
+        // A burst of 3 and no refill to speak of: the count, not the clock, decides.
+        try await self.withAdmin(CircleServerConfiguration.Limits(postsPerSecond: 0.001, postBurst: 3)) { server, canary, admin in
+            let (_, key) = try await self.makeKey(server, admin, bot: "chatty", scopes: ["post_as_bot", "post_as_user"])
+            for index in 1...3 {
+                let posted = try await server.http("POST", HTTPAPI.Path.messages("lobby"), token: key, json: #"{"text":"\#(index)","id":"p\#(index)"}"#)
+                #expect(posted.status == 201, "\(posted.body)")
+            }
+            let refused = try await server.http("POST", HTTPAPI.Path.messages("lobby"), token: key, json: #"{"text":"4","id":"p4"}"#)
+            #expect(refused.status == 429 && self.errorCode(refused.body) == "rate_limited", "\(refused.status) \(refused.body)")
+            let body = #"{"text":"4","id":"p4"}"#
+            let raw = try await server.rawHTTP(
+                "POST /v1/circles/lobby/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \(key)\r\nContent-Type: application/json\r\n"
+                    + "Content-Length: \(body.utf8.count)\r\n\r\n\(body)"
+            )
+            #expect(raw.hasPrefix("HTTP/1.1 429") && raw.lowercased().contains("\r\nretry-after: "), "\(raw.prefix(400))")
+            let edit = try await server.http("PATCH", HTTPAPI.Path.message(1, in: "lobby"), token: key, json: #"{"text":"one"}"#)
+            #expect(edit.status == 429, "changes count too: \(edit.body)")
+            let other = try await server.http("POST", HTTPAPI.Path.messages("lobby"), token: key, json: #"{"text":"from ada","as":"ada"}"#)
+            #expect(other.status == 201, "another author has an allowance of their own: \(other.body)")
+            let history = try await server.http("GET", HTTPAPI.Path.messages("lobby"), token: admin)
+            #expect((self.json(history.body)["posts"] as? [Any])?.count == 4, "\(history.body)")
+            try await canary.check("after a writer was limited")
         }
     }
 }

@@ -173,7 +173,18 @@ struct MessageRoutes: Sendable {
     // MARK: - Commit
 
     /// Hands the entry to the group commit and answers with its ack or its documented error.
+    /// Each author has the WebSocket's allowance of entries (`postsPerSecond`, `postBurst`);
+    /// beyond it, 429 with `Retry-After`.
     private func commit(_ post: NewPost) async throws -> Response {
+        if let wait = self.services.httpWrites.take(post.author) {
+            let seconds = max(1, Int((Double(wait.nanoseconds) / 1e9).rounded(.up)))
+            throw APIError(
+                .tooManyRequests,
+                .rateLimited,
+                "\(post.author) writes too fast; retry in \(seconds) s with the same id",
+                headers: [.retryAfter: "\(seconds)"]
+            )
+        }
         let committer = self.services.committer
         let outcome = await withCheckedContinuation { (continuation: CheckedContinuation<Result<PostOutcome, any Error>, Never>) in
             committer.submit(post) { continuation.resume(returning: $0) }
