@@ -288,3 +288,43 @@ struct AdversarialAPIKeyTests {
         }
     }
 }
+
+/// Posting over HTTP with two PostgreSQL nodes: an entry written on one reaches a subscriber of
+/// the other, and a key revoked on one is refused by the other.
+@Suite("API keys and posting over HTTP across nodes", .serialized, .timeLimit(.minutes(3)))
+struct APIKeyNodeTests {
+    /// Node A's signals may be lost (muted): B then finds the post by polling the store.
+    @Test("a key's post on node A reaches a subscriber on node B; a key revoked on A is refused on B", arguments: [false, true])
+    func acrossNodes(muted: Bool) async throws {
+        let nodes = try await NodeFanoutTests.Nodes(muteA: muted, pollInterval: .milliseconds(200))
+        defer { Task { await nodes.stop() } }
+        let link = try #require(nodes.a.server?.setupLink)
+        let setup = try await nodes.a.http(
+            "POST", HTTPAPI.Path.authSetup, json: #"{"token":"\#(link.split(separator: "#setup=")[1])","name":"ada","password":"correct horse battery"}"#
+        )
+        #expect(setup.status == 201, "\(setup.body)")
+        let admin = try await nodes.a.token("ada")
+        try await nodes.a.createCircle("lobby", owner: "ada")
+        let made = try await nodes.a.http("POST", HTTPAPI.Path.adminAPIKeys, token: admin, json: #"{"name":"n","bot":"node-bot","scopes":["post_as_bot"]}"#)
+        #expect(made.status == 201, "\(made.body)")
+        let answer = (try? JSONSerialization.jsonObject(with: Data(made.body.utf8)) as? [String: Any]) ?? [:]
+        let id = try #require(answer["id"] as? String)
+        let key = try #require(answer["key"] as? String)
+
+        let watcher = try await TestClient.connect(nodes.b, user: "watcher")
+        #expect(try await watcher.request { .join("lobby", id: $0) }.ackSeq != nil)
+        let posted = try await nodes.a.http("POST", HTTPAPI.Path.messages("lobby"), token: key, json: #"{"text":"from node A","id":"x1"}"#)
+        #expect(posted.status == 201, "\(posted.body)")
+        var delivered: CirclePost?
+        while delivered == nil, let message = try await watcher.next(timeout: .seconds(20)) { delivered = message.post }
+        #expect(delivered?.text == "from node A" && delivered?.author == "node-bot" && delivered?.seq == 1, "\(String(describing: delivered))")
+        // The same id on the other node: the same entry.
+        let again = try await nodes.b.http("POST", HTTPAPI.Path.messages("lobby"), token: key, json: #"{"text":"from node A","id":"x1"}"#)
+        #expect(again.status == 200 && again.body.contains("\"seq\":1"), "\(again.body)")
+
+        #expect(try await nodes.a.http("DELETE", HTTPAPI.Path.adminAPIKey(id), token: admin).status == 204)
+        let refused = try await nodes.b.http("POST", HTTPAPI.Path.messages("lobby"), token: key, json: #"{"text":"after"}"#)
+        #expect(refused.status == 401, "each request reads the key: \(refused.body)")
+        await watcher.close()
+    }
+}
