@@ -16,6 +16,8 @@ final class ServerServices: Sendable {
     let webhooks: WebhookDispatcher
     let logger: Logger
     let admission: ConnectionAdmission
+    /// Entries written over HTTP, per author (``MessageRoutes``).
+    let httpWrites: AuthorRateLimiter
     private let connectionsPerUser = NIOLockedValueBox([String: Int]())
     private let acceptingConnections = NIOLockedValueBox(true)
     private let channels: ChannelRegistry
@@ -46,6 +48,7 @@ final class ServerServices: Sendable {
             maxTotal: configuration.limits.effectiveMaxPendingConnections,
             maxPerAddress: configuration.limits.maxPendingConnectionsPerAddress
         )
+        self.httpWrites = AuthorRateLimiter(rate: configuration.limits.postsPerSecond, burst: configuration.limits.postBurst)
         let committerBox = NIOLockedValueBox<PostCommitter?>(nil)
         let webhooks = WebhookDispatcher(
             store: store,

@@ -10,7 +10,7 @@ public let circleSubprotocol = "circle.v1"
 public enum CircleChange: String, Sendable, Hashable, Codable, CaseIterable {
     /// The author replaced the text of post `target`; `text` is the new text.
     case edit
-    /// Post `target` was deleted (by its author, or by the owner of a private circle).
+    /// Post `target` was deleted (by its author, the owner of a private circle, or an API key with `moderate`).
     case delete
     /// The entry's author added reaction `emoji` to post `target`.
     case react

@@ -8,8 +8,8 @@ import Foundation
 struct AdminCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "admin",
-        abstract: "Manage people, invites and webhooks (admins; sign in first with circle login).",
-        subcommands: [Invite.self, Invites.self, RevokeInvite.self, Users.self, SetUser.self, Bot.self, WebhookCommand.self]
+        abstract: "Manage people, invites, webhooks and API keys (admins; sign in first with circle login).",
+        subcommands: [Invite.self, Invites.self, RevokeInvite.self, Users.self, SetUser.self, Bot.self, WebhookCommand.self, APIKeyCommand.self]
     )
 
     /// Where and as whom an admin command acts.

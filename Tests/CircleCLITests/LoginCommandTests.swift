@@ -102,6 +102,46 @@ struct LoginCommandTests {
         }
     }
 
+    @Test("admin api-key: add prints the id and the key once, the key reads, list shows its use, revoke ends it")
+    func adminAPIKeys() async throws {
+        try await self.withAdminServer { server, config in
+            let ws = server.wsURL
+            let login = try await self.run(["login", "--server", ws, "--user", "ada"], config: config, input: ["correct horse battery"])
+            #expect(login.status == 0, "\(login.stderr)")
+            #expect(try await self.run(["circle", "create", "ops", "--server", ws], config: config).status == 0)
+
+            let badScope = try await self.run(["admin", "api-key", "add", "deploys", "--bot", "deploy-bot", "--scope", "root", "--server", ws], config: config)
+            #expect(badScope.status == 64, "\(badScope.stderr)")
+            let noScope = try await self.run(["admin", "api-key", "add", "deploys", "--bot", "deploy-bot", "--server", ws], config: config)
+            #expect(noScope.status == 64, "\(noScope.stderr)")
+            let person = try await self.run(["admin", "api-key", "add", "deploys", "--bot", "ada", "--scope", "read", "--server", ws], config: config)
+            #expect(person.status == 1 && person.stderr.contains("not a bot"), "\(person.stderr)")
+
+            let add = try await self.run(
+                ["admin", "api-key", "add", "deploys", "--bot", "deploy-bot", "--scope", "post_as_bot", "--scope", "read", "--server", ws], config: config
+            )
+            #expect(add.status == 0, "\(add.stderr)")
+            let fields = add.stdout.split(separator: " ", omittingEmptySubsequences: true).map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+            let id = try #require(fields.first)
+            let key = try #require(fields.last)
+            #expect(key.hasPrefix("circle_key_\(id)."), "\(add.stdout)")
+
+            let before = try await self.run(["admin", "api-key", "list", "--server", ws], config: config)
+            #expect(before.stdout.contains("\(id)  active  deploy-bot  post_as_bot,read  never used  deploys"), "\(before.stdout)")
+            #expect(!before.stdout.contains(key), "the key is shown once")
+            let read = try await server.http("GET", "/v1/circles", token: key)
+            #expect(read.status == 200 && read.body.contains("\"ops\""), "\(read.body)")
+            let after = try await self.run(["admin", "api-key", "list", "--server", ws], config: config)
+            #expect(after.stdout.contains("\(id)  active  deploy-bot  post_as_bot,read  used "), "\(after.stdout)")
+
+            #expect(try await self.run(["admin", "api-key", "revoke", id, "--server", ws], config: config).status == 0)
+            #expect(try await self.run(["admin", "api-key", "list", "--server", ws], config: config).stdout.contains("\(id)  revoked  deploy-bot"))
+            #expect(try await server.http("GET", "/v1/circles", token: key).status == 401)
+            let unknown = try await self.run(["admin", "api-key", "revoke", "nope", "--server", ws], config: config)
+            #expect(unknown.status == 1 && unknown.stderr.contains("no API key"), "\(unknown.stderr)")
+        }
+    }
+
     /// A server with its first admin, ada, and an empty config directory for the CLI.
     private func withAdminServer(_ body: (TestServer, String) async throws -> Void) async throws {
         let server = TestServer()

@@ -1,6 +1,7 @@
 import CircleClient
 import CircleServer
 import CircleTestSupport
+import CircleWire
 import Foundation
 import Testing
 
@@ -70,6 +71,27 @@ struct ClientAPITests {
         }
         await alice.shutdown()
         await bob.shutdown()
+    }
+
+    @Test("postMessage: an ack with its seq, the same ack for a repeat of the id, the server's refusal for a private circle")
+    func postOverHTTP() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        try await server.start()
+        try await server.createCircle("general", owner: "alice")
+        try await server.createCircle("secret", owner: "alice", isPrivate: true)
+        let token = try await server.token("bob")
+        let ack = try await CircleClient.postMessage(.init(text: "over HTTP", id: "b-1"), in: "general", token: token, server: server.wsURL)
+        #expect(ack.seq == 1 && ack.author == "bob" && ack.id == "b-1" && !ack.duplicate)
+        let again = try await CircleClient.postMessage(.init(text: "over HTTP", id: "b-1"), in: "general", token: token, server: server.wsURL)
+        #expect(again.seq == 1 && again.duplicate)
+        await #expect {
+            _ = try await CircleClient.postMessage(.init(text: "let me in"), in: "secret", token: token, server: server.wsURL)
+        } throws: { error in
+            let error = error as? CircleClientError
+            return error?.httpStatus == 403 && error?.message.contains("private") == true
+        }
+        await server.stop()
     }
 
     @Test("a refused token is unauthorized (401); an unreachable server is not_connected")

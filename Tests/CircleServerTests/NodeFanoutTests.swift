@@ -379,4 +379,9 @@ extension MutedStore {
     }
     func retryDelivery(_ id: String, of webhook: String, now: Int64) async throws -> Bool { try await self.base.retryDelivery(id, of: webhook, now: now) }
     func pruneDeliveries(deliveredBefore time: Int64) async throws -> Int { try await self.base.pruneDeliveries(deliveredBefore: time) }
+    func createAPIKey(_ key: APIKey) async throws { try await self.base.createAPIKey(key) }
+    func apiKeys() async throws -> [APIKey] { try await self.base.apiKeys() }
+    func apiKey(id: String) async throws -> APIKey? { try await self.base.apiKey(id: id) }
+    func revokeAPIKey(id: String, at time: Int64) async throws -> Bool { try await self.base.revokeAPIKey(id: id, at: time) }
+    func touchAPIKey(id: String, at time: Int64) async throws { try await self.base.touchAPIKey(id: id, at: time) }
 }

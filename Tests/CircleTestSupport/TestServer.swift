@@ -68,10 +68,17 @@ public final class TestServer: @unchecked Sendable {
     }
 
     /// An HTTP request to the server's API.
-    public func http(_ method: String, _ path: String, token: String? = nil, json: String? = nil) async throws -> (status: Int, body: String) {
+    public func http(
+        _ method: String,
+        _ path: String,
+        token: String? = nil,
+        json: String? = nil,
+        headers: [String: String] = [:]
+    ) async throws -> (status: Int, body: String) {
         var request = URLRequest(url: URL(string: self.httpBase + path)!)
         request.httpMethod = method
         if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
+        for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
         if let json {
             request.httpBody = Data(json.utf8)
             request.setValue("application/json", forHTTPHeaderField: "Content-Type")

@@ -21,6 +21,9 @@ struct CredentialsInput: Sendable {
     var csrfHeader: String?
     var isUpgrade: Bool
     var address: String?
+    /// API keys are taken only where ``TokenAuthMiddleware`` checks the route's scope; elsewhere
+    /// (the WebSocket, the public routes) they are refused.
+    var acceptsAPIKeys = false
 }
 
 /// Accounts, passwords, sessions, the setup link and the sign-in throttle: the one place that
@@ -314,7 +317,16 @@ final class Identity: Sendable {
     func authenticate(_ input: CredentialsInput) async throws(APIError) -> AuthenticatedUser {
         let user: AuthenticatedUser
         if let bearer = input.bearer {
-            if bearer.hasPrefix(Self.secretPrefix) {
+            if let keyID = APIKey.id(in: bearer) {
+                guard input.acceptsAPIKeys else {
+                    throw APIError(
+                        .forbidden,
+                        .forbidden,
+                        "this route (or the WebSocket) does not take API keys; docs/API.md, \"API keys\", lists the routes that do"
+                    )
+                }
+                user = try await self.apiKeyUser(id: keyID, key: bearer)
+            } else if bearer.hasPrefix(Self.secretPrefix) {
                 user = try await self.sessionUser(secret: bearer, cookie: false)
             } else {
                 do throws(TokenError) {
@@ -345,6 +357,38 @@ final class Identity: Sendable {
             throw APIError(.forbidden, .accountDisabled, "the account \(user.name) is deactivated or banned")
         }
         return user
+    }
+
+    /// The principal of an API key: its bot, with the key's scopes. The hash is compared in
+    /// constant time, also for an id that does not exist.
+    private func apiKeyUser(id: String, key: String) async throws(APIError) -> AuthenticatedUser {
+        let now = Self.now
+        let stored: APIKey?
+        let account: Account?
+        do {
+            stored = try await self.store.apiKey(id: id)
+            if let stored {
+                account = try await self.store.account(named: stored.bot)
+            } else {
+                account = nil
+            }
+        } catch {
+            throw APIError(.serviceUnavailable, .unavailable, "cannot read API keys now: \(error)")
+        }
+        let matches = Self.constantTimeEqual(Self.hash(key), stored?.secretHash ?? String(repeating: "0", count: 64))
+        guard let stored, matches, stored.revokedAt == nil else {
+            throw APIError(.unauthorized, .unauthorized, "the API key is unknown or was revoked")
+        }
+        guard let account, account.role == .bot else {
+            throw APIError(.forbidden, .accountDisabled, "the key's bot account \(stored.bot) is gone or no longer a bot")
+        }
+        let touchKey = "key:" + stored.id
+        let last = self.touched.withLockedValue { $0[touchKey] } ?? stored.lastUsedAt ?? 0
+        if now - last >= 60_000 {
+            self.touched.withLockedValue { $0[touchKey] = now }
+            try? await self.store.touchAPIKey(id: stored.id, at: now)
+        }
+        return AuthenticatedUser(name: account.name, expires: .distantFuture, role: .bot, credential: .apiKey(id: stored.id, scopes: stored.scopes))
     }
 
     private func sessionUser(secret: String, cookie: Bool) async throws(APIError) -> AuthenticatedUser {

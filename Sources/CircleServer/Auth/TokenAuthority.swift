@@ -54,6 +54,8 @@ public struct AuthenticatedUser: Sendable, Hashable {
         case token
         /// A session of the server's own: the page's cookie, a device credential, a personal token.
         case session(id: String, kind: SessionKind, csrf: String)
+        /// An API key (docs/API.md, "API keys"): the user is the key's bot.
+        case apiKey(id: String, scopes: Set<APIKeyScope>)
     }
 
     public var name: String
@@ -66,6 +68,12 @@ public struct AuthenticatedUser: Sendable, Hashable {
     /// The session id, for sessions of the server's own.
     public var sessionID: String? {
         if case .session(let id, _, _) = self.credential { return id }
+        return nil
+    }
+
+    /// The scopes of an API key; `nil` for every other credential.
+    public var apiKeyScopes: Set<APIKeyScope>? {
+        if case .apiKey(_, let scopes) = self.credential { return scopes }
         return nil
     }
 }

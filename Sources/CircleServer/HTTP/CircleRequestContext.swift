@@ -49,9 +49,24 @@ extension RequestContext {
 }
 
 extension CircleRequestContext {
-    /// The user the token middleware verified; routes behind it always have one.
+    /// The user the token middleware verified; routes behind it always have one. An API key is
+    /// refused here: routes that take keys ask ``requirePrincipal(_:)`` instead.
     func requireUser() throws -> AuthenticatedUser {
         guard let user = self.circleUser else { throw APIError.missingToken }
+        if user.apiKeyScopes != nil {
+            throw APIError(.forbidden, .forbidden, "this route does not take API keys (docs/API.md, \"API keys\", lists the routes that do)")
+        }
+        return user
+    }
+
+    /// The principal of a route that takes API keys too: a key must hold one of `scopes`
+    /// (docs/API.md, "API keys", has the table); a person's credential passes as it is.
+    func requirePrincipal(_ scopes: APIKeyScope...) throws -> AuthenticatedUser {
+        guard let user = self.circleUser else { throw APIError.missingToken }
+        if let held = user.apiKeyScopes, held.isDisjoint(with: scopes) {
+            let names = scopes.map(\.rawValue).joined(separator: " or ")
+            throw APIError(.forbidden, .forbidden, "this API key lacks the scope \(names) this route needs")
+        }
         return user
     }
 }

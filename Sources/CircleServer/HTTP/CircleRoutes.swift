@@ -61,9 +61,13 @@ struct CircleRoutes: Sendable {
         }
 
         let authenticated = router.group().add(middleware: TokenAuthMiddleware<Context>(services: services))
-        IdentityRoutes(services: services).add(public: router, authenticated: authenticated)
-        WebhookRoutes(services: services).add(authenticated: authenticated)
-        self.addCircles(to: authenticated)
+        // The routes that take API keys too (docs/API.md, "API keys"): each checks the key's scope.
+        let keyed = router.group().add(middleware: TokenAuthMiddleware<Context>(services: services, acceptsAPIKeys: true))
+        IdentityRoutes(services: services).add(public: router, authenticated: authenticated, admin: keyed)
+        WebhookRoutes(services: services).add(authenticated: keyed)
+        APIKeyRoutes(services: services).add(authenticated: keyed)
+        MessageRoutes(services: services).add(authenticated: keyed)
+        self.addCircles(to: keyed)
         SearchRoutes(search: SearchAnswer(store: services.store)).add(authenticated: authenticated)
         MediaRoutes(media: self.media).add(to: authenticated)
     }
@@ -94,11 +98,11 @@ struct CircleRoutes: Sendable {
     private func addCircles<Context: CircleRequestContext>(to router: some RouterMethods<Context>) {
         let store = self.services.store
         router.get(RouterPath(HTTPAPI.Path.circles)) { _, context in
-            let user = try context.requireUser().name
+            let user = try context.requirePrincipal(.read).name
             return Response.json(.ok, HTTPAPI.CircleList(circles: try await store.circles(visibleTo: user).map(Self.body)))
         }
         router.post(RouterPath(HTTPAPI.Path.circles)) { request, context in
-            let user = try context.requireUser().name
+            let user = try context.requirePrincipal(.manage).name
             var request = request
             let body = try await request.jsonBody()
             let create = try body.decodeJSON(HTTPAPI.CreateCircle.self, send: #"{"name": "…", "private": false}"#)
@@ -115,23 +119,25 @@ struct CircleRoutes: Sendable {
         }
         let circle = HTTPAPI.Path.circles + "/{name}"
         router.get(RouterPath(circle)) { _, context in
-            let info = try await self.visibleCircle(context)
+            let principal = try context.requirePrincipal(.read)
+            let info = try await self.visibleCircle(context, principal: principal)
             // With the user's read marker and unread count, as in the list.
-            let listed = try await store.circles(visibleTo: try context.requireUser().name, named: info.name).first
+            let listed = try await store.circles(visibleTo: principal.name, named: info.name).first
             return Response.json(.ok, Self.body(listed ?? info))
         }
         router.get(RouterPath(circle + "/messages")) { request, context in
-            let info = try await self.visibleCircle(context)
-            return try await self.messages(request, circle: info.name, viewer: try context.requireUser().name)
+            let principal = try context.requirePrincipal(.read)
+            let info = try await self.visibleCircle(context, principal: principal)
+            return try await self.messages(request, circle: info.name, viewer: principal.name)
         }
         router.get(RouterPath(circle + "/members")) { _, context in
-            let info = try await self.visibleCircle(context, managing: true)
+            let info = try await self.visibleCircle(context, principal: try context.requirePrincipal(.manage), managing: true)
             return Response.json(.ok, HTTPAPI.MemberList(members: try await store.members(of: info.name)))
         }
         router.post(RouterPath(circle + "/members")) { request, context in
-            let info = try await self.visibleCircle(context, managing: true)
-            let user = try context.requireUser().name
-            guard try await self.managesMembers(of: info, user: user) else {
+            let principal = try context.requirePrincipal(.manage)
+            let info = try await self.visibleCircle(context, principal: principal, managing: true)
+            guard try await self.managesMembers(of: info, principal: principal) else {
                 throw APIError(.forbidden, .forbidden, "only the owner (\(info.owner)) or an admin adds members")
             }
             var request = request
@@ -144,13 +150,15 @@ struct CircleRoutes: Sendable {
             return Response.json(.ok, HTTPAPI.MemberList(members: try await store.members(of: info.name)))
         }
         router.delete(RouterPath(circle + "/members/{user}")) { _, context in
-            let info = try await self.visibleCircle(context, managing: true)
-            let user = try context.requireUser().name
+            // A moderator's key removes members too (it does not add them).
+            let principal = try context.requirePrincipal(.manage, .moderate)
+            let info = try await self.visibleCircle(context, principal: principal, managing: true, removing: true)
+            let user = principal.name
             let member = try context.pathParameter("user")
             guard TokenAuthority.isValidUserName(member) else {
                 throw APIError(.badRequest, .badRequest, "\"\(member)\" is not a valid user name")
             }
-            let allowed = member == user ? true : try await self.managesMembers(of: info, user: user)
+            let allowed = member == user ? true : try await self.managesMembers(of: info, principal: principal, removing: true)
             guard allowed else {
                 throw APIError(.forbidden, .forbidden, "only the owner or an admin removes other members")
             }
@@ -163,23 +171,32 @@ struct CircleRoutes: Sendable {
         }
     }
 
-    /// Whether `user` may add and remove members of `circle`: its owner, or an admin.
-    private func managesMembers(of circle: CircleInfo, user: String) async throws -> Bool {
-        if circle.owner == user { return true }
-        guard let account = try await self.services.store.account(named: user) else { return false }
+    /// Whether `principal` may add and remove members of `circle`: its owner, an admin, or an
+    /// API key with `manage` (or, `removing`, with `moderate`).
+    private func managesMembers(of circle: CircleInfo, principal: AuthenticatedUser, removing: Bool = false) async throws -> Bool {
+        if circle.owner == principal.name { return true }
+        if let scopes = principal.apiKeyScopes {
+            return scopes.contains(.manage) || (removing && scopes.contains(.moderate))
+        }
+        guard let account = try await self.services.store.account(named: principal.name) else { return false }
         return account.role == .admin && account.status == .active
     }
 
     /// The circle of the `{name}` in the path, if the user may see it: 404 when there is none,
     /// 403 when it is private and the user is not a member.
-    private func visibleCircle(_ context: some CircleRequestContext, managing: Bool = false) async throws -> CircleInfo {
+    private func visibleCircle(
+        _ context: some CircleRequestContext,
+        principal: AuthenticatedUser,
+        managing: Bool = false,
+        removing: Bool = false
+    ) async throws -> CircleInfo {
         let name = try context.pathParameter("name")
-        let user = try context.requireUser().name
+        let user = principal.name
         guard let info = try await self.services.store.circle(named: name) else {
             throw APIError(.notFound, .notFound, "no circle \"\(name)\"")
         }
         // Admins manage the members of private circles they are not in (but do not read them).
-        if managing, info.isPrivate, try await self.managesMembers(of: info, user: user) { return info }
+        if managing, info.isPrivate, try await self.managesMembers(of: info, principal: principal, removing: removing) { return info }
         if info.isPrivate, try await !self.services.store.isMember(user, of: name) {
             throw APIError(.forbidden, .forbidden, "\"\(name)\" is private and you are not a member")
         }

@@ -20,8 +20,13 @@ struct IdentityRoutes: Sendable {
         static let labelLength = 60
     }
 
-    /// The routes anyone may call (they create sessions); `authenticated` is behind the credential check.
-    func add<Context: CircleRequestContext>(public router: some RouterMethods<Context>, authenticated: some RouterMethods<Context>) {
+    /// The routes anyone may call (they create sessions); `authenticated` is behind the credential
+    /// check; `admin`, behind the one that also takes API keys (with the `admin` scope).
+    func add<Context: CircleRequestContext>(
+        public router: some RouterMethods<Context>,
+        authenticated: some RouterMethods<Context>,
+        admin: some RouterMethods<Context>
+    ) {
         router.get(RouterPath(HTTPAPI.Path.authState)) { request, context in
             try await self.state(request, context: context)
         }
@@ -84,30 +89,31 @@ struct IdentityRoutes: Sendable {
         authenticated.patch(RouterPath(HTTPAPI.Path.profile)) { request, context in
             try await self.updateProfile(request, context: context)
         }
-        authenticated.get(RouterPath(HTTPAPI.Path.users)) { _, _ in
+        authenticated.get(RouterPath(HTTPAPI.Path.users)) { _, context in
+            _ = try context.requireUser()
             let accounts = try await self.store.accounts().filter { $0.status == .active }
             return Response.json(.ok, HTTPAPI.ProfileList(users: accounts.map(Self.profile)))
         }
 
         // Admins.
-        authenticated.get(RouterPath(HTTPAPI.Path.adminUsers)) { _, context in
+        admin.get(RouterPath(HTTPAPI.Path.adminUsers)) { _, context in
             _ = try await self.requireAdmin(context)
             return Response.json(.ok, HTTPAPI.UserList(users: try await self.store.accounts().map(Self.userInfo)))
         }
-        authenticated.patch(RouterPath(HTTPAPI.Path.adminUsers + "/{name}")) { request, context in
+        admin.patch(RouterPath(HTTPAPI.Path.adminUsers + "/{name}")) { request, context in
             try await self.updateUser(request, context: context)
         }
-        authenticated.post(RouterPath(HTTPAPI.Path.adminBots)) { request, context in
+        admin.post(RouterPath(HTTPAPI.Path.adminBots)) { request, context in
             try await self.createBot(request, context: context)
         }
-        authenticated.get(RouterPath(HTTPAPI.Path.adminInvites)) { _, context in
+        admin.get(RouterPath(HTTPAPI.Path.adminInvites)) { _, context in
             _ = try await self.requireAdmin(context)
             return Response.json(.ok, HTTPAPI.InviteList(invites: try await self.store.invites().map { Self.inviteInfo($0) }))
         }
-        authenticated.post(RouterPath(HTTPAPI.Path.adminInvites)) { request, context in
+        admin.post(RouterPath(HTTPAPI.Path.adminInvites)) { request, context in
             try await self.createInvite(request, context: context)
         }
-        authenticated.delete(RouterPath(HTTPAPI.Path.adminInvites + "/{id}")) { _, context in
+        admin.delete(RouterPath(HTTPAPI.Path.adminInvites + "/{id}")) { _, context in
             _ = try await self.requireAdmin(context)
             let id = try context.pathParameter("id")
             guard try await self.store.revokeInvite(id: id) else { throw APIError(.notFound, .notFound, "no invite \"\(id)\"") }
@@ -449,10 +455,12 @@ struct IdentityRoutes: Sendable {
         return account
     }
 
-    /// The signed-in admin (an active account with the admin role); 403 for anyone else.
+    /// The signed-in admin (an active account with the admin role), or the bot of an API key
+    /// with the `admin` scope; 403 for anyone else.
     func requireAdmin(_ context: some CircleRequestContext) async throws -> Account {
-        let user = try context.requireUser()
-        guard let account = try await self.store.account(named: user.name), account.role == .admin, account.status == .active else {
+        let user = try context.requirePrincipal(.admin)
+        let isAdminKey = user.apiKeyScopes?.contains(.admin) ?? false
+        guard let account = try await self.store.account(named: user.name), account.role == .admin || isAdminKey, account.status == .active else {
             throw APIError(.forbidden, .forbidden, "only admins do this")
         }
         return account

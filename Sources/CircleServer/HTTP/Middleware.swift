@@ -6,12 +6,19 @@ import NIOCore
 
 /// Token auth, written once: the routes behind it get ``CircleRequestContext/circleUser``; the
 /// WebSocket upgrade uses the same ``ServerServices/authenticate(_:)``.
+///
+/// API keys pass only the middleware of the group of routes that take them (`acceptsAPIKeys`),
+/// where each route asks for its scope (``CircleRequestContext/requirePrincipal(_:)``); every
+/// other route refuses them here, whatever its handler does.
 struct TokenAuthMiddleware<Context: CircleRequestContext>: RouterMiddleware {
     let services: ServerServices
+    var acceptsAPIKeys = false
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         var context = context
-        context.circleUser = try await self.services.authenticate(request.credentials(address: context.circleRemoteAddress))
+        var credentials = request.credentials(address: context.circleRemoteAddress)
+        credentials.acceptsAPIKeys = self.acceptsAPIKeys
+        context.circleUser = try await self.services.authenticate(credentials)
         return try await next(request, context)
     }
 }

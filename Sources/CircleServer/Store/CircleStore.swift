@@ -59,6 +59,8 @@ public struct NewPost: Sendable, Hashable {
     public var emoji: String?
     /// A reply: the post it answers.
     public var replyTo: Int64?
+    /// `delete` by a moderator (an API key with `moderate`): any post of the circle.
+    public var moderated: Bool
 
     public init(
         circle: String,
@@ -70,7 +72,8 @@ public struct NewPost: Sendable, Hashable {
         change: CircleChange? = nil,
         target: Int64? = nil,
         emoji: String? = nil,
-        replyTo: Int64? = nil
+        replyTo: Int64? = nil,
+        moderated: Bool = false
     ) {
         self.circle = circle
         self.author = author
@@ -82,6 +85,7 @@ public struct NewPost: Sendable, Hashable {
         self.target = target
         self.emoji = emoji
         self.replyTo = replyTo
+        self.moderated = moderated
     }
 }
 
@@ -152,7 +156,7 @@ public struct StoreError: Error, Sendable, Hashable, CustomStringConvertible {
 /// - Per circle, stored posts get sequence numbers 1, 2, 3, … in commit order, without gaps.
 /// - (circle, author, clientID) is unique: committing it again yields `.duplicate` with the
 ///   original post, also within one batch and across restarts.
-public protocol CircleStore: IdentityStore, WebhookStore {
+public protocol CircleStore: IdentityStore, WebhookStore, APIKeyStore {
     /// Creates the schema or migrates it to the current version.
     func migrate() async throws
 
@@ -183,7 +187,8 @@ public protocol CircleStore: IdentityStore, WebhookStore {
     ///   circle, else `.rejected(.noSuchPost)`;
     /// - `edit`: only the author (`.notAuthor`), not of a deleted post (`.postDeleted`); sets the
     ///   post's text and its edit time;
-    /// - `delete`: the author, or the owner of a private circle (`.notAuthor`); not twice
+    /// - `delete`: the author, the owner of a private circle, or a moderator (`moderated`)
+    ///   (else `.notAuthor`); not twice
     ///   (`.postDeleted`); clears the post's text and attachment, the text of the edits made to
     ///   it, and its reactions;
     /// - `react`: not on a deleted post; a new emoji beyond ``StoreLimits/maxReactionsPerPost``

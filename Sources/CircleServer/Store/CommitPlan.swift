@@ -327,7 +327,7 @@ struct CommitPlan: Sendable {
                     editsByTarget[targetKey, default: []].append(EntryKey(entry))
                 case .delete:
                     let ownsPrivateCircle = circle.isPrivate && BinaryText(circle.owner) == key.author
-                    guard BinaryText(target.author) == key.author || ownsPrivateCircle else {
+                    guard BinaryText(target.author) == key.author || ownsPrivateCircle || newPost.moderated else {
                         reject(.notAuthor, "only the author (or the owner of a private circle) may delete post \(targetSeq)")
                         continue
                     }

@@ -284,6 +284,22 @@ extension PostgresStore {
             WHERE change IS NULL AND NOT deleted AND text IS NOT NULL
             """,
         ],
+        // API keys (stored hashed, scoped, revocable).
+        [
+            """
+            CREATE TABLE api_keys (
+                id text COLLATE "C" PRIMARY KEY,
+                name text NOT NULL,
+                secret_hash text NOT NULL,
+                bot text COLLATE "C" NOT NULL,
+                scopes text NOT NULL,
+                created_by text COLLATE "C" NOT NULL,
+                created_at bigint NOT NULL,
+                last_used_at bigint,
+                revoked_at bigint
+            )
+            """
+        ],
     ]
 
     /// The schema version this build writes and understands.

@@ -304,6 +304,24 @@ extension SQLiteStore {
                 "INSERT INTO search_backfill (id, done) SELECT 1, NOT EXISTS (SELECT 1 FROM posts)",
             ]
         ),
+        Migration(
+            summary: "API keys (stored hashed, scoped, revocable)",
+            statements: [
+                """
+                CREATE TABLE api_keys (
+                    id TEXT NOT NULL PRIMARY KEY,
+                    name TEXT NOT NULL,
+                    secret_hash TEXT NOT NULL,
+                    bot TEXT NOT NULL,
+                    scopes TEXT NOT NULL,
+                    created_by TEXT NOT NULL,
+                    created_at INTEGER NOT NULL,
+                    last_used_at INTEGER,
+                    revoked_at INTEGER
+                ) STRICT
+                """
+            ]
+        ),
     ]
 
     /// The schema version this build writes and understands.
