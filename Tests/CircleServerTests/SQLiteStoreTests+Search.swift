@@ -85,7 +85,7 @@ extension SQLiteStoreTests {
     @Test func searchBackfillIndexesOldPostsExactly() async throws {
         try await self.withDatabasePath { path in
             let old = try await SQLiteStore.open(path: path, logger: Self.logger)
-            try await old.migrate(upTo: SQLiteStore.schemaVersion - 1)
+            try await old.migrate(upTo: SQLiteStore.versionBeforeSearch)
             let insert = "INSERT INTO posts (circle, seq, author, client_id, text, attachment, time, deleted) VALUES"
             for statement in [
                 "INSERT INTO circles (name, owner, private, created_at, last_seq) VALUES ('a', 'alice', 0, 1, 4)",

@@ -26,7 +26,7 @@ struct SearchBackfillLiveTests {
         }
         let logger = Logger(label: "circle.test.backfill")
         let old = try await SQLiteStore.open(path: path, logger: logger)
-        try await old.migrate(upTo: SQLiteStore.schemaVersion - 1)
+        try await old.migrate(upTo: SQLiteStore.versionBeforeSearch)
         let count = 1_200
         try await old.execute("INSERT INTO circles (name, owner, private, created_at, last_seq) VALUES ('old', 'alice', 0, 1, \(count))")
         for start in stride(from: 1, through: count, by: 200) {

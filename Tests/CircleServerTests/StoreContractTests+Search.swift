@@ -248,7 +248,7 @@ extension StoreContractTests {
         try await self.withLocation(kind) { location in
             let isPrivate = kind == .sqlite ? "0" : "false"
             let user = kind == .sqlite ? "user" : "user_name"
-            let version = kind == .sqlite ? SQLiteStore.schemaVersion - 1 : PostgresStore.schemaVersion - 1
+            let version = kind == .sqlite ? SQLiteStore.versionBeforeSearch : PostgresStore.versionBeforeSearch
             try await self.makeOldDatabase(at: location, version: version, [
                 "INSERT INTO circles (name, owner, private, created_at, last_seq) VALUES ('old', 'alice', \(isPrivate), 1, 2)",
                 "INSERT INTO members (circle, \(user)) VALUES ('old', 'alice')",

@@ -305,6 +305,9 @@ extension PostgresStore {
     /// The schema version this build writes and understands.
     static var schemaVersion: Int { Self.migrations.count }
 
+    /// The schema version just before the search step (tests of the upgrade).
+    static var versionBeforeSearch: Int { Self.migrations.firstIndex { $0.contains { $0.sql.contains("pg_trgm") } } ?? Self.migrations.count }
+
     /// A fixed key for `pg_advisory_xact_lock`: nodes that start at once migrate one after another.
     static let migrationLockKey: Int64 = 0x4369_7263_6C65  // "Circle"
 

@@ -327,6 +327,10 @@ extension SQLiteStore {
     /// The schema version this build writes and understands.
     static var schemaVersion: Int { Self.migrations.count }
 
+    /// The schema version just before the search index's step: a database as a server without
+    /// search left it (tests of the upgrade).
+    static var versionBeforeSearch: Int { Self.migrations.firstIndex { $0.summary == "full-text search index" } ?? Self.migrations.count }
+
     /// Applies the migrations the database lacks, each in its own `BEGIN IMMEDIATE` transaction that
     /// also bumps `user_version`, so a crash leaves the database at a whole version and a second
     /// process migrating at the same time applies nothing twice.
