@@ -267,10 +267,12 @@ extension SQLiteStore {
                 CREATE VIEW search_content (id, text) AS
                 SELECT d.id, p.text FROM search_docs AS d JOIN posts AS p ON p.circle = d.circle AND p.seq = d.seq
                 """,
-                // Words, case and diacritics folded ("Café" finds "cafe").
+                // Words, case and diacritics folded ("Café" finds "cafe"). `columnsize = 0`: no
+                // table of each post's token count, one write fewer per post in every commit; BM25
+                // ranking counts a hit's tokens when it ranks it instead.
                 """
                 CREATE VIRTUAL TABLE search_words USING fts5 (
-                    text, content = 'search_content', content_rowid = 'id', tokenize = 'unicode61 remove_diacritics 2'
+                    text, content = 'search_content', content_rowid = 'id', tokenize = 'unicode61 remove_diacritics 2', columnsize = 0
                 )
                 """,
                 // Substrings of three characters or more, for scripts without spaces (東京タワー): only
@@ -284,7 +286,7 @@ extension SQLiteStore {
                 """,
                 """
                 CREATE VIRTUAL TABLE search_trigrams USING fts5 (
-                    text, content = 'search_trigram_content', content_rowid = 'id', tokenize = 'trigram remove_diacritics 1'
+                    text, content = 'search_trigram_content', content_rowid = 'id', tokenize = 'trigram remove_diacritics 1', columnsize = 0
                 )
                 """,
                 // The step indexes no post stored before it: it stays short on a large database. Those
