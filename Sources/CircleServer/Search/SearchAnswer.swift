@@ -71,7 +71,7 @@ struct SearchAnswer: Sendable {
             }
             let page = try await self.store.search(query, reader: reader, options: options)
             return HTTPAPI.SearchResults(
-                hits: page.hits.map { HTTPAPI.SearchHit(circle: $0.circle, seq: $0.seq, author: $0.author, time: $0.time, snippet: $0.snippet) },
+                hits: page.hits,
                 next: page.next
             )
         } catch let refusal as SearchRefusal {

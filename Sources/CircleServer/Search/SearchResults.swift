@@ -1,3 +1,4 @@
+import CircleWire
 import Foundation
 
 /// How a search is answered: its order, page size, where to go on, and its time bound.
@@ -46,33 +47,12 @@ public struct SearchOptions: Sendable, Hashable {
     }
 }
 
-/// One post that matched.
-public struct SearchHit: Sendable, Hashable {
-    public var circle: String
-    public var seq: Int64
-    public var author: String
-    /// The post's time, milliseconds since 1970.
-    public var time: Int64
-    /// A part of the post's current text around what matched, at most a few dozen words, with
-    /// every matched word (or substring, for terms in scripts without spaces) between
-    /// ``SearchHit/markStart`` (U+E000) and ``SearchHit/markEnd`` (U+E001), two private-use
-    /// characters no post's rendering gives a meaning to; text left out is "…". Clients replace
-    /// the pair with their own highlighting (the web page: `<mark>`), after escaping the rest.
-    public var snippet: String
-
-    /// Where a matched word starts in ``snippet``.
-    public static let markStart: Character = "\u{E000}"
-    /// Where a matched word ends in ``snippet``.
-    public static let markEnd: Character = "\u{E001}"
-
-    public init(circle: String, seq: Int64, author: String, time: Int64, snippet: String) {
-        self.circle = circle
-        self.seq = seq
-        self.author = author
-        self.time = time
-        self.snippet = snippet
-    }
-}
+/// One post that matched: the wire's shape (``HTTPAPI/SearchHit``), which the stores fill. Its
+/// snippet marks each matched word (or substring, for terms in scripts without spaces) between
+/// U+E000 and U+E001, two private-use characters no post's rendering gives a meaning to;
+/// clients replace the pair with their own highlighting (the web page: `<mark>`), after escaping
+/// the rest.
+public typealias SearchHit = HTTPAPI.SearchHit
 
 /// A page of hits and how to get the next one.
 public struct SearchPage: Sendable, Hashable {
