@@ -148,7 +148,7 @@ public enum DataBackup {
         } catch {
             try? await connection.close()
             let message = "\(error)"
-            if message.contains("full") || message.contains("disk") {
+            if message.contains("full") {  // SQLITE_FULL: "database or disk is full"
                 throw Failure(.io, "cannot write the copy of the database to \(copy): the disk is full (\(message))")
             }
             throw Failure(.io, "cannot copy the database \(database) to \(copy): \(message)")
