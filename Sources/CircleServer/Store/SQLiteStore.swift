@@ -28,8 +28,9 @@ import SQLiteNIO
 /// the two connections are serialized by SQLite's write lock (`BEGIN IMMEDIATE` and the busy
 /// timeout).
 ///
-/// A third connection, with `synchronous = NORMAL` and a gate of its own, writes the webhook
-/// deliveries' bookkeeping (``exclusiveWithoutSync(_:_:)``).
+/// Beside those two: a connection with `synchronous = NORMAL` and a gate of its own writes the
+/// webhook deliveries' bookkeeping (``exclusiveWithoutSync(_:_:)``), and searches run on
+/// read-only handles of their own (``SQLiteSearcher``), which a time bound may interrupt.
 ///
 /// The class holds only `Sendable` values (the connection, the writer, an actor, a `Logger`), so
 /// it is `Sendable` without `@unchecked`.
