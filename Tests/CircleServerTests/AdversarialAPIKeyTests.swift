@@ -162,6 +162,14 @@ struct AdversarialAPIKeyTests {
             let (id, key) = try await self.makeKey(server, admin, bot: "reader", scopes: ["read"])
             #expect(try await server.http("GET", HTTPAPI.Path.messages("lobby"), token: key).status == 200)
             #expect(try await server.http("GET", HTTPAPI.Path.circles, token: key).status == 200)
+            // It searches what its bot may read: the public circle, not the private one.
+            #expect(try await server.http("POST", HTTPAPI.Path.messages("lobby"), token: admin, json: #"{"text":"quarterly figures"}"#).status == 201)
+            #expect(try await server.http("POST", HTTPAPI.Path.messages("staff"), token: admin, json: #"{"text":"quarterly secrets"}"#).status == 201)
+            let found = try await server.http("GET", HTTPAPI.Path.search + "?q=quarterly", token: key)
+            let hits = self.json(found.body)["hits"] as? [[String: Any]] ?? []
+            #expect(found.status == 200 && hits.map { $0["circle"] as? String } == ["lobby"], "\(found.body)")
+            let hidden = try await server.http("GET", HTTPAPI.Path.search + "?q=quarterly&circle=staff", token: key)
+            #expect(hidden.status == 403 || hidden.status == 404, "\(hidden.body)")
 
             // Without the scope.
             let post = try await server.http("POST", HTTPAPI.Path.messages("lobby"), token: key, json: #"{"text":"hi"}"#)
@@ -169,6 +177,9 @@ struct AdversarialAPIKeyTests {
             #expect(try await server.http("POST", HTTPAPI.Path.circles, token: key, json: #"{"name":"mine"}"#).status == 403)
             #expect(try await server.http("GET", HTTPAPI.Path.adminAPIKeys, token: key).status == 403)
             #expect(try await server.http("POST", HTTPAPI.Path.members("lobby"), token: key, json: #"{"user":"bo"}"#).status == 403)
+            let (_, poster) = try await self.makeKey(server, admin, bot: "poster", scopes: ["post_as_bot"])
+            let unscoped = try await server.http("GET", HTTPAPI.Path.search + "?q=quarterly", token: poster)
+            #expect(unscoped.status == 403 && self.errorCode(unscoped.body) == "forbidden", "search needs read: \(unscoped.body)")
             // Routes that take no key at all.
             for (method, path) in [("GET", HTTPAPI.Path.authSessions), ("POST", HTTPAPI.Path.authTokens), ("GET", HTTPAPI.Path.users)] {
                 let answer = try await server.http(method, path, token: key, json: method == "POST" ? #"{"name":"x"}"# : nil)

@@ -68,7 +68,7 @@ struct CircleRoutes: Sendable {
         APIKeyRoutes(services: services).add(authenticated: keyed)
         MessageRoutes(services: services).add(authenticated: keyed)
         self.addCircles(to: keyed)
-        SearchRoutes(search: SearchAnswer(store: services.store)).add(authenticated: authenticated)
+        SearchRoutes(search: SearchAnswer(store: services.store)).add(authenticated: keyed)
         MediaRoutes(media: self.media).add(to: authenticated)
     }
 

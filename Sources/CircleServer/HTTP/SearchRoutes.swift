@@ -3,13 +3,14 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 
-/// `GET /v1/search` (docs/API.md, "Search"), behind ``TokenAuthMiddleware``.
+/// `GET /v1/search` (docs/API.md, "Search"), behind ``TokenAuthMiddleware``; an API key with
+/// `read` searches what its bot may read.
 struct SearchRoutes: Sendable {
     let search: SearchAnswer
 
     func add<Context: CircleRequestContext>(authenticated router: some RouterMethods<Context>) {
         router.get(RouterPath(HTTPAPI.Path.search)) { request, context in
-            let reader = try context.requireUser().name
+            let reader = try context.requirePrincipal(.read).name
             let parameters = try Self.parameters(request.uri.query)
             let asked = try Self.searchRequest(parameters)
             do {
