@@ -311,15 +311,11 @@ public final class CircleServer: Service, Sendable {
             group.addTask { await services.identity.runCleanup() }
             group.addTask { await services.webhooks.run() }
             group.addTask {
-                // An upgraded SQLite database's older posts, indexed in the background; like the
-                // other children, it returns only when cancelled (the first to return ends them all).
-                if let sqlite = services.store as? SQLiteStore {
-                    await sqlite.runSearchBackfill(logger: services.logger) { progress in
-                        services.metrics.searchBackfillIndexed.set(progress.indexed)
-                        services.metrics.searchIndexReady.set(progress.done ? 1 : 0)
-                    }
-                } else {
-                    services.metrics.searchIndexReady.set(1)
+                // An upgraded database's older posts, indexed in the background; like the other
+                // children, it returns only when cancelled (the first to return ends them all).
+                await SearchBackfill.run(services.store, logger: services.logger) { progress in
+                    services.metrics.searchBackfillIndexed.set(progress.indexed)
+                    services.metrics.searchIndexReady.set(progress.done ? 1 : 0)
                 }
                 while !Task.isCancelled { try? await Task.sleep(for: .seconds(3600)) }
             }

@@ -308,6 +308,7 @@ final class MutedStore: SharedCircleStore {
     func search(_ query: SearchQuery, reader: String, options: SearchOptions) async throws -> SearchPage {
         try await self.base.search(query, reader: reader, options: options)
     }
+    func backfillSearchIndex(batchSize: Int) async throws -> SearchBackfillProgress { try await self.base.backfillSearchIndex(batchSize: batchSize) }
     func createUpload(_ upload: MediaUpload) async throws { try await self.base.createUpload(upload) }
     func upload(id: String) async throws -> MediaUpload? { try await self.base.upload(id: id) }
     func deleteUpload(id: String) async throws { try await self.base.deleteUpload(id: id) }

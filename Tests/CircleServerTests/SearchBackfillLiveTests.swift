@@ -3,9 +3,10 @@ import CircleTestSupport
 import CircleWire
 import Foundation
 import Logging
+import PostgresNIO
 import Testing
 
-/// The search index of an upgraded SQLite database, filled in the background by a real server.
+/// The search index of an upgraded database (SQLite, PostgreSQL), filled in the background by a real server.
 @Suite("Search backfill, live")
 struct SearchBackfillLiveTests {
     @Test("still_indexing is a 503 with Retry-After")
@@ -16,28 +17,57 @@ struct SearchBackfillLiveTests {
         #expect(error.headers[.retryAfter] == "5")
     }
 
-    @Test("a server on an upgraded database indexes the older posts in the background, shows it in /metrics, then finds them")
-    func backfillOnUpgrade() async throws {
+    @Test(
+        "a server on an upgraded database indexes the older posts in the background, shows it in /metrics, then finds them",
+        arguments: [false, true]
+    )
+    func backfillOnUpgrade(postgres: Bool) async throws {
         let server = TestServer()
         let path = server.dataDirectory + "-old.sqlite"
         defer {
             server.remove()
             for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) }
         }
-        let logger = Logger(label: "circle.test.backfill")
-        let old = try await SQLiteStore.open(path: path, logger: logger)
-        try await old.migrate(upTo: SQLiteStore.versionBeforeSearch)
+        var logger = Logger(label: "circle.test.backfill")
+        logger.logLevel = .warning
         let count = 1_200
-        try await old.execute("INSERT INTO circles (name, owner, private, created_at, last_seq) VALUES ('old', 'alice', 0, 1, \(count))")
-        for start in stride(from: 1, through: count, by: 200) {
-            let values = (start..<(start + 200)).map { seq in
-                "('old', \(seq), 'alice', 'o\(seq)', 'post number \(seq)\(seq == 777 ? " with a needle" : "")', NULL, \(seq))"
-            }
-            try await old.execute("INSERT INTO posts (circle, seq, author, client_id, text, attachment, time) VALUES \(values.joined(separator: ", "))")
+        let rows = { (seq: Int, text: (String) -> String) in
+            "('old', \(seq), \(text("alice")), \(text("o\(seq)")), \(text("post number \(seq)\(seq == 777 ? " with a needle" : "")")), NULL, \(seq))"
         }
-        try await old.close()
-
-        let store = try await SQLiteStore.open(path: path, logger: logger)
+        let store: any CircleStore
+        var pool: Task<Void, Never>?
+        if postgres {
+            let url = try await PostgresTestServer.shared.freshDatabase()
+            let old = try PostgresStore(url: url, logger: logger)
+            let oldPool = Task { await old.run() }
+            try await old.migrate(upTo: PostgresStore.versionBeforeSearch)
+            try await old.client.query(
+                PostgresQuery(unsafeSQL: "INSERT INTO circles (name, owner, private, created_at, last_seq) VALUES ('old', 'alice', false, 1, \(count))"),
+                logger: logger
+            )
+            for start in stride(from: 1, through: count, by: 200) {
+                let values = (start..<(start + 200)).map { rows($0) { "convert_to('\($0)', 'UTF8')" } }
+                try await old.client.query(
+                    PostgresQuery(unsafeSQL: "INSERT INTO posts (circle, seq, author, client_id, text, attachment, time) VALUES \(values.joined(separator: ", "))"),
+                    logger: logger
+                )
+            }
+            oldPool.cancel()
+            let current = try PostgresStore(url: url, logger: logger)
+            pool = Task { await current.run() }
+            store = current
+        } else {
+            let old = try await SQLiteStore.open(path: path, logger: logger)
+            try await old.migrate(upTo: SQLiteStore.versionBeforeSearch)
+            try await old.execute("INSERT INTO circles (name, owner, private, created_at, last_seq) VALUES ('old', 'alice', 0, 1, \(count))")
+            for start in stride(from: 1, through: count, by: 200) {
+                let values = (start..<(start + 200)).map { rows($0) { "'\($0)'" } }
+                try await old.execute("INSERT INTO posts (circle, seq, author, client_id, text, attachment, time) VALUES \(values.joined(separator: ", "))")
+            }
+            try await old.close()
+            store = try await SQLiteStore.open(path: path, logger: logger)
+        }
+        defer { pool?.cancel() }
         server.store = store
         try await server.start()
         // Bounded: the backfill's 3 batches of 500 take well under a minute even on a loaded machine.
@@ -57,6 +87,6 @@ struct SearchBackfillLiveTests {
         let all = try await server.http("GET", "/v1/search?q=number&limit=100", token: try await server.token("bob"))
         #expect(HTTPAPI.decode(HTTPAPI.SearchResults.self, from: Data(all.body.utf8))?.hits.count == 100)
         await server.stop()
-        try await store.close()
+        try await (store as? SQLiteStore)?.close()
     }
 }

@@ -242,8 +242,8 @@ extension StoreContractTests {
     }
 
     /// A database from before the search step upgrades in place, commits index from then on, and
-    /// the posts stored before are found too: PostgreSQL's generated column covers them at once;
-    /// SQLite's index starts empty and says "still indexing" until its backfill has run.
+    /// the posts stored before are found too: the index starts empty and searches say "still
+    /// indexing" until the backfill has run, a batch at a time, beside commits.
     @Test(arguments: StoreKind.allCases) func searchAfterMigration(_ kind: StoreKind) async throws {
         try await self.withLocation(kind) { location in
             let isPrivate = kind == .sqlite ? "0" : "false"
@@ -260,27 +260,66 @@ extension StoreContractTests {
                     self.change("old", .edit, 1, id: "e1", text: "first edited", time: 40),
                     self.newPost("old", author: "bob", id: "n1", text: "new words", time: 50),
                 ])
-                if let sqlite = store as? SQLiteStore {
-                    // The posts stored before the step are not in the index yet: searches say so
-                    // until the backfill has indexed them, a batch at a time, beside commits.
-                    let early = await #expect(throws: SearchError.self) { _ = try await self.found(store, "new") }
-                    #expect(early?.code == .stillIndexing)
-                    var steps: [SQLiteStore.SearchBackfillProgress] = []
-                    repeat {
-                        steps.append(try await sqlite.backfillSearchIndex(batchSize: 2))
-                    } while steps.last?.done == false && steps.count < 10
-                    // Entries 1 and 2, then 3 and 4 (an edit and a post the commit indexed), then none.
-                    #expect(steps.map(\.indexed) == [1, 1, 1])
-                    #expect(steps.map(\.done) == [false, false, true])
-                    #expect(try await sqlite.backfillSearchIndex().done)
-                    #expect(try await self.found(store, "second") == ["old:2"])
-                }
+                // The posts stored before the step are not in the index yet: searches say so
+                // until the backfill has indexed them.
+                let early = await #expect(throws: SearchError.self) { _ = try await self.found(store, "new") }
+                #expect(early?.code == .stillIndexing)
+                var steps: [SearchBackfillProgress] = []
+                repeat {
+                    steps.append(try await store.backfillSearchIndex(batchSize: 2))
+                } while steps.last?.done == false && steps.count < 10
+                // Entries 1 and 2 (1 was edited: the commit indexed it), then 3 and 4 (an edit and
+                // a post the commit indexed), then none.
+                #expect(steps.map(\.indexed) == [1, 1, 1])
+                #expect(steps.map(\.done) == [false, false, true])
+                #expect(try await store.backfillSearchIndex(batchSize: 2).done)
                 #expect(try await self.found(store, "edited") == ["old:1"])
                 #expect(try await self.found(store, "first") == ["old:1"])
                 #expect(try await self.found(store, "new") == ["old:4"])
                 #expect(try await self.found(store, "second") == ["old:2"])
                 let words = try await self.foundSet(store, "words")
                 #expect(words == ["old:2", "old:4"])
+            }
+        }
+    }
+
+    /// Several PostgreSQL nodes backfill one database at once: batches run one at a time (the
+    /// row lock), each post is indexed once, and every node ends up answering searches.
+    @Test func searchBackfillAcrossNodes() async throws {
+        try await self.withLocation(.postgres) { location in
+            guard case .postgres(let url) = location else { return }
+            let count = 300
+            let values = (1...count).map { "('old', \($0), convert_to('alice', 'UTF8'), convert_to('o\($0)', 'UTF8'), convert_to('word\($0) common', 'UTF8'), NULL, \($0))" }
+            try await self.makeOldDatabase(at: location, version: PostgresStore.versionBeforeSearch, [
+                "INSERT INTO circles (name, owner, private, created_at, last_seq) VALUES ('old', 'alice', false, 1, \(count))",
+                "INSERT INTO posts (circle, seq, author, client_id, text, attachment, time) VALUES \(values.joined(separator: ", "))",
+            ])
+            let nodes = try (0..<3).map { _ in try PostgresStore(url: url, logger: Self.logger) }
+            let pools = nodes.map { node in Task { await node.run() } }
+            defer { for pool in pools { pool.cancel() } }
+            try await nodes[0].migrate()
+            let early = await #expect(throws: SearchError.self) {
+                _ = try await nodes[1].search(try SearchQuery.parse("common"), reader: "bob", options: SearchOptions())
+            }
+            #expect(early?.code == .stillIndexing)
+            let finals = try await withThrowingTaskGroup(of: SearchBackfillProgress.self) { group in
+                for node in nodes {
+                    group.addTask {
+                        var step = try await node.backfillSearchIndex(batchSize: 7)
+                        var rounds = 0
+                        while !step.done, rounds < 200 {
+                            step = try await node.backfillSearchIndex(batchSize: 7)
+                            rounds += 1
+                        }
+                        return step
+                    }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(finals.allSatisfy { $0.done && $0.indexed == Int64(count) }, "\(finals)")
+            for node in nodes {
+                let page = try await node.search(try SearchQuery.parse("word123"), reader: "bob", options: SearchOptions())
+                #expect(page.hits.map { "\($0.circle):\($0.seq)" } == ["old:123"])
             }
         }
     }

@@ -97,9 +97,14 @@ public struct SearchError: Error, Sendable, Hashable, CustomStringConvertible {
         /// The cursor was not made by this kind of search (another order, damaged, too deep).
         case badCursor = "bad_cursor"
         /// The index does not hold every post yet: posts stored before it existed are being
-        /// indexed in the background (SQLite, after an upgrade). Ask again later.
+        /// indexed in the background (after an upgrade; ``SearchBackfill``). Ask again later.
         case stillIndexing = "still_indexing"
     }
+
+    /// Both stores' answer while their backfill runs (``SearchBackfill``).
+    static let stillIndexing = SearchError(
+        .stillIndexing, "the server is still indexing the posts stored before search existed; try again in a few minutes"
+    )
 
     public var code: Code
     public var message: String

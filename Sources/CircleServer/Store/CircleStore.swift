@@ -222,6 +222,13 @@ public protocol CircleStore: IdentityStore, WebhookStore, APIKeyStore {
     /// query is always searched as plain text, so its content never makes the store fail.
     func search(_ query: SearchQuery, reader: String, options: SearchOptions) async throws -> SearchPage
 
+    /// Indexes for search the next `batchSize` entries of a database upgraded from before the
+    /// index (in `(circle, seq)` order, from where the last batch stopped), in one write
+    /// transaction, and returns the progress; `done` (and nothing written) once every post is
+    /// indexed. Until then ``search(_:reader:options:)`` throws `SearchError.stillIndexing`.
+    /// With several nodes, batches run one at a time across them. See ``SearchBackfill``.
+    func backfillSearchIndex(batchSize: Int) async throws -> SearchBackfillProgress
+
     /// Records a resumable upload that was just created (its bytes live in the data directory).
     func createUpload(_ upload: MediaUpload) async throws
     /// An upload, or `nil` when there is none with that id (deleted, never made).

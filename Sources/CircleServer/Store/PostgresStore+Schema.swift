@@ -242,12 +242,19 @@ extension PostgresStore {
             "CREATE INDEX webhook_deliveries_pending ON webhook_deliveries (webhook, circle, seq) WHERE status = 'pending'",
             "CREATE INDEX webhook_deliveries_by_webhook ON webhook_deliveries (webhook, created_at)",
         ],
-        // Full-text search: each post's current text as a generated `tsvector` (so the commit
-        // keeps it in step without a statement of its own) and a trigram index for substrings and
-        // scripts without spaces. The text configuration is 'simple' (no stemming, no stop words:
-        // the same words in every language, as SQLite's unicode61), applied to the text with its
-        // diacritics removed by `circle_search_fold`, since the `unaccent` extension is not
-        // assumed. Only `pg_trgm` is needed (a trusted extension: a database owner may create it).
+        // Full-text search: each post's current text as a `tsvector` column kept by a trigger (so
+        // every statement that stores or changes a post keeps it in step, in the commit's
+        // transaction) and a trigram index for substrings and scripts without spaces. The text
+        // configuration is 'simple' (no stemming, no stop words: the same words in every
+        // language, as SQLite's unicode61), applied to the text with its diacritics removed by
+        // `circle_search_fold`, since the `unaccent` extension is not assumed. Only `pg_trgm` is
+        // needed (a trusted extension: a database owner may create it).
+        //
+        // The step rewrites no row and computes nothing per post: the column is added empty,
+        // both indexes hold only rows whose `search` is set (none yet), so it stays short on a
+        // large database. The posts stored before it are indexed in the background
+        // (PostgresStore+SearchBackfill.swift), a batch per transaction, from where
+        // `search_backfill` says it stopped; searches answer "still indexing" until it is done.
         [
             "CREATE EXTENSION IF NOT EXISTS pg_trgm",
             // A post's text as `text`: PostgreSQL's `text` cannot hold the NULs a post may contain.
@@ -272,17 +279,43 @@ extension PostgresStore {
             LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
             AS $$ SELECT regexp_replace(normalize(words, NFD), '[\\u0300-\\u036f]', '', 'g') $$
             """,
+            // What a post is indexed as: words of its current text; NULL for an edit or reaction
+            // entry, a deleted post, a post without text. The one definition, for the trigger and the backfill.
             """
-            ALTER TABLE posts ADD COLUMN search tsvector GENERATED ALWAYS AS (
-                CASE WHEN change IS NULL AND NOT deleted AND text IS NOT NULL
-                THEN to_tsvector('simple'::regconfig, circle_search_fold(circle_search_plain(text))) END
-            ) STORED
+            CREATE FUNCTION circle_search_vector(body bytea, change text, deleted boolean) RETURNS tsvector
+            LANGUAGE sql IMMUTABLE PARALLEL SAFE
+            AS $$ SELECT CASE WHEN change IS NULL AND NOT deleted AND body IS NOT NULL
+                THEN to_tsvector('simple'::regconfig, circle_search_fold(circle_search_plain(body))) END $$
+            """,
+            "ALTER TABLE posts ADD COLUMN search tsvector",
+            """
+            CREATE FUNCTION circle_search_index() RETURNS trigger
+            LANGUAGE plpgsql AS $$
+            BEGIN
+                NEW.search := circle_search_vector(NEW.text, NEW.change, NEW.deleted);
+                RETURN NEW;
+            END
+            $$
+            """,
+            """
+            CREATE TRIGGER posts_search BEFORE INSERT OR UPDATE OF text, change, deleted ON posts
+            FOR EACH ROW EXECUTE FUNCTION circle_search_index()
             """,
             "CREATE INDEX posts_search ON posts USING gin (search) WHERE search IS NOT NULL",
             """
             CREATE INDEX posts_search_trigrams ON posts USING gin (circle_search_fold(circle_search_plain(text)) gin_trgm_ops)
-            WHERE change IS NULL AND NOT deleted AND text IS NOT NULL
+            WHERE search IS NOT NULL
             """,
+            """
+            CREATE TABLE search_backfill (
+                id integer PRIMARY KEY CHECK (id = 1),
+                done boolean NOT NULL,
+                circle text COLLATE "C" NOT NULL DEFAULT '',
+                seq bigint NOT NULL DEFAULT 0,
+                indexed bigint NOT NULL DEFAULT 0
+            )
+            """,
+            "INSERT INTO search_backfill (id, done) SELECT 1, NOT EXISTS (SELECT 1 FROM posts)",
         ],
         // API keys (stored hashed, scoped, revocable).
         [

@@ -2,7 +2,7 @@ import Logging
 import NIOCore
 import PostgresNIO
 
-/// A ``SearchQuery`` as one PostgreSQL `SELECT` (schema step 6): fixed SQL and numbered
+/// A ``SearchQuery`` as one PostgreSQL `SELECT` (schema step 7): fixed SQL and numbered
 /// parameters; everything the person typed is a bound value.
 ///
 /// Groups whose terms are all words (as `SQLiteSearchStatement.route` decides) are a `tsquery`
@@ -10,7 +10,7 @@ import PostgresNIO
 /// `phraseto_tsquery('simple', circle_search_fold($n))` for each (a word is a one-word phrase),
 /// `||` within a group, `&&` between groups, `&& !!` for exclusions: the semantics of
 /// `websearch_to_tsquery`, without handing it the raw text. It is matched with the posts'
-/// generated `search` column (GIN), ranked with `ts_rank_cd` and marked with `ts_headline`
+/// `search` column (GIN; kept by a trigger, schema step 7), ranked with `ts_rank_cd` and marked with `ts_headline`
 /// (over the post's text as written, so a word found only through diacritic folding is not
 /// marked). Terms in scripts without spaces (CJK, Thai, …) are `ILIKE '%…%'` on the folded
 /// text, which the `pg_trgm` GIN index serves from three characters on; a group mixing them
@@ -83,7 +83,9 @@ struct PostgresSearchStatement {
         for term in query.excluded where SQLiteSearchStatement.route(term) != .words {
             conditions.append("NOT \(condition(term))")
         }
-        conditions.append("p.change IS NULL AND NOT p.deleted AND p.text IS NOT NULL")
+        // Indexed current text only: the indexes hold the rows whose `search` is set, and
+        // the backfill sets it for posts stored before the index.
+        conditions.append("p.search IS NOT NULL AND p.change IS NULL AND NOT p.deleted AND p.text IS NOT NULL")
         conditions.append("(NOT c.private OR EXISTS (SELECT 1 FROM members AS m WHERE m.circle = c.name AND m.user_name = \(bind(reader))))")
         if !query.authors.isEmpty {
             conditions.append("p.author IN (" + query.authors.map(bindBytes).joined(separator: ", ") + ")")
@@ -149,6 +151,7 @@ extension PostgresStore {
     /// One statement (``PostgresSearchStatement``) in a read-only transaction whose
     /// `statement_timeout` is ``SearchOptions/timeLimit``.
     public func search(_ query: SearchQuery, reader: String, options: SearchOptions) async throws -> SearchPage {
+        guard try await self.searchIndexComplete() else { throw SearchError.stillIndexing }
         let cursor = try options.cursor.map { text throws(SearchError) in try SearchCursor.decode(text, order: options.order) }
         let statement = PostgresSearchStatement(query: query, reader: reader, options: options, cursor: cursor)
         var rows = try await self.search(statement, options: options)

@@ -50,6 +50,9 @@ public final class PostgresStore: CircleStore {
     let commitRetryDelay: Duration
     /// The longest one operation (or one commit attempt) may take, waiting for a connection included.
     let operationTimeout: Duration
+    /// `true` once this node read that the search index holds every post (`search_backfill.done`);
+    /// it never becomes false again.
+    let searchIndexDone = NIOLockedValueBox(false)
 
     /// Connects lazily: nothing is opened until ``run()`` runs and a query needs a connection.
     ///

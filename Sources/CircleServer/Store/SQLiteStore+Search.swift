@@ -4,7 +4,7 @@ extension SQLiteStore {
     /// posts, which the post writer keeps in step in each commit's transaction.
     public func search(_ query: SearchQuery, reader: String, options: SearchOptions) async throws -> SearchPage {
         guard try await self.searchIndexComplete() else {
-            throw SearchError(.stillIndexing, "the server is still indexing the posts stored before search existed; try again in a few minutes")
+            throw SearchError.stillIndexing
         }
         let cursor = try options.cursor.map { text throws(SearchError) in try SearchCursor.decode(text, order: options.order) }
         let statement = SQLiteSearchStatement(query: query, reader: reader, options: options, cursor: cursor)

@@ -7,14 +7,6 @@ import SQLiteNIO
 /// The search index of a database from before it existed: the posts stored before the schema
 /// step are indexed in the background, a batch per write transaction, while the server serves.
 extension SQLiteStore {
-    /// Where the backfill stands after a batch.
-    public struct SearchBackfillProgress: Sendable, Hashable {
-        /// Posts indexed by the backfill so far (all batches, also before a restart).
-        public var indexed: Int64
-        /// Every post stored before the index is in it now; searches answer.
-        public var done: Bool
-    }
-
     /// Whether the search index holds every post; reads `search_backfill` until it does.
     func searchIndexComplete() async throws -> Bool {
         if self.searchIndexDone.withLockedValue({ $0 }) == true { return true }
@@ -31,7 +23,7 @@ extension SQLiteStore {
     ///
     /// - Parameter batchSize: Entries looked at per transaction (posts and changes).
     /// - Returns: The progress after the batch.
-    public func backfillSearchIndex(batchSize: Int = 500) async throws -> SearchBackfillProgress {
+    public func backfillSearchIndex(batchSize: Int = SearchBackfill.batchSize) async throws -> SearchBackfillProgress {
         let progress = try await self.exclusive("index old posts for search") { connection in
             try await Self.transaction(on: connection, logger: self.logger) { () async throws -> SearchBackfillProgress in
                 guard let state = try await connection.query("SELECT done, circle, seq, indexed FROM search_backfill WHERE id = 1").first else {
@@ -80,31 +72,5 @@ extension SQLiteStore {
         }
         if progress.done { self.searchIndexDone.withLockedValue { $0 = true } }
         return progress
-    }
-
-    /// Runs the backfill to its end, a batch at a time, reporting each batch's progress; then
-    /// returns. Stops early when the task is cancelled (the next start goes on from there).
-    public func runSearchBackfill(batchSize: Int = 500, logger: Logger, progress: @Sendable (SearchBackfillProgress) -> Void) async {
-        var batches = 0
-        var started = false
-        while !Task.isCancelled {
-            do {
-                let step = try await self.backfillSearchIndex(batchSize: batchSize)
-                progress(step)
-                if step.done {
-                    if started { logger.info("search index: every post indexed", metadata: ["circle.search.indexed": "\(step.indexed)"]) }
-                    return
-                }
-                if !started {
-                    logger.info("search index: indexing the posts stored before it existed, in the background; searches answer \"still indexing\" until done")
-                    started = true
-                }
-                batches += 1
-                if batches % 20 == 0 { logger.info("search index: indexing", metadata: ["circle.search.indexed": "\(step.indexed)"]) }
-            } catch {
-                logger.warning("search index: a backfill batch failed; trying again", metadata: ["circle.store.error": "\(error)"])
-                try? await Task.sleep(for: .seconds(1))
-            }
-        }
     }
 }
