@@ -12,7 +12,20 @@ extension SQLiteStoreTests {
         let connection = try await SQLiteConnection.open(storage: .file(path: path))
         do {
             let rows = try await connection.query("SELECT seq FROM search_docs WHERE circle = 'a' AND trigrams >= ? ORDER BY seq", [.integer(trigrams ? 1 : 0)])
+            // Each indexed post's row holds its search id, and only theirs do.
+            let kept = try await connection.query(
+                """
+                SELECT p.seq FROM posts AS p JOIN search_docs AS d ON d.id = p.search_id AND d.circle = p.circle AND d.seq = p.seq
+                WHERE p.circle = 'a' AND d.trigrams >= ? ORDER BY p.seq
+                """,
+                [.integer(trigrams ? 1 : 0)]
+            )
+            let stray = try await connection.query(
+                "SELECT count(*) AS n FROM posts AS p WHERE p.search_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM search_docs AS d WHERE d.id = p.search_id)"
+            )
             try await connection.close()
+            #expect(kept.map { $0.column("seq")?.integer } == rows.map { $0.column("seq")?.integer })
+            #expect(stray.first?.column("n")?.integer == 0)
             return rows.compactMap { $0.column("seq")?.integer.map(Int64.init) }
         } catch {
             try await connection.close()
@@ -114,6 +127,45 @@ extension SQLiteStoreTests {
                 #expect(try await self.indexedSeqs(path) == [2])
                 #expect(try await self.indexedSeqs(path, trigrams: true).isEmpty)
                 try await self.checkIndex(store)
+            }
+        }
+    }
+
+    /// A database whose posts were indexed before their rows kept their search ids (schema step
+    /// 9) gets the ids in the upgrade, and edits and deletes then find and remove the very tokens.
+    @Test func searchIDsMoveIntoThePostsOnUpgrade() async throws {
+        try await self.withDatabasePath { path in
+            let old = try await SQLiteStore.open(path: path, logger: Self.logger)
+            let before = try #require(SQLiteStore.migrations.firstIndex { $0.summary == "search ids kept with the posts" })
+            try await old.migrate(upTo: before)
+            let insert = "INSERT INTO posts (circle, seq, author, client_id, text, attachment, time) VALUES"
+            for statement in [
+                "INSERT INTO circles (name, owner, private, created_at, last_seq) VALUES ('a', 'alice', 0, 1, 3)",
+                "\(insert) ('a', 1, 'alice', 'o1', 'alpha words', NULL, 10)",
+                "\(insert) ('a', 2, 'alice', 'o2', 'beta words', NULL, 20)",
+                "\(insert) ('a', 3, 'alice', 'o3', 'gamma 東京タワー', NULL, 30)",
+                "INSERT INTO search_docs (id, circle, seq, trigrams) VALUES (5, 'a', 1, 0), (6, 'a', 2, 0), (7, 'a', 3, 1)",
+                "INSERT INTO search_words (search_words) VALUES ('rebuild')",
+                "INSERT INTO search_trigrams (search_trigrams) VALUES ('rebuild')",
+            ] {
+                try await old.execute(statement)
+            }
+            try await old.close()
+            try await self.withStore(at: path) { store in
+                #expect(try await self.indexedSeqs(path) == [1, 2, 3])
+                #expect(try await self.indexedSeqs(path, trigrams: true) == [3])
+                try await self.checkIndex(store)
+                func change(_ change: CircleChange, _ target: Int64, id: String, text: String? = nil) -> NewPost {
+                    NewPost(circle: "a", author: "alice", clientID: id, text: text, attachment: nil, time: 50, change: change, target: target)
+                }
+                _ = try await store.commit([change(.edit, 1, id: "e1", text: "delta now"), change(.delete, 2, id: "d1"), change(.edit, 3, id: "e2", text: "plain")])
+                #expect(try await self.indexedSeqs(path) == [1, 3])
+                #expect(try await self.indexedSeqs(path, trigrams: true).isEmpty)
+                try await self.checkIndex(store)
+                for (query, seqs) in [("alpha", [Int64]()), ("beta", []), ("delta", [1]), ("words", []), ("東京タワー", []), ("plain", [3])] {
+                    let found = try await store.search(try SearchQuery.parse(query), reader: "bob", options: SearchOptions())
+                    #expect(found.hits.map(\.seq) == seqs, "\(query)")
+                }
             }
         }
     }

@@ -294,7 +294,8 @@ final class SQLitePostWriter: @unchecked Sendable {
         )
     }
 
-    /// Indexes `text` as the post's, under a new search id.
+    /// Indexes `text` as the post's, under a new search id, which the post's row keeps (an
+    /// update of the row this commit wrote or changed: its page is written anyway).
     private func index(_ post: CirclePost, _ text: String, _ statements: Statements) throws {
         let trigrams = CommitPlan.needsTrigrams(text)
         let add = statements[.searchAddDoc]
@@ -306,6 +307,13 @@ final class SQLitePostWriter: @unchecked Sendable {
             throw StoreError(.unavailable, "SQLite store: adding a post to the search index returned no id")
         }
         let id = sqlite_nio_sqlite3_column_int64(add, 0)
+        self.reset(add)
+        let set = statements[.searchSetID]
+        defer { self.reset(set) }
+        try self.bind(set, 1, post.circle)
+        try self.bind(set, 2, post.seq)
+        try self.bind(set, 3, id)
+        try self.run(set, "keep a post's search id")
         for statement in trigrams ? [statements[.searchAddWords], statements[.searchAddTrigrams]] : [statements[.searchAddWords]] {
             defer { self.reset(statement) }
             try self.bind(statement, 1, id)
@@ -434,7 +442,7 @@ final class SQLitePostWriter: @unchecked Sendable {
         case circle, findKey, findEntry, reactionCounts, findReaction
         case insert, updatePost, clearEdits, deleteReactions, deleteReaction, putReaction, updateLastSeq
         case activeWebhooks, insertDelivery
-        case searchFind, searchAddDoc, searchRemoveDoc, searchAddWords, searchAddTrigrams, searchRemoveWords, searchRemoveTrigrams
+        case searchFind, searchAddDoc, searchSetID, searchRemoveDoc, searchAddWords, searchAddTrigrams, searchRemoveWords, searchRemoveTrigrams
 
         /// The columns ``SQLitePostWriter/entry(_:)`` reads, in its order.
         static let entryColumns = "circle, seq, author, client_id, text, attachment, time, change, target, emoji, reply_to, edited_at, deleted"
@@ -454,7 +462,9 @@ final class SQLitePostWriter: @unchecked Sendable {
                 INSERT INTO posts (\(Self.entryColumns))
                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
                 """
-            case .updatePost: "UPDATE posts SET text = ?3, attachment = ?4, edited_at = ?5, deleted = ?6 WHERE circle = ?1 AND seq = ?2"
+            case .updatePost:
+                // The search id goes with the text it indexed (``unindex(_:_:)``); ``index(_:_:_:)`` sets the new one.
+                "UPDATE posts SET text = ?3, attachment = ?4, edited_at = ?5, deleted = ?6, search_id = NULL WHERE circle = ?1 AND seq = ?2"
             case .clearEdits: "UPDATE posts SET text = NULL WHERE circle = ?1 AND target = ?2 AND change = 'edit'"
             case .deleteReactions: "DELETE FROM reactions WHERE circle = ?1 AND post = ?2"
             case .deleteReaction: "DELETE FROM reactions WHERE circle = ?1 AND post = ?2 AND emoji = ?3 AND user = ?4"
@@ -472,10 +482,11 @@ final class SQLitePostWriter: @unchecked Sendable {
                 """
             case .searchFind:
                 """
-                SELECT d.id, p.text, d.trigrams FROM search_docs AS d JOIN posts AS p ON p.circle = d.circle AND p.seq = d.seq
-                WHERE d.circle = ?1 AND d.seq = ?2
+                SELECT d.id, p.text, d.trigrams FROM posts AS p JOIN search_docs AS d ON d.id = p.search_id
+                WHERE p.circle = ?1 AND p.seq = ?2
                 """
             case .searchAddDoc: "INSERT INTO search_docs (circle, seq, trigrams) VALUES (?1, ?2, ?3) RETURNING id"
+            case .searchSetID: "UPDATE posts SET search_id = ?3 WHERE circle = ?1 AND seq = ?2"
             case .searchRemoveDoc: "DELETE FROM search_docs WHERE id = ?1"
             case .searchAddWords: "INSERT INTO search_words (rowid, text) VALUES (?1, ?2)"
             case .searchAddTrigrams: "INSERT INTO search_trigrams (rowid, text) VALUES (?1, ?2)"

@@ -1,4 +1,4 @@
-/// A ``SearchQuery`` as one SQLite `SELECT` over the search index (schema step 6): the SQL is
+/// A ``SearchQuery`` as one SQLite `SELECT` over the search index (schema steps 7 and 9): the SQL is
 /// made only of fixed text and numbered parameters; everything the person typed is a bound value.
 ///
 /// Each term (see ``route(_:)``) is looked up in one of three places:
@@ -105,12 +105,14 @@ struct SQLiteSearchStatement: Sendable, Hashable {
         let snippet: String
         let rank: String
         if let driver {
-            from = "\(driver) JOIN search_docs AS d ON d.id = \(driver).rowid"
+            from = "\(driver) JOIN search_docs AS d ON d.id = \(driver).rowid JOIN posts AS p ON p.circle = d.circle AND p.seq = d.seq"
             conditions.append("\(driver) MATCH \(bind(.text(fts(driver == "search_words" ? wordGroups : trigramGroups))))")
             snippet = "snippet(\(driver), 0, \(Self.marks), '…', 24)"
             rank = "bm25(\(driver)), "
         } else {
-            from = "search_docs AS d"
+            // Every indexed post, by its row's search id (a LIKE scan in any case; with a circle,
+            // of that circle's posts only).
+            from = "posts AS p JOIN search_docs AS d ON d.id = p.search_id"
             snippet = "p.text"
             rank = ""
             self.snippetTerms = otherGroups.flatMap { $0.map(\.text) }
@@ -133,7 +135,7 @@ struct SQLiteSearchStatement: Sendable, Hashable {
             conditions.append("p.author IN (" + query.authors.map { bind(.text($0)) }.joined(separator: ", ") + ")")
         }
         if !query.circles.isEmpty {
-            conditions.append("d.circle IN (" + query.circles.map { bind(.text($0)) }.joined(separator: ", ") + ")")
+            conditions.append("p.circle IN (" + query.circles.map { bind(.text($0)) }.joined(separator: ", ") + ")")
         }
         if let before = query.before { conditions.append("p.time < \(bind(.integer(before)))") }
         if let after = query.after { conditions.append("p.time > \(bind(.integer(after)))") }
@@ -154,7 +156,6 @@ struct SQLiteSearchStatement: Sendable, Hashable {
         self.sql = """
             SELECT d.circle, d.seq, p.author, p.time, \(snippet)
             FROM \(from)
-            JOIN posts AS p ON p.circle = d.circle AND p.seq = d.seq
             JOIN circles AS c ON c.name = d.circle
             WHERE \(conditions.joined(separator: "\n  AND "))
             ORDER BY \(order)

@@ -324,6 +324,21 @@ extension SQLiteStore {
                 """
             ]
         ),
+        Migration(
+            summary: "search ids kept with the posts",
+            statements: [
+                // Each post keeps its search id in its own row, which the commit writes anyway:
+                // the writer finds a post's id there, and `search_docs` loses its index by
+                // (circle, seq), whose inserts landed on a page of each circle in the batch
+                // (measured: about 10 of the 36 WAL frames a batch of 8 posts over 16 circles
+                // wrote; benchmarks/postpath.py 16x1, docs/bench/postpath.md). `search_docs`
+                // stays the map from an index rowid to its post, appended to in id order.
+                "ALTER TABLE posts ADD COLUMN search_id INTEGER",
+                // Only the posts already indexed: none on a database upgraded from before search.
+                "UPDATE posts SET search_id = d.id FROM search_docs AS d WHERE d.circle = posts.circle AND d.seq = posts.seq",
+                "DROP INDEX search_docs_by_post",
+            ]
+        ),
     ]
 
     /// The schema version this build writes and understands.

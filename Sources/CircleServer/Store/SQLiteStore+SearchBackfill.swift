@@ -34,7 +34,7 @@ extension SQLiteStore {
                 let rows = try await connection.query(
                     """
                     SELECT p.circle, p.seq, CAST(p.text AS BLOB) AS bytes, p.change IS NULL AND p.deleted = 0 AND p.text IS NOT NULL AND p.text <> '' AS searchable,
-                        EXISTS (SELECT 1 FROM search_docs AS d WHERE d.circle = p.circle AND d.seq = p.seq) AS present
+                        p.search_id IS NOT NULL AS present
                     FROM posts AS p WHERE (p.circle, p.seq) > (?1, ?2) ORDER BY p.circle, p.seq LIMIT ?3
                     """,
                     [.text(state.column("circle")?.string ?? ""), .integer(state.column("seq")?.integer ?? 0), .integer(SQLiteInt64(max(1, batchSize)))]
@@ -50,6 +50,9 @@ extension SQLiteStore {
                             [.text(circle), .integer(seq), .integer(trigrams ? 1 : 0)]
                         ).first?.column("id")?.integer
                     else { continue }
+                    _ = try await connection.query(
+                        "UPDATE posts SET search_id = ?3 WHERE circle = ?1 AND seq = ?2", [.text(circle), .integer(seq), .integer(id)]
+                    )
                     for table in trigrams ? ["search_words", "search_trigrams"] : ["search_words"] {
                         _ = try await connection.query(
                             "INSERT INTO \(table) (rowid, text) SELECT ?1, text FROM posts WHERE circle = ?2 AND seq = ?3",
