@@ -3,8 +3,9 @@
 1. **Data.** A fresh data directory's schema is made by `circle serve` itself (started once and
    stopped). This script then writes N posts (default 1,000,000) over C public circles (default
    1,000) straight into its SQLite database in one transaction, with the rows the server keeps
-   for its search index (`search_docs`, one per post; `trigrams = 1` for posts with text in a
-   script written without spaces, as `CommitPlan.needsTrigrams` decides), and builds both FTS5
+   for its search index (`search_docs`, one per post, and the post's `search_id`; `trigrams = 1`
+   for posts with text in a script written without spaces, as `CommitPlan.needsTrigrams`
+   decides), and builds both FTS5
    indexes with FTS5's `rebuild` command: the same index content the commits would have written,
    without posting a million times through the server (the post path with the index is
    `postpath.py`'s to measure). The texts: 6 to 20 words drawn from a Zipf-like vocabulary of
@@ -23,8 +24,8 @@
    process's own; `circle ÷ floor` is Circle's cost around SQLite (HTTP, parsing the query,
    JSON, the access checks) plus any difference between the two SQLite builds.
 
-Also printed: the database's size, and the index's (the `search_docs` table with its index and
-the FTS5 tables' shadow tables, from `dbstat`).
+Also printed: the database's size, the posts table's (its `search_id` column included), and the
+index's (the `search_docs` table and the FTS5 tables' shadow tables, from `dbstat`).
 
     python search.py                              # 1,000,000 posts in 1,000 circles
     python search.py --posts 20000 --circles 50 --queries 50   # a quick look
@@ -115,6 +116,10 @@ def make_schema(binary: str) -> str:
     return data
 
 
+POST = "INSERT INTO posts (circle, seq, author, client_id, text, time, search_id) VALUES (?, ?, ?, ?, ?, ?, ?)"
+DOC = "INSERT INTO search_docs (id, circle, seq, trigrams) VALUES (?, ?, ?, ?)"
+
+
 def fill(database: str, posts: int, circles: int, seed: int) -> dict[str, float]:
     rng = random.Random(seed)
     db = sqlite.connect(database, isolation_level=None)
@@ -131,15 +136,15 @@ def fill(database: str, posts: int, circles: int, seed: int) -> dict[str, float]
         circle = index % circles
         last_seq[circle] += 1
         name = f"c{circle:04d}"
-        rows.append((name, last_seq[circle], f"user{index % 50:02d}", f"p{index}", text, base + index * 1000))
+        rows.append((name, last_seq[circle], f"user{index % 50:02d}", f"p{index}", text, base + index * 1000, index + 1))
         docs.append((index + 1, name, last_seq[circle], 1 if trigrams else 0))
         if len(rows) == 50_000:
-            db.executemany("INSERT INTO posts (circle, seq, author, client_id, text, time) VALUES (?, ?, ?, ?, ?, ?)", rows)
-            db.executemany("INSERT INTO search_docs (id, circle, seq, trigrams) VALUES (?, ?, ?, ?)", docs)
+            db.executemany(POST, rows)
+            db.executemany(DOC, docs)
             rows, docs = [], []
     if rows:
-        db.executemany("INSERT INTO posts (circle, seq, author, client_id, text, time) VALUES (?, ?, ?, ?, ?, ?)", rows)
-        db.executemany("INSERT INTO search_docs (id, circle, seq, trigrams) VALUES (?, ?, ?, ?)", docs)
+        db.executemany(POST, rows)
+        db.executemany(DOC, docs)
     db.executemany("UPDATE circles SET last_seq = ? WHERE name = ?", [(seq, f"c{n:04d}") for n, seq in enumerate(last_seq)])
     db.execute("COMMIT")
     stored = time.monotonic()
@@ -222,7 +227,7 @@ def floor_sql(driver: str, circle: bool) -> str:
         WHERE {driver} MATCH ?1
           AND p.change IS NULL AND p.deleted = 0 AND p.text IS NOT NULL
           AND (c.private = 0 OR EXISTS (SELECT 1 FROM members AS m WHERE m.circle = c.name AND m.user = ?2))
-          {"AND d.circle IN (?5)" if circle else ""}
+          {"AND p.circle IN (?5)" if circle else ""}
         ORDER BY bm25({driver}), p.time DESC, d.circle DESC, d.seq DESC
         LIMIT ?3 OFFSET ?4"""
 
