@@ -1,3 +1,5 @@
+import CircleWire
+
 /// Why a client stopped for good (it does not reconnect by itself from here).
 public enum StopReason: Sendable, Hashable {
     /// The app called `disconnect()`.
@@ -34,9 +36,10 @@ public enum ConnectionEnd: Sendable, Hashable {
         switch code {
         case 1000: return .normalClosure
         case 1001, 1012: return .goingAway
-        case 4001, 4005: return .tokenRejected(reason)
-        case 1002, 1003, 1007, 1008, 1010, 4003, 4004: return .rejected(code: code, reason: reason)
-        default: return .transient  // 1006, 1011, 1013, 4002 idle, …
+        case Int(CircleCloseCode.tokenExpired), Int(CircleCloseCode.accessEnded): return .tokenRejected(reason)
+        case 1002, 1003, 1007, 1008, 1010, Int(CircleCloseCode.tooManyConnections), Int(CircleCloseCode.forbidden):
+            return .rejected(code: code, reason: reason)
+        default: return .transient  // 1006, 1011, 1013, CircleCloseCode.idleTimeout, …
         }
     }
 
