@@ -49,18 +49,24 @@ struct ModerationLiveTests {
             let set = try await server.http("PUT", HTTPAPI.Path.readOnly("news"), token: admin, json: #"{"readOnly":true}"#)
             #expect(set.status == 200 && set.body.contains(#""readOnly":true"#), "\(set)")
 
-            let refused = try await bo.request { .post("after", to: "news", id: $0) }
+            let afterID = bo.nextID()
+            try await bo.send(.post("after", to: "news", id: afterID))
+            let (refused, _) = try await bo.reply(to: afterID)
             guard case .error(_, let code, let message) = refused else {
                 Issue.record("a member posted in a read-only circle: \(refused)")
                 return
             }
             #expect(code == .readOnly && message.contains("read-only"))
-            let reaction = try await bo.request { .react("👍", to: 1, in: "news", id: $0) }
+            let reactID = bo.nextID()
+            try await bo.send(.react("👍", to: 1, in: "news", id: reactID))
+            let (reaction, _) = try await bo.reply(to: reactID)
             #expect(reaction.errorCode == .readOnly, "\(reaction)")
             let http = try await self.post(server, as: boToken, "after", id: "h1")
             #expect(http.status == 403 && http.body.contains("read_only"), "\(http)")
             // A member still deletes their own post.
-            let delete = try await bo.request { .delete(1, in: "news", id: $0) }
+            let deleteID = bo.nextID()
+            try await bo.send(CircleRequest.delete(1, in: "news", id: deleteID))
+            let (delete, _) = try await bo.reply(to: deleteID)
             #expect(delete.ackSeq == 2, "\(delete)")
 
             #expect(try await self.post(server, as: try await server.token("alice"), "from the owner", id: "o1").status == 201)

@@ -27,6 +27,7 @@ struct PublishHookLiveTests {
         try await server.createCircle("elsewhere", owner: "alice")
         let bo = try await TestClient.connect(server, user: "bo")
         #expect(try await bo.request { .join("room", id: $0) }.ackSeq != nil)
+        #expect(try await bo.request { .join("elsewhere", id: $0) }.ackSeq != nil)
         try await body(server, receiver, admin, bo)
         await bo.close()
         await server.stop()
@@ -186,6 +187,7 @@ struct PublishHookLiveTests {
             await receiver.waitForCalls(1)
             #expect(receiver.calls.count == 1, "the hook holds the post")
             let other = try await TestClient.connect(server, user: "cy")
+            #expect(try await other.request { .join("elsewhere", id: $0) }.ackSeq != nil)
             let started = ContinuousClock.now
             let reply = try await other.request { .post("free", to: "elsewhere", id: $0) }
             #expect(reply.ackSeq == 1)
