@@ -126,8 +126,10 @@ final class PublishHookGate: Sendable {
                 state.readOnly = Set(readOnly)
                 state.loaded = true
             }
-        } catch {
+        } catch where !Task.isCancelled {
             self.logger.warning("could not read the publish hooks and read-only circles", metadata: ["error": "\(error)"])
+        } catch {
+            // The server is stopping.
         }
     }
 
