@@ -13,6 +13,31 @@ final class HookReceiver: Sendable {
         case raw(status: Int, contentType: String?, body: String)
         /// Never answers (the connection stays open until the receiver stops).
         case hang
+        /// Answers `json` once `release` is called (a hook that answers out of order).
+        case held(String, release: Gate)
+    }
+
+    /// Holds a ``Answer/held(_:release:)`` answer until ``open()``.
+    final class Gate: Sendable {
+        private let state = NIOLockedValueBox<(open: Bool, waiting: [@Sendable () -> Void])>((false, []))
+
+        func open() {
+            let waiting = self.state.withLockedValue { state -> [@Sendable () -> Void] in
+                state.open = true
+                defer { state.waiting = [] }
+                return state.waiting
+            }
+            for run in waiting { run() }
+        }
+
+        fileprivate func whenOpen(_ run: @escaping @Sendable () -> Void) {
+            let now = self.state.withLockedValue { state -> Bool in
+                if state.open { return true }
+                state.waiting.append(run)
+                return false
+            }
+            if now { run() }
+        }
     }
 
     struct Call: Sendable {
@@ -60,7 +85,8 @@ final class HookReceiver: Sendable {
     /// Returns once `count` calls have arrived, or after `limit` (the caller checks ``calls``).
     func waitForCalls(_ count: Int, upTo limit: Duration = .seconds(20)) async {
         let timer = Task {
-            try? await Task.sleep(for: limit)
+            // Cancelled: the calls came; only the limit resumes the waiters.
+            guard (try? await Task.sleep(for: limit)) != nil else { return }
             let waiters = self.state.withLockedValue { state -> [CheckedContinuation<Void, Never>] in
                 defer { state.waiters = [] }
                 return state.waiters.map(\.continuation)
@@ -121,19 +147,27 @@ final class HookReceiver: Sendable {
                 self.body += buffer.readableBytesView
             case .end:
                 let answer = self.receiver.received(Call(headers: self.headers, body: self.body))
-                let (status, type, text): (Int, String?, String)
                 switch answer {
                 case .hang: return
-                case .json(let json): (status, type, text) = (200, "application/json", json)
-                case .raw(let code, let contentType, let body): (status, type, text) = (code, contentType, body)
+                case .json(let json): Self.respond(context, 200, "application/json", json, handler: self)
+                case .raw(let code, let contentType, let body): Self.respond(context, code, contentType, body, handler: self)
+                case .held(let json, let gate):
+                    let loop = context.eventLoop
+                    let bound = NIOLoopBound((context, self), eventLoop: loop)
+                    gate.whenOpen {
+                        loop.execute { Self.respond(bound.value.0, 200, "application/json", json, handler: bound.value.1) }
+                    }
                 }
-                var headers = HTTPHeaders()
-                if let type { headers.add(name: "Content-Type", value: type) }
-                headers.add(name: "Content-Length", value: "\(text.utf8.count)")
-                context.write(self.wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: HTTPResponseStatus(statusCode: status), headers: headers))), promise: nil)
-                context.write(self.wrapOutboundOut(.body(.byteBuffer(ByteBuffer(string: text)))), promise: nil)
-                context.writeAndFlush(self.wrapOutboundOut(.end(nil)), promise: nil)
             }
+        }
+
+        private static func respond(_ context: ChannelHandlerContext, _ status: Int, _ type: String?, _ text: String, handler: Handler) {
+            var headers = HTTPHeaders()
+            if let type { headers.add(name: "Content-Type", value: type) }
+            headers.add(name: "Content-Length", value: "\(text.utf8.count)")
+            context.write(handler.wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: HTTPResponseStatus(statusCode: status), headers: headers))), promise: nil)
+            context.write(handler.wrapOutboundOut(.body(.byteBuffer(ByteBuffer(string: text)))), promise: nil)
+            context.writeAndFlush(handler.wrapOutboundOut(.end(nil)), promise: nil)
         }
     }
 }

@@ -198,6 +198,30 @@ struct PublishHookLiveTests {
         }
     }
 
+    @Test("a circle's posts are committed in the order they arrived, though the hook answers the first one last")
+    func orderKept() async throws {
+        try await self.withHookServer { server, receiver, admin, bo in
+            _ = try await self.setHook(server, admin, url: receiver.url)
+            let gate = HookReceiver.Gate()
+            receiver.answer { call in
+                call.data?["text"] as? String == "first" ? .held(#"{"action":"accept"}"#, release: gate) : .json(#"{"action":"accept"}"#)
+            }
+            try await bo.send(.post("first", to: "room", id: "o1"))
+            await receiver.waitForCalls(1)
+            try await bo.send(.post("second", to: "room", id: "o2"))
+            await receiver.waitForCalls(2)
+            #expect(receiver.calls.count == 2, "both posts reached the hook; the second was answered at once")
+            gate.open()
+            var acks: [String: Int64] = [:]
+            while acks.count < 2, let message = try await bo.next(timeout: .seconds(10)) {
+                if case .ack(let id, let seq, _, _) = message, let seq { acks[id] = seq }
+            }
+            let expected: [String: Int64] = ["o1": 1, "o2": 2]
+            #expect(acks == expected, "\(acks)")
+            #expect(try await self.texts(server) == ["first", "second"])
+        }
+    }
+
     @Test("the admin API: set, show (no secret), replace keeping the secret, rotate, delete; limits and who may")
     func adminAPI() async throws {
         try await self.withHookServer { server, receiver, admin, _ in
