@@ -145,7 +145,7 @@ struct ModerationNodeTests {
         try await nodes.a.createCircle("news", owner: "alice")
         let set = try await nodes.a.http("PUT", HTTPAPI.Path.readOnly("news"), token: try await nodes.a.token("ada"), json: #"{"readOnly":true}"#)
         #expect(set.status == 200)
-        // Node B reads the read-only circles every --webhook-poll-interval (1 s): bounded retries.
+        // Node B reads the read-only circles every second (the webhooks' poll interval): bounded retries.
         let token = try await nodes.b.token("bo")
         let deadline = ContinuousClock.now + .seconds(20)
         var answer = (status: 0, body: "")
