@@ -149,6 +149,12 @@ public struct CircleClientError: Error, Sendable, Hashable, CustomStringConverti
         public static let invalidEmoji = server(.invalidEmoji)
         /// A new emoji beyond the per-post limit of distinct reactions.
         public static let tooManyReactions = server(.tooManyReactions)
+        /// The circle's publish hook refused the post; the message is its reason.
+        public static let refusedByHook = server(.refusedByHook)
+        /// The circle's publish hook could not be asked, and its policy refuses then.
+        public static let hookUnavailable = server(.hookUnavailable)
+        /// The circle is read-only for members.
+        public static let readOnly = server(.readOnly)
         /// The outbox entry was cancelled (``CircleClient/cancelOutboxEntry(_:)``) before it was sent.
         public static let cancelled = Code(rawValue: "cancelled")
         public var description: String { self.rawValue }

@@ -46,6 +46,11 @@ enum FuzzTarget: String, CaseIterable {
     /// term, no control character in a term, at most ``SearchQuery/Limits/maxTerms`` terms and
     /// filters, the same query when parsed again.
     case searchQuery = "search-query"
+    /// What a circle's publish hook answers (``PublishHookReply``): the first byte picks the
+    /// status and the `Content-Type`, the rest is the body. A verdict must keep its promises: only
+    /// from a `2xx`; a replacement non-empty within the limit with no control characters but
+    /// tab and newline; a reason within ``PublishHook/maxReasonBytes`` with no control characters.
+    case publishHookReply = "publish-hook-reply"
 
     func run(_ bytes: [UInt8]) {
         switch self {
@@ -68,6 +73,8 @@ enum FuzzTarget: String, CaseIterable {
             Self.webhookReply(bytes)
         case .searchQuery:
             Self.searchQuery(bytes)
+        case .publishHookReply:
+            Self.publishHookReply(bytes)
         }
     }
 
@@ -101,6 +108,30 @@ enum FuzzTarget: String, CaseIterable {
         precondition((200..<300).contains(status), "a reply to a failed delivery")
         precondition(!reply.text.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty && reply.text.utf8.count <= limit, "a reply's text out of bounds")
         precondition(!reply.text.unicodeScalars.contains { $0.properties.generalCategory == .control && $0 != "\n" && $0 != "\t" }, "control characters")
+    }
+
+    private static func publishHookReply(_ bytes: [UInt8]) {
+        guard let first = bytes.first else { return }
+        let status = [200, 201, 204, 299, 301, 404, 500][Int(first & 0x07) % 7]
+        let type = ["application/json", "application/json; charset=utf-8", "APPLICATION/JSON ;x=y", "text/plain", nil][Int(first >> 3) % 5]
+        let limit = 64
+        guard case .success(let verdict) = PublishHookReply.parse(status: status, contentType: type, body: Array(bytes.dropFirst()), maxTextBytes: limit) else {
+            return
+        }
+        precondition((200..<300).contains(status), "a verdict from a failed call")
+        func hasControl(_ text: String, allowing: Set<Unicode.Scalar>) -> Bool {
+            text.unicodeScalars.contains { $0.properties.generalCategory == .control && !allowing.contains($0) }
+        }
+        switch verdict {
+        case .accept:
+            break
+        case .refuse(let reason):
+            precondition(reason.utf8.count <= PublishHook.maxReasonBytes, "a reason over the limit")
+            precondition(!hasControl(reason, allowing: []), "control characters in a reason")
+        case .replace(let text):
+            precondition(!text.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty && text.utf8.count <= limit, "a replacement out of bounds")
+            precondition(!hasControl(text, allowing: ["\n", "\t"]), "control characters in a replacement")
+        }
     }
 
     private static func jwks(_ bytes: [UInt8]) {

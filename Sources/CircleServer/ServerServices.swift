@@ -14,6 +14,8 @@ final class ServerServices: Sendable {
     var authority: TokenAuthority { self.verifier.authority }
     let identity: Identity
     let webhooks: WebhookDispatcher
+    /// Circles' publish hooks, asked before their posts are committed.
+    let publishHooks: PublishHookGate
     let logger: Logger
     let admission: ConnectionAdmission
     /// Entries written over HTTP, per author (``MessageRoutes``).
@@ -64,7 +66,16 @@ final class ServerServices: Sendable {
             }
         }
         self.webhooks = webhooks
-        let committer = PostCommitter(store: store, hub: self.hub, metrics: metrics, logger: logger, committed: { webhooks.wake() })
+        let hooks = PublishHookGate(
+            store: store,
+            metrics: metrics,
+            logger: logger,
+            allowPrivateOutbound: configuration.allowPrivateOutbound || configuration.webhooks.allowPrivateAddresses,
+            maxPostBytes: configuration.limits.maxPostBytes,
+            refreshInterval: configuration.webhooks.pollInterval
+        )
+        self.publishHooks = hooks
+        let committer = PostCommitter(store: store, hub: self.hub, metrics: metrics, logger: logger, hooks: hooks, committed: { webhooks.wake() })
         self.committer = committer
         committerBox.withLockedValue { $0 = committer }
         // Another node ended all of a user's connections: the account may be disabled now.

@@ -63,6 +63,17 @@ public struct CircleErrorCode: RawRepresentable, Hashable, Sendable, Codable, Cu
     public static let stillIndexing = Self(rawValue: "still_indexing")
     /// `search`: stopped at its time bound; narrow the search (HTTP 422).
     public static let searchTimedOut = Self(rawValue: "search_timed_out")
+    /// The circle's publish hook refused the post or edit; the message carries its reason (HTTP 403).
+    public static let refusedByHook = Self(rawValue: "refused_by_hook")
+    /// The circle's publish hook did not answer in time, failed, or answered something that is
+    /// not a verdict, and the hook's policy refuses then; nothing was stored (HTTP 503). Retry
+    /// with the same id.
+    public static let hookUnavailable = Self(rawValue: "hook_unavailable")
+    /// The circle is read-only for members: only its owner, admins, bots and API keys write
+    /// there (HTTP 403).
+    public static let readOnly = Self(rawValue: "read_only")
+    /// The API key's `expiresAt` has passed (HTTP 401); an admin makes a new one.
+    public static let keyExpired = Self(rawValue: "key_expired")
     /// Something failed inside the server; the request may be retried.
     public static let internalError = Self(rawValue: "internal")
 

@@ -8,6 +8,8 @@ extension HTTPAPI.Path {
 extension HTTPAPI {
     /// The scopes an API key may hold (docs/API.md, "API keys").
     public static let apiKeyScopes = ["post_as_bot", "post_as_user", "manage", "read", "moderate", "admin"]
+    /// The furthest an API key's `expiresAt` may be: five years ahead.
+    public static let maxAPIKeyLifetimeDays = 5 * 366
 
     /// `POST /v1/admin/api-keys`.
     public struct CreateAPIKey: Codable, Sendable, Hashable {
@@ -17,10 +19,14 @@ extension HTTPAPI {
         public var bot: String
         /// One or more of ``HTTPAPI/apiKeyScopes``.
         public var scopes: [String]
-        public init(name: String, bot: String, scopes: [String]) {
+        /// When it stops working, milliseconds since 1970: in the future, at most
+        /// ``HTTPAPI/maxAPIKeyLifetimeDays`` days ahead; absent: never.
+        public var expiresAt: Int64?
+        public init(name: String, bot: String, scopes: [String], expiresAt: Int64? = nil) {
             self.name = name
             self.bot = bot
             self.scopes = scopes
+            self.expiresAt = expiresAt
         }
     }
 
@@ -35,11 +41,13 @@ extension HTTPAPI {
         /// The last request it authenticated (to the minute).
         public var lastUsedAt: Int64?
         public var revokedAt: Int64?
+        public var expiresAt: Int64?
         public var key: String?
         public init(
             id: String, name: String, bot: String, scopes: [String], createdBy: String, createdAt: Int64, lastUsedAt: Int64?, revokedAt: Int64?,
-            key: String? = nil
+            key: String? = nil, expiresAt: Int64? = nil
         ) {
+            self.expiresAt = expiresAt
             self.id = id
             self.name = name
             self.bot = bot

@@ -21,9 +21,13 @@ extension AdminCommand {
                 name: .customLong("scope"),
                 help: "post_as_bot, post_as_user, manage, read, moderate or admin (repeat for several)."
             ) var scopes: [String] = []
+            @Option(help: "Days until the key stops working (1…\(HTTPAPI.maxAPIKeyLifetimeDays)); default: never.") var expiresInDays: Int?
 
             func validate() throws {
                 guard !self.scopes.isEmpty else { throw ValidationError("give at least one --scope") }
+                if let days = self.expiresInDays, !(1...HTTPAPI.maxAPIKeyLifetimeDays).contains(days) {
+                    throw ValidationError("--expires-in-days is 1…\(HTTPAPI.maxAPIKeyLifetimeDays)")
+                }
                 for scope in self.scopes where !HTTPAPI.apiKeyScopes.contains(scope) {
                     throw ValidationError("--scope is one of \(HTTPAPI.apiKeyScopes.joined(separator: ", ")), not \"\(scope)\"")
                 }
@@ -34,7 +38,10 @@ extension AdminCommand {
                 for scope in self.scopes where !scopes.contains(scope) { scopes.append(scope) }
                 try await self.options.perform("api-key add") { token in
                     let made = try await CircleClient.createAPIKey(
-                        .init(name: self.name, bot: self.bot, scopes: scopes),
+                        .init(
+                            name: self.name, bot: self.bot, scopes: scopes,
+                            expiresAt: self.expiresInDays.map { Int64(Date().timeIntervalSince1970 * 1000) + Int64($0) * 86_400_000 }
+                        ),
                         token: token,
                         server: self.options.server
                     )
@@ -50,7 +57,8 @@ extension AdminCommand {
             func run() async throws {
                 try await self.options.perform("api-key list") { token in
                     for key in try await CircleClient.apiKeys(token: token, server: self.options.server) {
-                        let state = key.revokedAt == nil ? "active" : "revoked"
+                        let now = Int64(Date().timeIntervalSince1970 * 1000)
+                        let state = key.revokedAt != nil ? "revoked" : (key.expiresAt.map { $0 <= now } ?? false) ? "expired" : "active"
                         let used = key.lastUsedAt.map { "used \(Self.time($0))" } ?? "never used"
                         Console.line("\(key.id)  \(state)  \(key.bot)  \(key.scopes.joined(separator: ","))  \(used)  \(key.name)")
                     }

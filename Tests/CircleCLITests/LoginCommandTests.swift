@@ -142,6 +142,45 @@ struct LoginCommandTests {
         }
     }
 
+    @Test("admin hook, read-only, disconnect and api-key --expires-in-days: each does what it says, bad values refused")
+    func adminHooksAndModeration() async throws {
+        try await self.withAdminServer { server, config in
+            let ws = server.wsURL
+            let login = try await self.run(["login", "--server", ws, "--user", "ada"], config: config, input: ["correct horse battery"])
+            #expect(login.status == 0, "\(login.stderr)")
+            #expect(try await self.run(["circle", "create", "ops", "--server", ws], config: config).status == 0)
+
+            let badTimeout = try await self.run(["admin", "hook", "set", "ops", "https://hooks.example.com/p", "--timeout-ms", "5", "--server", ws], config: config)
+            #expect(badTimeout.status == 64, "\(badTimeout.stderr)")
+            let set = try await self.run(
+                ["admin", "hook", "set", "ops", "https://hooks.example.com/p", "--timeout-ms", "1500", "--on-failure", "accept", "--server", ws], config: config
+            )
+            #expect(set.status == 0 && set.stdout.contains("ops  1500 ms  on failure: accept  https://hooks.example.com/p  whsec_"), "\(set.stdout) \(set.stderr)")
+            let show = try await self.run(["admin", "hook", "show", "ops", "--server", ws], config: config)
+            #expect(show.status == 0 && show.stdout.contains("set by ada") && !show.stdout.contains("whsec_"), "\(show.stdout)")
+            #expect(try await self.run(["admin", "hook", "remove", "ops", "--server", ws], config: config).status == 0)
+            let gone = try await self.run(["admin", "hook", "show", "ops", "--server", ws], config: config)
+            #expect(gone.status == 1, "\(gone.stdout) \(gone.stderr)")
+
+            let on = try await self.run(["admin", "read-only", "ops", "on", "--server", ws], config: config)
+            #expect(on.status == 0 && on.stdout.contains("ops is read-only for members"), "\(on.stdout) \(on.stderr)")
+            let refused = try await server.http("POST", "/v1/circles/ops/messages", token: try await server.token("bo"), json: #"{"text":"hi"}"#)
+            #expect(refused.status == 403 && refused.body.contains("read_only"), "\(refused)")
+            #expect(try await self.run(["admin", "read-only", "ops", "maybe", "--server", ws], config: config).status == 64)
+            #expect(try await self.run(["admin", "read-only", "ops", "off", "--server", ws], config: config).stdout.contains("open to its members"))
+
+            let disconnect = try await self.run(["admin", "disconnect", "bo", "--server", ws], config: config)
+            #expect(disconnect.status == 0 && disconnect.stdout.contains("ended the connections of bo"), "\(disconnect.stderr)")
+
+            let badDays = try await self.run(["admin", "api-key", "add", "soon", "--bot", "soon-bot", "--scope", "read", "--expires-in-days", "0", "--server", ws], config: config)
+            #expect(badDays.status == 64, "\(badDays.stderr)")
+            let add = try await self.run(["admin", "api-key", "add", "soon", "--bot", "soon-bot", "--scope", "read", "--expires-in-days", "30", "--server", ws], config: config)
+            #expect(add.status == 0, "\(add.stderr)")
+            let id = try #require(add.stdout.split(separator: " ").first.map(String.init))
+            #expect(try await self.run(["admin", "api-key", "list", "--server", ws], config: config).stdout.contains("\(id)  active  soon-bot"))
+        }
+    }
+
     /// A server with its first admin, ada, and an empty config directory for the CLI.
     private func withAdminServer(_ body: (TestServer, String) async throws -> Void) async throws {
         let server = TestServer()

@@ -385,4 +385,15 @@ extension MutedStore {
     func apiKey(id: String) async throws -> APIKey? { try await self.base.apiKey(id: id) }
     func revokeAPIKey(id: String, at time: Int64) async throws -> Bool { try await self.base.revokeAPIKey(id: id, at: time) }
     func touchAPIKey(id: String, at time: Int64) async throws { try await self.base.touchAPIKey(id: id, at: time) }
+    func setPublishHook(_ hook: PublishHook) async throws { try await self.base.setPublishHook(hook) }
+    func publishHooks() async throws -> [PublishHook] { try await self.base.publishHooks() }
+    func deletePublishHook(circle: String) async throws -> Bool { try await self.base.deletePublishHook(circle: circle) }
+    func storedEntry(circle: String, author: String, clientID: String) async throws -> CirclePost? {
+        try await self.base.storedEntry(circle: circle, author: author, clientID: clientID)
+    }
+    func setReadOnly(_ circle: String, _ readOnly: Bool, by user: String, at time: Int64) async throws {
+        try await self.base.setReadOnly(circle, readOnly, by: user, at: time)
+    }
+    func readOnlyCircles() async throws -> [String] { try await self.base.readOnlyCircles() }
+    func logDisconnect(of user: String, at time: Int64) async throws { try await self.base.logDisconnect(of: user, at: time) }
 }

@@ -43,6 +43,9 @@ public struct APIKey: Sendable, Hashable {
     public var lastUsedAt: Int64?
     /// When an admin revoked it; a revoked key authenticates nothing.
     public var revokedAt: Int64?
+    /// When it stops working (milliseconds since 1970); `nil`: never. An expired key is
+    /// answered `401 key_expired`.
+    public var expiresAt: Int64?
 
     public init(
         id: String,
@@ -53,7 +56,8 @@ public struct APIKey: Sendable, Hashable {
         createdBy: String,
         createdAt: Int64,
         lastUsedAt: Int64? = nil,
-        revokedAt: Int64? = nil
+        revokedAt: Int64? = nil,
+        expiresAt: Int64? = nil
     ) {
         self.id = id
         self.name = name
@@ -64,6 +68,7 @@ public struct APIKey: Sendable, Hashable {
         self.createdAt = createdAt
         self.lastUsedAt = lastUsedAt
         self.revokedAt = revokedAt
+        self.expiresAt = expiresAt
     }
 
     /// Every key starts with this (a personal or session credential never does: theirs have no `.`).

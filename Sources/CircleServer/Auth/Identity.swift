@@ -379,6 +379,9 @@ final class Identity: Sendable {
         guard let stored, matches, stored.revokedAt == nil else {
             throw APIError(.unauthorized, .unauthorized, "the API key is unknown or was revoked")
         }
+        if let expiry = stored.expiresAt, expiry <= now {
+            throw APIError(.unauthorized, .keyExpired, "the API key \(stored.id) expired; an admin makes a new one")
+        }
         guard let account, account.role == .bot else {
             throw APIError(.forbidden, .accountDisabled, "the key's bot account \(stored.bot) is gone or no longer a bot")
         }

@@ -64,6 +64,16 @@ struct APIKeyRoutes: Sendable {
         guard !scopes.isEmpty, scopes.count == create.scopes.count else {
             throw APIError(.badRequest, .badRequest, "give one or more scopes, each once")
         }
+        let now = Identity.now
+        if let expiry = create.expiresAt {
+            let latest = now + Int64(HTTPAPI.maxAPIKeyLifetimeDays) * 86_400_000
+            guard expiry > now, expiry <= latest else {
+                throw APIError(
+                    .badRequest, .badRequest,
+                    "expiresAt is a time in milliseconds since 1970, after now and at most \(HTTPAPI.maxAPIKeyLifetimeDays) days ahead"
+                )
+            }
+        }
         guard TokenAuthority.isValidUserName(create.bot) else {
             throw APIError(.badRequest, .badRequest, "bot is a user name: 1–64 bytes of letters (of one script), digits, . _ - @")
         }
@@ -98,7 +108,8 @@ struct APIKeyRoutes: Sendable {
             bot: create.bot,
             scopes: scopes,
             createdBy: admin.name,
-            createdAt: Identity.now
+            createdAt: now,
+            expiresAt: create.expiresAt
         )
         return (key, secret)
     }
@@ -113,7 +124,8 @@ struct APIKeyRoutes: Sendable {
             createdAt: key.createdAt,
             lastUsedAt: key.lastUsedAt,
             revokedAt: key.revokedAt,
-            key: secret
+            key: secret,
+            expiresAt: key.expiresAt
         )
     }
 }

@@ -65,6 +65,8 @@ struct CircleRoutes: Sendable {
         let keyed = router.group().add(middleware: TokenAuthMiddleware<Context>(services: services, acceptsAPIKeys: true))
         IdentityRoutes(services: services).add(public: router, authenticated: authenticated, admin: keyed)
         WebhookRoutes(services: services).add(authenticated: keyed)
+        PublishHookRoutes(services: services).add(authenticated: keyed)
+        ModerationRoutes(services: services).add(authenticated: keyed)
         APIKeyRoutes(services: services).add(authenticated: keyed)
         MessageRoutes(services: services).add(authenticated: keyed)
         self.addCircles(to: keyed)

@@ -29,7 +29,7 @@ struct MessageRoutes: Sendable {
             if let attachment = message.attachment, attachment.utf8.count > 128 {
                 throw APIError(.badRequest, .invalidAttachment, "\"attachment\" is the id of media you uploaded (POST /v1/media)")
             }
-            return try await self.commit(
+            return try await self.commit(context: context,
                 NewPost(circle: circle, author: author, clientID: id, text: message.text, attachment: message.attachment, time: Identity.now, replyTo: message.replyTo)
             )
         }
@@ -44,7 +44,7 @@ struct MessageRoutes: Sendable {
             let id = try Self.idempotencyKey(request, body: edit.id)
             guard !edit.text.isEmpty else { throw APIError(.badRequest, .badRequest, "an edit needs a non-empty \"text\"") }
             try self.checkText(edit.text)
-            return try await self.commit(
+            return try await self.commit(context: context,
                 NewPost(circle: circle, author: author, clientID: id, text: edit.text, attachment: nil, time: Identity.now, change: .edit, target: target)
             )
         }
@@ -68,7 +68,7 @@ struct MessageRoutes: Sendable {
             }
             let target = try Self.seq(context)
             let id = try Self.idempotencyKey(request, body: nil)
-            return try await self.commit(
+            return try await self.commit(context: context,
                 NewPost(
                     circle: circle, author: author, clientID: id, text: nil, attachment: nil, time: Identity.now, change: .delete, target: target,
                     moderated: moderates
@@ -86,7 +86,7 @@ struct MessageRoutes: Sendable {
                     throw APIError(.badRequest, .invalidEmoji, "the path's emoji must be exactly one emoji, percent-encoded")
                 }
                 let id = try Self.idempotencyKey(request, body: nil)
-                return try await self.commit(
+                return try await self.commit(context: context,
                     NewPost(circle: circle, author: author, clientID: id, text: nil, attachment: nil, time: Identity.now, change: change, target: target, emoji: emoji)
                 )
             }
@@ -175,7 +175,9 @@ struct MessageRoutes: Sendable {
     /// Hands the entry to the group commit and answers with its ack or its documented error.
     /// Each author has the WebSocket's allowance of entries (`postsPerSecond`, `postBurst`);
     /// beyond it, 429 with `Retry-After`.
-    private func commit(_ post: NewPost) async throws -> Response {
+    private func commit(context: some CircleRequestContext, _ post: NewPost) async throws -> Response {
+        var post = post
+        post.byAPIKey = context.circleUser?.apiKeyScopes != nil
         if let wait = self.services.httpWrites.take(post.author) {
             let seconds = max(1, Int((Double(wait.nanoseconds) / 1e9).rounded(.up)))
             throw APIError(
@@ -204,7 +206,8 @@ struct MessageRoutes: Sendable {
             let status: HTTPResponse.Status
             switch code {
             case .noSuchPost: status = .notFound
-            case .notAuthor: status = .forbidden
+            case .notAuthor, .refusedByHook, .readOnly: status = .forbidden
+            case .hookUnavailable: status = .serviceUnavailable
             case .postDeleted, .tooManyReactions: status = .conflict
             default: status = .badRequest
             }

@@ -23,6 +23,8 @@ final class ServerMetrics: Sendable {
     let deliveries: CoreMetrics.Counter
     let commitLatency: CoreMetrics.Timer
     let fanoutLatency: CoreMetrics.Timer
+    /// A publish hook's call, from sending the entry to its verdict (or failure).
+    let publishHookLatency: CoreMetrics.Timer
     let commitBatchSize: CoreMetrics.Recorder
     let mediaBytesReceived: CoreMetrics.Counter
     let mediaBytesSent: CoreMetrics.Counter
@@ -59,6 +61,7 @@ final class ServerMetrics: Sendable {
         self.deliveries = CoreMetrics.Counter(label: "circle_deliveries_total", factory: factory)
         self.commitLatency = CoreMetrics.Timer(label: "circle_commit_seconds", factory: factory)
         self.fanoutLatency = CoreMetrics.Timer(label: "circle_fanout_seconds", factory: factory)
+        self.publishHookLatency = CoreMetrics.Timer(label: "circle_publish_hook_seconds", factory: factory)
         self.commitBatchSize = CoreMetrics.Recorder(label: "circle_commit_batch_size", factory: factory)
         self.mediaBytesReceived = CoreMetrics.Counter(label: "circle_media_received_bytes_total", factory: factory)
         self.mediaBytesSent = CoreMetrics.Counter(label: "circle_media_sent_bytes_total", factory: factory)

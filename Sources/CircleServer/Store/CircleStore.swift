@@ -61,6 +61,8 @@ public struct NewPost: Sendable, Hashable {
     public var replyTo: Int64?
     /// `delete` by a moderator (an API key with `moderate`): any post of the circle.
     public var moderated: Bool
+    /// Written with an API key (over HTTP): a read-only circle takes it from anyone.
+    public var byAPIKey: Bool
 
     public init(
         circle: String,
@@ -73,7 +75,8 @@ public struct NewPost: Sendable, Hashable {
         target: Int64? = nil,
         emoji: String? = nil,
         replyTo: Int64? = nil,
-        moderated: Bool = false
+        moderated: Bool = false,
+        byAPIKey: Bool = false
     ) {
         self.circle = circle
         self.author = author
@@ -86,6 +89,7 @@ public struct NewPost: Sendable, Hashable {
         self.emoji = emoji
         self.replyTo = replyTo
         self.moderated = moderated
+        self.byAPIKey = byAPIKey
     }
 }
 
@@ -156,7 +160,7 @@ public struct StoreError: Error, Sendable, Hashable, CustomStringConvertible {
 /// - Per circle, stored posts get sequence numbers 1, 2, 3, … in commit order, without gaps.
 /// - (circle, author, clientID) is unique: committing it again yields `.duplicate` with the
 ///   original post, also within one batch and across restarts.
-public protocol CircleStore: IdentityStore, WebhookStore, APIKeyStore {
+public protocol CircleStore: IdentityStore, WebhookStore, APIKeyStore, PublishHookStore, ModerationStore {
     /// Creates the schema or migrates it to the current version.
     func migrate() async throws
 

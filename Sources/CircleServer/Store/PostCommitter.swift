@@ -60,10 +60,21 @@ final class PostCommitter: Sendable {
     /// Called after each batch that stored entries: what the commit set off (webhook
     /// deliveries) may be due.
     private let committed: @Sendable () -> Void
+    /// Posts and edits of circles with a publish hook wait there before they queue.
+    private let hooks: PublishHookGate?
     private let state = NIOLockedValueBox(State())
 
-    init(store: any CircleStore, hub: Hub, metrics: ServerMetrics, logger: Logger, maxBatch: Int = 512, committed: @escaping @Sendable () -> Void = {}) {
+    init(
+        store: any CircleStore,
+        hub: Hub,
+        metrics: ServerMetrics,
+        logger: Logger,
+        maxBatch: Int = 512,
+        hooks: PublishHookGate? = nil,
+        committed: @escaping @Sendable () -> Void = {}
+    ) {
         self.store = store
+        self.hooks = hooks
         self.hub = hub
         self.metrics = metrics
         self.logger = logger
@@ -83,6 +94,21 @@ final class PostCommitter: Sendable {
     }
 
     private func submit(_ post: NewPost, reply: Reply) {
+        // A circle with a publish hook (or read-only): the entry waits for its verdict outside
+        // the batch (and off the caller's event loop); the rest queue at once.
+        if let hooks = self.hooks, hooks.needsCheck(post) {
+            hooks.check(post) { verdict in
+                switch verdict {
+                case .commit(let post): self.enqueue(post, reply: reply)
+                case .answer(let result): reply.answer(result)
+                }
+            }
+            return
+        }
+        self.enqueue(post, reply: reply)
+    }
+
+    private func enqueue(_ post: NewPost, reply: Reply) {
         let queued = self.state.withLockedValue { state -> (Bool, CheckedContinuation<Bool, Never>?) in
             guard state.accepting else { return (false, nil) }
             state.pending.append((post, reply))

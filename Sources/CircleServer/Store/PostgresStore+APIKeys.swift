@@ -2,16 +2,16 @@ import Foundation
 import PostgresNIO
 
 extension PostgresStore {
-    private typealias APIKeyRow = (String, String, String, String, String, String, Int64, Int64?, Int64?)
+    private typealias APIKeyRow = (String, String, String, String, String, String, Int64, Int64?, Int64?, Int64?)
 
     public func createAPIKey(_ key: APIKey) async throws {
         try await self.operation("create API key") {
             do {
                 _ = try await self.client.query(
                     """
-                    INSERT INTO api_keys (id, name, secret_hash, bot, scopes, created_by, created_at, last_used_at, revoked_at)
+                    INSERT INTO api_keys (id, name, secret_hash, bot, scopes, created_by, created_at, last_used_at, revoked_at, expires_at)
                     VALUES (\(key.id), \(key.name), \(key.secretHash), \(key.bot), \(APIKeyScope.stored(key.scopes)), \(key.createdBy),
-                            \(key.createdAt), \(key.lastUsedAt), \(key.revokedAt))
+                            \(key.createdAt), \(key.lastUsedAt), \(key.revokedAt), \(key.expiresAt))
                     """,
                     logger: self.logger
                 )
@@ -25,7 +25,7 @@ extension PostgresStore {
         try await self.operation("list API keys") {
             let rows = try await self.client.query(
                 """
-                SELECT id, name, secret_hash, bot, scopes, created_by, created_at, last_used_at, revoked_at
+                SELECT id, name, secret_hash, bot, scopes, created_by, created_at, last_used_at, revoked_at, expires_at
                 FROM api_keys ORDER BY created_at, id
                 """,
                 logger: self.logger
@@ -40,7 +40,7 @@ extension PostgresStore {
         try await self.operation("read API key") {
             let rows = try await self.client.query(
                 """
-                SELECT id, name, secret_hash, bot, scopes, created_by, created_at, last_used_at, revoked_at
+                SELECT id, name, secret_hash, bot, scopes, created_by, created_at, last_used_at, revoked_at, expires_at
                 FROM api_keys WHERE id = \(id)
                 """,
                 logger: self.logger
@@ -80,7 +80,8 @@ extension PostgresStore {
             createdBy: row.5,
             createdAt: row.6,
             lastUsedAt: row.7,
-            revokedAt: row.8
+            revokedAt: row.8,
+            expiresAt: row.9
         )
     }
 }

@@ -333,6 +333,28 @@ extension PostgresStore {
             )
             """
         ],
+        // Publish hooks (one per circle, asked before a post is committed), read-only circles, API key expiry.
+        [
+            """
+            CREATE TABLE publish_hooks (
+                circle text COLLATE "C" PRIMARY KEY REFERENCES circles (name) ON DELETE CASCADE,
+                url text NOT NULL,
+                secret text NOT NULL,
+                timeout_ms integer NOT NULL,
+                on_failure text NOT NULL,
+                created_by text COLLATE "C" NOT NULL,
+                created_at bigint NOT NULL
+            )
+            """,
+            """
+            CREATE TABLE read_only_circles (
+                circle text COLLATE "C" PRIMARY KEY REFERENCES circles (name) ON DELETE CASCADE,
+                set_by text COLLATE "C" NOT NULL,
+                set_at bigint NOT NULL
+            )
+            """,
+            "ALTER TABLE api_keys ADD COLUMN expires_at bigint",
+        ],
     ]
 
     /// The schema version this build writes and understands.

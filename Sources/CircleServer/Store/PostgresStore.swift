@@ -506,6 +506,20 @@ public final class PostgresStore: CircleStore {
         }
     }
 
+    public func storedEntry(circle: String, author: String, clientID: String) async throws -> CirclePost? {
+        try await self.operation("read entry by key") {
+            let rows = try await self.client.query(
+                """
+                SELECT \(unescaped: Self.postColumns) FROM posts
+                WHERE circle = \(circle) AND author = \(ByteBuffer(string: author)) AND client_id = \(ByteBuffer(string: clientID))
+                """,
+                logger: self.logger
+            )
+            for try await row in rows.decode(PostRow.self) { return try Self.post(row) }
+            return nil
+        }
+    }
+
     /// One query (one snapshot): the page of posts, each with its reactions aggregated by their
     /// emoji's place (`first_seq`), then in the order they were added, through the reactions' primary key `(circle, post, …)`, and the
     /// circle's `last_seq` on every row. An empty page reads `last_seq` on its own: with no post

@@ -2,7 +2,7 @@ import Foundation
 import SQLiteNIO
 
 extension SQLiteStore {
-    private static let apiKeyColumns = "id, name, secret_hash, bot, scopes, created_by, created_at, last_used_at, revoked_at"
+    private static let apiKeyColumns = "id, name, secret_hash, bot, scopes, created_by, created_at, last_used_at, revoked_at, expires_at"
 
     public func createAPIKey(_ key: APIKey) async throws {
         try await self.exclusive("create API key") { connection in
@@ -11,11 +11,11 @@ extension SQLiteStore {
                     throw StoreError(.conflict, "an API key with the id \(key.id) exists")
                 }
                 _ = try await connection.query(
-                    "INSERT INTO api_keys (\(Self.apiKeyColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO api_keys (\(Self.apiKeyColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [
                         .text(key.id), .text(key.name), .text(key.secretHash), .text(key.bot), .text(APIKeyScope.stored(key.scopes)),
                         .text(key.createdBy), .integer(SQLiteInt64(key.createdAt)), key.lastUsedAt.map { .integer(SQLiteInt64($0)) } ?? .null,
-                        key.revokedAt.map { .integer(SQLiteInt64($0)) } ?? .null,
+                        key.revokedAt.map { .integer(SQLiteInt64($0)) } ?? .null, key.expiresAt.map { .integer(SQLiteInt64($0)) } ?? .null,
                     ]
                 )
             }
@@ -66,7 +66,8 @@ extension SQLiteStore {
             createdBy: try Self.text(row, "created_by"),
             createdAt: try Self.integer(row, "created_at"),
             lastUsedAt: optional("last_used_at"),
-            revokedAt: optional("revoked_at")
+            revokedAt: optional("revoked_at"),
+            expiresAt: optional("expires_at")
         )
     }
 }

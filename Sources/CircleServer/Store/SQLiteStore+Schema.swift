@@ -339,6 +339,30 @@ extension SQLiteStore {
                 "DROP INDEX search_docs_by_post",
             ]
         ),
+        Migration(
+            summary: "publish hooks (one per circle, asked before a post is committed), read-only circles, API key expiry",
+            statements: [
+                """
+                CREATE TABLE publish_hooks (
+                    circle TEXT NOT NULL PRIMARY KEY REFERENCES circles (name) ON DELETE CASCADE,
+                    url TEXT NOT NULL,
+                    secret TEXT NOT NULL,
+                    timeout_ms INTEGER NOT NULL,
+                    on_failure TEXT NOT NULL,
+                    created_by TEXT NOT NULL,
+                    created_at INTEGER NOT NULL
+                ) STRICT
+                """,
+                """
+                CREATE TABLE read_only_circles (
+                    circle TEXT NOT NULL PRIMARY KEY REFERENCES circles (name) ON DELETE CASCADE,
+                    set_by TEXT NOT NULL,
+                    set_at INTEGER NOT NULL
+                ) STRICT
+                """,
+                "ALTER TABLE api_keys ADD COLUMN expires_at INTEGER",
+            ]
+        ),
     ]
 
     /// The schema version this build writes and understands.

@@ -324,6 +324,15 @@ public final class SQLiteStore: CircleStore {
         }
     }
 
+    public func storedEntry(circle: String, author: String, clientID: String) async throws -> CirclePost? {
+        try await self.exclusive("read entry by key") { connection in
+            try await connection.query(
+                "\(Self.selectPosts) WHERE circle = ? AND author = ? AND client_id = ?",
+                [.text(circle), .text(author), .text(clientID)]
+            ).first.map(Self.post)
+        }
+    }
+
     /// Three reads in one read transaction (one snapshot): the circle's `last_seq`, the page of
     /// posts, then the reactions of its posts through the reactions' primary key `(circle, post, …)`.
     public func historySnapshot(in circle: String, before: Int64?, after: Int64?, limit: Int, viewer: String) async throws -> HistorySnapshot {

@@ -1,0 +1,20 @@
+/// The JSON shapes of moderation (docs/API.md, "Moderation").
+extension HTTPAPI.Path {
+    /// `PUT`: whether a circle is read-only for its members.
+    public static func readOnly(_ circle: String) -> String { "\(Self.circle(circle))/read-only" }
+    /// `POST`: ends every connection of a user, on every node.
+    public static func adminUserDisconnect(_ name: String) -> String { "\(Self.adminUser(name))/disconnect" }
+}
+
+extension HTTPAPI {
+    /// `PUT /v1/circles/{name}/read-only`, and its answer.
+    public struct ReadOnly: Codable, Sendable, Hashable {
+        /// Set in the answer only.
+        public var circle: String?
+        public var readOnly: Bool
+        public init(circle: String? = nil, readOnly: Bool) {
+            self.circle = circle
+            self.readOnly = readOnly
+        }
+    }
+}
