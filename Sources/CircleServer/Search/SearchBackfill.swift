@@ -47,6 +47,7 @@ public enum SearchBackfill {
                 batches += 1
                 if batches % 20 == 0 { logger.info("search index: indexing", metadata: ["circle.search.indexed": "\(step.indexed)"]) }
             } catch {
+                if Task.isCancelled { return }  // the server is stopping; the next start goes on
                 logger.warning("search index: a backfill batch failed; trying again", metadata: ["circle.store.error": "\(error)"])
                 try? await Task.sleep(for: .seconds(1))
             }
