@@ -2438,12 +2438,22 @@ window.addEventListener("pointermove", (event) => {
 function addLongPress(node, key) {
   let timer = null;
   let start = null;
+  let pressedAt = 0;   // when a long press last opened the menu
   const cancel = () => { clearTimeout(timer); timer = null; };
   node.addEventListener("pointerdown", (event) => {
-    if (event.pointerType === "mouse" || event.target.closest("button, a, textarea")) return;
+    // A person's name counts as the post: a touch near it snaps to it (touch adjustment).
+    if (event.pointerType === "mouse" || event.target.closest("button:not(.person), a, textarea")) return;
     start = [event.clientX, event.clientY];
-    timer = setTimeout(() => { timer = null; openMenu(key); }, LONG_PRESS_MS);
+    timer = setTimeout(() => { timer = null; pressedAt = Date.now(); openMenu(key); }, LONG_PRESS_MS);
   });
+  // The tap that ends a long press on a person's name opens the menu only, not a conversation.
+  node.addEventListener("click", (event) => {
+    if (Date.now() - pressedAt < 1500 && event.target.closest(".person")) {
+      event.stopPropagation();
+      event.preventDefault();
+      pressedAt = 0;
+    }
+  }, true);
   node.addEventListener("pointermove", (event) => {
     if (timer && start && Math.hypot(event.clientX - start[0], event.clientY - start[1]) > 10) cancel();
   });
