@@ -125,9 +125,9 @@ struct CircleRoutes: Sendable {
             var request = request
             let body = try await request.jsonBody()
             let start = try body.decodeJSON(HTTPAPI.StartDirectMessage.self, send: #"{"members": ["name", …]}"#)
-            // A list far beyond the limit is refused before its names are read.
-            guard start.members.count <= 64 else {
-                throw APIError(.badRequest, .badRequest, DirectMessageError.count(start.members.count).description)
+            // At most 9 names (openapi.yaml's maxItems), repeated ones included: refused unread.
+            guard start.members.count <= DirectMessageKey.memberRange.upperBound else {
+                throw APIError(.badRequest, .badRequest, "\"members\" has \(start.members.count) names; a direct message has 2 to 9 people, you included")
             }
             let members: DirectMessageKey
             switch DirectMessageKey.make(members: start.members, starter: user) {
