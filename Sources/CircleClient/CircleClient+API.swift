@@ -56,6 +56,30 @@ extension CircleClient {
         try await self.api.call(.POST, HTTPAPI.Path.circles, body: HTTPAPI.CreateCircle(name: name, private: isPrivate), as: HTTPAPI.Circle.self)
     }
 
+    /// Finds or starts the direct message with `people` (2 to 9 people with this user, who is
+    /// added): a private circle named by the server (`dm.…`), whose ``HTTPAPI/Circle/direct``
+    /// lists its members. Starting it again, by any of them, gives the same one.
+    ///
+    /// ```swift
+    /// let dm = try await client.startDirectMessage(with: ["bob"])
+    /// try await client.join(dm.name)
+    /// ```
+    ///
+    /// - Throws: ``CircleClientError`` `bad_request` for an invalid name or too many or too few people.
+    public func startDirectMessage(with people: [String]) async throws -> HTTPAPI.Circle {
+        try await self.api.call(.POST, HTTPAPI.Path.directMessages, body: HTTPAPI.StartDirectMessage(members: people), as: HTTPAPI.Circle.self)
+    }
+
+    /// Sets this user's notification level in `circle` (`nil`: back to the default, `all` for a
+    /// direct message and `mentions` for a circle). The user's connections get a
+    /// ``CircleEvent/notify(level:)`` event in the circles they joined.
+    ///
+    /// - Returns: the circle as listed afterwards, with its ``HTTPAPI/Circle/notify``.
+    @discardableResult
+    public func setNotificationLevel(_ level: NotificationLevel?, in circle: String) async throws -> HTTPAPI.Circle {
+        try await self.api.call(.PUT, HTTPAPI.Path.notify(circle), body: HTTPAPI.NotificationSetting(level: level), as: HTTPAPI.Circle.self)
+    }
+
     /// One circle.
     ///
     /// - Throws: ``CircleClientError`` `not_found`, or `forbidden` for a private circle this user is not a member of.

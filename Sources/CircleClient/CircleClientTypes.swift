@@ -191,6 +191,8 @@ public enum CircleEvent: Sendable, Hashable {
     case typing(user: String)
     /// This user's read marker in the circle moved to `seq` (marked read on another connection).
     case read(seq: Int64)
+    /// This user's notification level in the circle is now `level` (set on any of their connections).
+    case notify(level: NotificationLevel)
 }
 
 /// What an outbox entry asks the server to do.

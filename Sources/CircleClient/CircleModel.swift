@@ -287,7 +287,7 @@ public final class CircleModel {
         case .typing(let user):
             self.typingUntil[user] = .now + self.typingTimeout
             self.refreshTyping()
-        case .gap, .joined, .left:
+        case .gap, .joined, .left, .notify:
             return
         }
         self.refresh()

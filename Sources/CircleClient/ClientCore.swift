@@ -526,6 +526,8 @@ actor ClientCore {
             self.resolveRequest(id, .success(message))
         case .read(let circle, let seq):
             self.broadcast(.read(seq: seq), in: circle)
+        case .notify(let circle, let level):
+            self.broadcast(.notify(level: level), in: circle)
         case .joined(let circle, let user):
             self.broadcast(.joined(user: user), in: circle)
         case .left(let circle, let user):

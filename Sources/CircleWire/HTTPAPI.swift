@@ -14,11 +14,13 @@ public enum HTTPAPI {
         public static let webSocket = "/v1/ws"
         public static let echo = "/v1/echo"
         public static let circles = "/v1/circles"
+        public static let directMessages = "/v1/dms"
         public static let media = "/v1/media"
         public static let uploads = "/v1/media/uploads"
 
         public static func circle(_ name: String) -> String { "/v1/circles/\(escaped(name))" }
         public static func messages(_ circle: String) -> String { "/v1/circles/\(escaped(circle))/messages" }
+        public static func notify(_ circle: String) -> String { "/v1/circles/\(escaped(circle))/notify" }
         public static func members(_ circle: String) -> String { "/v1/circles/\(escaped(circle))/members" }
         public static func member(_ user: String, of circle: String) -> String {
             "/v1/circles/\(escaped(circle))/members/\(escaped(user))"
@@ -104,6 +106,18 @@ public enum HTTPAPI {
             self.name = name
             self.private = `private`
         }
+    }
+
+    /// `POST /v1/dms`: the people to talk with (you are added); 2 to 9 people in all.
+    public struct StartDirectMessage: Codable, Sendable, Hashable {
+        public var members: [String]
+        public init(members: [String]) { self.members = members }
+    }
+
+    /// `PUT /v1/circles/{name}/notify`: `all`, `mentions` or `none`; `null` for the default.
+    public struct NotificationSetting: Codable, Sendable, Hashable {
+        public var level: NotificationLevel?
+        public init(level: NotificationLevel?) { self.level = level }
     }
 
     /// `POST /v1/circles/{name}/members`.

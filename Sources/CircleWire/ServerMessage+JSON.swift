@@ -81,6 +81,12 @@ extension CircleServerMessage {
             out.field("seq", seq)
             out.field("type", "read")
             out.close()
+        case .notify(let circle, let level):
+            out.open()
+            out.field("circle", circle)
+            out.field("level", level.rawValue)
+            out.field("type", "notify")
+            out.close()
         case .circles(let id, let circles):
             out.open()
             out.key("circles")
@@ -135,6 +141,16 @@ extension CirclePost {
         if let edited = self.edited { out.field("edited", edited) }
         if let emoji = self.emoji { out.field("emoji", emoji) }
         out.field("id", self.id)
+        if let mentions = self.mentions {
+            out.key("mentions")
+            out.raw("[")
+            for (index, user) in mentions.enumerated() {
+                if index > 0 { out.raw(",") }
+                out.string(user)
+            }
+            out.raw("]")
+        }
+        if self.mentionsEveryone { out.field("mentionsEveryone", true) }
         if let reactions = self.reactions {
             out.key("reactions")
             out.raw("[")
@@ -167,8 +183,19 @@ extension CircleSummary {
     func writeJSON(to out: inout JSONTextWriter) {
         out.open()
         out.field("createdAt", self.createdAt)
+        if let direct = self.direct {
+            out.key("direct")
+            out.raw("[")
+            for (index, user) in direct.enumerated() {
+                if index > 0 { out.raw(",") }
+                out.string(user)
+            }
+            out.raw("]")
+        }
         out.field("lastSeq", self.lastSeq)
+        out.field("mentions", self.mentions)
         out.field("name", self.name)
+        out.field("notify", self.notify.rawValue)
         out.field("owner", self.owner)
         out.field("private", self.private)
         out.field("readSeq", self.readSeq)

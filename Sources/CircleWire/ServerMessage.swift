@@ -79,6 +79,13 @@ public struct CirclePost: Sendable, Hashable, Codable {
     /// History pages only: the post's reactions, in the order each emoji was first used (an emoji
     /// keeps its place while any reaction with it stands; PROTOCOL.md §4).
     public var reactions: [CircleReaction]?
+    /// A post (or an edit): the members its text mentions (`@name`), resolved by the server when
+    /// the entry was committed (``MentionParser``), without the author; `nil` for none. A post
+    /// carries the mentions of its current text.
+    public var mentions: [String]?
+    /// A post (or an edit) whose `@here` or `@everyone` (by the circle's owner or an admin)
+    /// mentions every member.
+    public var mentionsEveryone: Bool
 
     public init(
         circle: String,
@@ -94,7 +101,9 @@ public struct CirclePost: Sendable, Hashable, Codable {
         replyTo: Int64? = nil,
         edited: Int64? = nil,
         deleted: Bool = false,
-        reactions: [CircleReaction]? = nil
+        reactions: [CircleReaction]? = nil,
+        mentions: [String]? = nil,
+        mentionsEveryone: Bool = false
     ) {
         self.circle = circle
         self.seq = seq
@@ -110,10 +119,17 @@ public struct CirclePost: Sendable, Hashable, Codable {
         self.edited = edited
         self.deleted = deleted
         self.reactions = reactions
+        self.mentions = mentions
+        self.mentionsEveryone = mentionsEveryone
+    }
+
+    /// Whether the entry mentions `user`, by name or as one of everyone.
+    public func mentions(_ user: String) -> Bool {
+        self.mentionsEveryone || (self.mentions ?? []).contains(user)
     }
 
     private enum CodingKeys: String, CodingKey {
-        case circle, seq, author, text, attachment, time, id, change, target, emoji, replyTo, edited, deleted, reactions
+        case circle, seq, author, text, attachment, time, id, change, target, emoji, replyTo, edited, deleted, reactions, mentions, mentionsEveryone
     }
 
     public init(from decoder: any Decoder) throws {
@@ -132,6 +148,8 @@ public struct CirclePost: Sendable, Hashable, Codable {
         self.edited = try container.decodeIfPresent(Int64.self, forKey: .edited)
         self.deleted = try container.decodeIfPresent(Bool.self, forKey: .deleted) ?? false
         self.reactions = try container.decodeIfPresent([CircleReaction].self, forKey: .reactions)
+        self.mentions = try container.decodeIfPresent([String].self, forKey: .mentions)
+        self.mentionsEveryone = try container.decodeIfPresent(Bool.self, forKey: .mentionsEveryone) ?? false
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -150,6 +168,8 @@ public struct CirclePost: Sendable, Hashable, Codable {
         try container.encodeIfPresent(self.edited, forKey: .edited)
         if self.deleted { try container.encode(true, forKey: .deleted) }
         try container.encodeIfPresent(self.reactions, forKey: .reactions)
+        try container.encodeIfPresent(self.mentions, forKey: .mentions)
+        if self.mentionsEveryone { try container.encode(true, forKey: .mentionsEveryone) }
     }
 
     /// Whether this entry is a post of its own (not a change to another).
@@ -170,6 +190,15 @@ public struct CircleSummary: Sendable, Hashable, Codable {
     public var readSeq: Int64
     /// Posts above the read marker by others, not deleted, counted up to ``unreadCountLimit``.
     public var unread: Int64
+    /// Entries above the read marker that mention the user (by name, `@here` or `@everyone`),
+    /// posts not deleted since, counted up to ``unreadCountLimit``; cleared by the read marker.
+    public var mentions: Int64
+    /// A direct message: its members (2 to 9, sorted by bytes); `nil` for a circle. Apps list
+    /// direct messages apart from circles and name them by their members.
+    public var direct: [String]?
+    /// The user's notification level here (their choice, or the default: `all` for a direct
+    /// message, `mentions` for a circle).
+    public var notify: NotificationLevel
 
     /// Where servers stop counting `unread`: that value means "that many or more".
     public static let unreadCountLimit: Int64 = 1000
@@ -179,7 +208,9 @@ public struct CircleSummary: Sendable, Hashable, Codable {
         self.unread >= Self.unreadCountLimit ? "\(Self.unreadCountLimit)+" : "\(self.unread)"
     }
 
-    public init(name: String, owner: String, private: Bool, createdAt: Int64, lastSeq: Int64, readSeq: Int64 = 0, unread: Int64 = 0) {
+    public init(name: String, owner: String, private: Bool, createdAt: Int64, lastSeq: Int64, readSeq: Int64 = 0, unread: Int64 = 0, mentions: Int64 = 0,
+        direct: [String]? = nil, notify: NotificationLevel? = nil
+    ) {
         self.name = name
         self.owner = owner
         self.private = `private`
@@ -187,6 +218,9 @@ public struct CircleSummary: Sendable, Hashable, Codable {
         self.lastSeq = lastSeq
         self.readSeq = readSeq
         self.unread = unread
+        self.mentions = mentions
+        self.direct = direct
+        self.notify = notify ?? NotificationLevel.defaultLevel(direct: direct != nil)
     }
 
     public init(from decoder: any Decoder) throws {
@@ -198,7 +232,25 @@ public struct CircleSummary: Sendable, Hashable, Codable {
         self.lastSeq = try container.decode(Int64.self, forKey: .lastSeq)
         self.readSeq = try container.decodeIfPresent(Int64.self, forKey: .readSeq) ?? 0
         self.unread = try container.decodeIfPresent(Int64.self, forKey: .unread) ?? 0
+        self.mentions = try container.decodeIfPresent(Int64.self, forKey: .mentions) ?? 0
+        self.direct = try container.decodeIfPresent([String].self, forKey: .direct)
+        // A level this client does not know yet reads as the default.
+        let level = try container.decodeIfPresent(String.self, forKey: .notify).flatMap(NotificationLevel.init(rawValue:))
+        self.notify = level ?? NotificationLevel.defaultLevel(direct: self.direct != nil)
     }
+}
+
+/// How much of a circle a person wants to be notified of (PROTOCOL.md, "Notification levels").
+public enum NotificationLevel: String, Sendable, Hashable, Codable, CaseIterable {
+    /// Every post.
+    case all
+    /// Posts that mention them (the default for circles).
+    case mentions
+    /// Nothing.
+    case none
+
+    /// The level of someone who chose none: `all` in a direct message, `mentions` in a circle.
+    public static func defaultLevel(direct: Bool) -> NotificationLevel { direct ? .all : .mentions }
 }
 
 /// Everything a server sends: replies to requests and events of joined circles.
@@ -226,6 +278,8 @@ public enum CircleServerMessage: Sendable, Hashable {
     case gap(circle: String, from: Int64, to: Int64)
     /// The user's read marker in `circle` moved to `seq` (sent to the user's other connections).
     case read(circle: String, seq: Int64)
+    /// The user's notification level in `circle` is now `level` (sent to all their connections).
+    case notify(circle: String, level: NotificationLevel)
     /// The circles the user sees, answering `circles`.
     case circles(id: String, circles: [CircleSummary])
     /// A page of search hits, answering `search` (the body of `GET /v1/search`).
@@ -234,12 +288,12 @@ public enum CircleServerMessage: Sendable, Hashable {
 
 extension CircleServerMessage: Codable {
     private enum Kind: String, Codable {
-        case ack, error, post, history, joined, left, typing, gap, read, circles, search
+        case ack, error, post, history, joined, left, typing, gap, read, notify, circles, search
     }
 
     private enum Keys: String, CodingKey {
         case type, id, seq, time, duplicate, code, message, circle, user, posts, more, from, to, circles, lastSeq, hits, next
-        case author, text, attachment
+        case author, text, attachment, level
     }
 
     public init(from decoder: any Decoder) throws {
@@ -282,6 +336,8 @@ extension CircleServerMessage: Codable {
             )
         case .read:
             self = .read(circle: try container.decode(String.self, forKey: .circle), seq: try container.decode(Int64.self, forKey: .seq))
+        case .notify:
+            self = .notify(circle: try container.decode(String.self, forKey: .circle), level: try container.decode(NotificationLevel.self, forKey: .level))
         case .circles:
             self = .circles(id: try container.decode(String.self, forKey: .id), circles: try container.decode([CircleSummary].self, forKey: .circles))
         case .search:
@@ -340,6 +396,10 @@ extension CircleServerMessage: Codable {
             try container.encode(Kind.read, forKey: .type)
             try container.encode(circle, forKey: .circle)
             try container.encode(seq, forKey: .seq)
+        case .notify(let circle, let level):
+            try container.encode(Kind.notify, forKey: .type)
+            try container.encode(circle, forKey: .circle)
+            try container.encode(level, forKey: .level)
         case .circles(let id, let circles):
             try container.encode(Kind.circles, forKey: .type)
             try container.encode(id, forKey: .id)

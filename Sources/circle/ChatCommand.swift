@@ -168,6 +168,16 @@ struct ChatCommand: AsyncParsableCommand {
                 }
             case .typing:
                 try? await client.typing(in: self.circle)
+            case .directMessage(let names):
+                let screen = screen
+                Task {
+                    do {
+                        let dm = try await client.startDirectMessage(with: names)
+                        await screen.noteLine("direct message with \(dm.direct?.joined(separator: ", ") ?? dm.name): open it with `circle chat \(dm.name)`")
+                    } catch let error as CircleClientError {
+                        await screen.noteLine("the direct message could not be started: \(error.message)")
+                    }
+                }
             }
         }
         await client.shutdown()
@@ -185,13 +195,14 @@ actor ChatScreen {
         case unreact(String, Int64)
     }
 
-    enum Command { case none, quit, post(String, replyTo: Int64?), change(Change), circles, older, typing }
+    enum Command { case none, quit, post(String, replyTo: Int64?), change(Change), circles, older, typing, directMessage([String]) }
 
     /// The slash commands, for `--help` and `/help` (a line each).
     static let commands = [
         "/edit TEXT edits your last post", "/delete [SEQ] deletes your last post (or #SEQ)",
         "/react EMOJI [SEQ] reacts to the last post (or #SEQ); again takes it back", "/reply SEQ TEXT answers #SEQ",
-        "/circles lists the circles with unread counts", "/older loads older posts", "/help lists the commands",
+        "/circles lists the circles with unread and mention counts", "/dm NAME [NAME…] starts a direct message",
+        "/older loads older posts", "/help lists the commands", "Tab completes a name after @",
         "/quit leaves", "//TEXT posts text that starts with /",
     ]
     static let commandSummary = commands.joined(separator: " · ")
@@ -222,6 +233,9 @@ actor ChatScreen {
         var replyTo: Int64?
         /// Emoji in the order they were first used, each with who reacted.
         var reactions: [(emoji: String, users: [String])] = []
+        /// Who the post mentions (resolved by the server), and whether it mentions everyone.
+        var mentions: [String] = []
+        var mentionsEveryone = false
     }
 
     /// A line that is not a post (someone joined or left, a command's answer), shown after the
@@ -314,6 +328,8 @@ actor ChatScreen {
         case .read(let seq):
             // Read on another connection of this user: nothing to mark from here up to there.
             self.markedRead = max(self.markedRead, seq)
+        case .notify(let level):
+            self.note("notifications here: \(level.rawValue)")
         }
         self.redraw()
     }
@@ -325,6 +341,12 @@ actor ChatScreen {
 
     private func trimNotes() {
         if self.notes.count > 100 { self.notes.removeFirst(self.notes.count - 100) }
+    }
+
+    /// Shows a line that is not a post (a command's answer) and draws the screen again.
+    func noteLine(_ text: String) {
+        self.note(text)
+        self.redraw()
     }
 
     private func note(_ text: String) {
@@ -426,6 +448,9 @@ actor ChatScreen {
             self.pending.append((nil, Line(seq: nil, author: self.user, text: post, status: "sending…", time: Int64(Date().timeIntervalSince1970 * 1000))))
             self.redraw()
             return .post(post, replyTo: nil)
+        case 9:  // Tab: complete the name after "@"
+            self.completeMention()
+            return .none
         case 127, 8:
             // Remove one character: its continuation bytes, then its first byte.
             while let last = self.input.last, (0x80...0xBF).contains(last) { self.input.removeLast() }
@@ -442,6 +467,30 @@ actor ChatScreen {
             }
             return .none
         }
+    }
+
+    /// Completes the `@name` at the end of the input from the names seen here (authors, people
+    /// with accounts): the whole name when one fits, else as far as all that fit agree.
+    private func completeMention() {
+        let text = String(decoding: self.input, as: UTF8.self)
+        guard let partial = MentionParser.partialMention(atEndOf: text) else { return }
+        var names = Set(self.posts.values.map(\.author)).union(self.displayNames.keys).union(self.typing.keys)
+        names.remove(self.user)
+        let fitting = names.filter { $0.lowercased().hasPrefix(partial.lowercased()) }.sorted()
+        guard let first = fitting.first else { return }
+        var completion = first
+        if fitting.count > 1 {
+            completion = fitting.dropFirst().reduce(first) { common, name in String(zip(common, name).prefix { $0 == $1 }.map(\.0)) }
+            if completion.count <= partial.count {
+                self.note("@" + partial + ": " + fitting.prefix(8).joined(separator: ", "))
+                self.redraw()
+                return
+            }
+        } else {
+            completion += " "
+        }
+        self.input = Array(text.dropLast(partial.count).utf8) + Array(completion.utf8)
+        self.redraw()
     }
 
     /// A line starting with one `/`: a command, never posted.
@@ -461,6 +510,13 @@ actor ChatScreen {
             }
         case "circles":
             return .circles
+        case "dm":
+            let names = text.dropFirst(3).split(whereSeparator: { $0 == " " || $0 == "," }).map { String($0.hasPrefix("@") ? $0.dropFirst() : $0) }
+            guard !names.isEmpty else {
+                self.note("/dm NAME [NAME…] starts (or finds) a direct message, for example /dm bob")
+                break
+            }
+            return .directMessage(names)
         default:
             self.note("unknown command /\(name), not posted — /help lists the commands; //TEXT posts text that starts with /")
         }
@@ -538,11 +594,17 @@ actor ChatScreen {
             self.redraw()
             return
         }
-        let listed = circles.map { circle in
-            let name = circle.name == self.circle ? "\(circle.name) (here)" : circle.name
-            return circle.unread > 0 ? "\(name) \(circle.unreadText) unread" : name
+        func listed(_ circle: CircleSummary) -> String {
+            var name = circle.direct.map { "dm " + $0.filter { $0 != self.user }.joined(separator: ", ") + " (\(circle.name))" } ?? circle.name
+            if circle.name == self.circle { name += " (here)" }
+            if circle.unread > 0 { name += " \(circle.unreadText) unread" }
+            if circle.mentions > 0 { name += " \(circle.mentions) @" }
+            return name
         }
-        self.note("circles: " + (listed.isEmpty ? "none" : listed.joined(separator: " · ")))
+        let circlesOnly = circles.filter { $0.direct == nil }.map(listed)
+        let direct = circles.filter { $0.direct != nil }.map(listed)
+        self.note("circles: " + (circlesOnly.isEmpty ? "none" : circlesOnly.joined(separator: " · ")))
+        if !direct.isEmpty { self.note("direct messages: " + direct.joined(separator: " · ")) }
         self.redraw()
     }
 
@@ -565,6 +627,8 @@ actor ChatScreen {
         line.deleted = post.deleted
         line.replyTo = post.replyTo
         line.reactions = (post.reactions ?? []).map { (emoji: $0.emoji, users: $0.users) }
+        line.mentions = post.mentions ?? []
+        line.mentionsEveryone = post.mentionsEveryone
         return line
     }
 
@@ -623,7 +687,12 @@ actor ChatScreen {
             // Consecutive posts of one author within five minutes share the name.
             let continues = previous.map { $0.author == post.author && post.time - $0.time < 300_000 } ?? false
             let name = self.shown(post.author)
-            if continues {
+            // A post that mentions the user is marked and drawn in bold.
+            let mentioned = post.mentionsEveryone || post.mentions.contains(self.user)
+            let text = mentioned ? "@ " + post.text : post.text
+            if mentioned {
+                rows.append(Row(plain: prefix + name + ": " + text, styled: self.style(prefix, "2") + self.style(name + ": " + text, "1;33")))
+            } else if continues {
                 let indent = String(repeating: " ", count: name.count + 2)
                 rows.append(Row(plain: prefix + indent + post.text, styled: self.style(prefix, "2") + indent + post.text))
             } else {

@@ -355,6 +355,46 @@ struct TestFailure: Error, CustomStringConvertible {
 }
 
 extension ChatTmuxTests {
+    @Test("Tab completes a name after @; a post that mentions me is marked; /dm starts a direct message that /circles lists apart")
+    func mentionsAndDirectMessages() async throws {
+        try self.tmux(["new-session", "-d", "-s", "keeper", "sleep 600"])
+        defer { self.stopTmux() }
+        let server = TestServer()
+        defer { server.remove() }
+        try await server.start()
+        try await server.createCircle("general", owner: "alice", isPrivate: true)
+        let alice = try await server.token("alice")
+        #expect(try await server.http("POST", "/v1/circles/general/members", token: alice, json: #"{"user":"bob"}"#).status == 200)
+        try self.startChat("alice", user: "alice", server: server)
+        try self.startChat("bob", user: "bob", server: server)
+        try await self.waitForScreen("alice") { $0.contains("general — alice — connected") }
+        try await self.waitForScreen("bob") { $0.contains("general — bob — connected") }
+        try self.tmux(["send-keys", "-t", "bob", "hi there", "Enter"])
+        try await self.waitForScreen("alice") { $0.contains("bob: hi there") }
+
+        // "@b" and Tab: "@bob " (bob is the only name seen here that fits).
+        try self.tmux(["send-keys", "-t", "alice", "-l", "thanks @b"])
+        try self.tmux(["send-keys", "-t", "alice", "Tab"])
+        // (capture-pane drops the trailing space; the next word shows it was there.)
+        try await self.waitForScreen("alice") { $0.contains("> thanks @bob") }
+        try self.tmux(["send-keys", "-t", "alice", "-l", "see you"])
+        try await self.waitForScreen("alice") { $0.contains("> thanks @bob see you") }
+        try self.tmux(["send-keys", "-t", "alice", "Enter"])
+        // bob's chat marks the post that mentions him; alice's does not.
+        try await self.waitForScreen("bob") { $0.contains("alice: @ thanks @bob see you") }
+        try await self.waitForScreen("alice") { $0.contains("alice: thanks @bob see you") }
+
+        try self.tmux(["send-keys", "-t", "alice", "/dm bob", "Enter"])
+        try await self.waitForScreen("alice") { $0.contains("direct message with alice, bob: open it with") }
+        let list = try await server.http("GET", "/v1/circles", token: alice)
+        #expect(list.body.contains(#""direct":["alice","bob"]"#), "\(list.body)")
+        try self.tmux(["send-keys", "-t", "alice", "/circles", "Enter"])
+        try await self.waitForScreen("alice") { $0.contains("direct messages: dm bob (dm.") }
+        try self.tmux(["send-keys", "-t", "alice", "/quit", "Enter"])
+        try self.tmux(["send-keys", "-t", "bob", "/quit", "Enter"])
+        await server.stop()
+    }
+
     @Test("/edit, /react, /reply and /delete change posts on every chat; /circles shows unread counts; what the chat shows is marked read")
     func editReactReplyDeleteAndUnread() async throws {
         try self.tmux(["new-session", "-d", "-s", "keeper", "sleep 600"])

@@ -308,6 +308,52 @@ struct ChatClientLiveTests {
         await bob.shutdown()
     }
 
+    @Test("mentions on entries and in the circle list, a direct message started twice, a notification level reaching the user's other connection")
+    func mentionsDirectMessagesAndLevels() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        try await server.start()
+        let alice = try await chatClient(server, user: "alice")
+        let phone = try await chatClient(server, user: "bob")
+        let laptop = try await chatClient(server, user: "bob")
+        for client in [alice, phone, laptop] { await client.connect() }
+
+        let dm = try await alice.startDirectMessage(with: ["bob"])
+        #expect(dm.direct == ["alice", "bob"] && dm.notify == .all && dm.private)
+        #expect(try await phone.startDirectMessage(with: ["alice"]).name == dm.name)
+        let refused = await #expect(throws: CircleClientError.self) { try await alice.startDirectMessage(with: []) }
+        #expect(refused?.httpStatus == 400)
+
+        let laptopEvents = await laptop.messages(in: dm.name)
+        #expect(await eventually { await laptop.cursor(of: dm.name) != nil })
+        let receipt = try await alice.post("ping @bob", to: dm.name)
+        let history = try await phone.history(of: dm.name).posts
+        #expect(history.first { $0.seq == receipt.seq }?.mentions == ["bob"])
+        #expect(history.first { $0.seq == receipt.seq }?.mentions("bob") == true)
+        let listed = try await phone.circleSummaries().first { $0.name == dm.name }
+        #expect(listed?.mentions == 1 && listed?.unread == 1)
+
+        let set = try await phone.setNotificationLevel(NotificationLevel.none, in: dm.name)
+        #expect(set.notify == NotificationLevel.none)
+        let level = await withTaskGroup(of: NotificationLevel?.self) { group in
+            group.addTask {
+                for await event in laptopEvents { if case .notify(let level) = event { return level } }
+                return nil
+            }
+            group.addTask {
+                try? await Task.sleep(for: .seconds(30))
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
+        }
+        #expect(level == NotificationLevel.none)
+        #expect(try await phone.setNotificationLevel(nil, in: dm.name).notify == .all)
+        for client in [alice, phone, laptop] { await client.shutdown() }
+        await server.stop()
+    }
+
     @Test("read markers move forward, reach the user's other connections, and the circle list counts unread posts")
     func readMarkers() async throws {
         let server = TestServer(limits: .init(postsPerSecond: 10_000, postBurst: 10_000))

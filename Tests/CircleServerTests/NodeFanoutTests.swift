@@ -291,6 +291,12 @@ final class MutedStore: SharedCircleStore {
     func circles(visibleTo user: String, named name: String?) async throws -> [CircleInfo] {
         try await self.base.circles(visibleTo: user, named: name)
     }
+    func directMessage(_ members: DirectMessageKey, starter: String, createdAt: Int64) async throws -> CircleInfo {
+        try await self.base.directMessage(members, starter: starter, createdAt: createdAt)
+    }
+    func setNotificationLevel(_ level: NotificationLevel?, of user: String, in circle: String) async throws {
+        try await self.base.setNotificationLevel(level, of: user, in: circle)
+    }
     func addMember(_ user: String, to circle: String) async throws { try await self.base.addMember(user, to: circle) }
     func removeMember(_ user: String, from circle: String) async throws { try await self.base.removeMember(user, from: circle) }
     func isMember(_ user: String, of circle: String) async throws -> Bool { try await self.base.isMember(user, of: circle) }

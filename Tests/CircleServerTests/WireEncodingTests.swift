@@ -30,6 +30,8 @@ import Testing
                 circle: "room", seq: 5, author: "ana", text: "hi", attachment: nil, time: 1, id: "x",
                 reactions: [CircleReaction(emoji: "\u{1F44D}", users: [text, "bo"], me: true), CircleReaction(emoji: text, users: [], me: false)]
             ),
+            CirclePost(circle: "room", seq: 6, author: "ana", text: text, attachment: nil, time: 1, id: "m", mentions: [text, "bo"]),
+            CirclePost(circle: "room", seq: 7, author: "ana", text: "@here", attachment: nil, time: 1, id: "h", mentions: [], mentionsEveryone: true),
         ]
     }
 
@@ -47,10 +49,12 @@ import Testing
             .typing(circle: text, user: text),
             .gap(circle: text, from: 1, to: Int64.max),
             .read(circle: text, seq: 12),
+            .notify(circle: text, level: .none),
             .circles(id: text, circles: []),
             .circles(id: "c", circles: [
-                CircleSummary(name: text, owner: "ana", private: true, createdAt: 1, lastSeq: 9, readSeq: 4, unread: 3),
+                CircleSummary(name: text, owner: "ana", private: true, createdAt: 1, lastSeq: 9, readSeq: 4, unread: 3, mentions: 2),
                 CircleSummary(name: "b", owner: text, private: false, createdAt: 0, lastSeq: 0),
+                CircleSummary(name: "dm.1", owner: "ana", private: true, createdAt: 0, lastSeq: 0, direct: ["ana", text], notify: .mentions),
             ]),
         ]
         messages += [

@@ -111,6 +111,9 @@ struct CircleRoutes: Sendable {
             guard Self.isValidCircleName(create.name) else {
                 throw APIError(.badRequest, .badRequest, "a circle name has 1–64 characters: a–z, 0–9, . _ -")
             }
+            guard !create.name.hasPrefix(DirectMessageKey.namePrefix) else {
+                throw APIError(.badRequest, .badRequest, "names starting with \"\(DirectMessageKey.namePrefix)\" are kept for direct messages")
+            }
             let info = try await store.createCircle(
                 name: create.name,
                 owner: user,
@@ -119,7 +122,37 @@ struct CircleRoutes: Sendable {
             )
             return Response.json(.created, Self.body(info))
         }
+        router.post(RouterPath(HTTPAPI.Path.directMessages)) { request, context in
+            let user = try context.requirePrincipal(.manage).name
+            var request = request
+            let body = try await request.jsonBody()
+            let start = try body.decodeJSON(HTTPAPI.StartDirectMessage.self, send: #"{"members": ["name", …]}"#)
+            // At most 9 names (openapi.yaml's maxItems), repeated ones included: refused unread.
+            guard start.members.count <= DirectMessageKey.memberRange.upperBound else {
+                throw APIError(.badRequest, .badRequest, "\"members\" has \(start.members.count) names; a direct message has 2 to 9 people, you included")
+            }
+            let members: DirectMessageKey
+            switch DirectMessageKey.make(members: start.members, starter: user) {
+            case .success(let key): members = key
+            case .failure(let error): throw APIError(.badRequest, .badRequest, error.description)
+            }
+            let info = try await store.directMessage(members, starter: user, createdAt: Int64(Date().timeIntervalSince1970 * 1000))
+            let listed = try await store.circles(visibleTo: user, named: info.name).first
+            return Response.json(.ok, Self.body(listed ?? info))
+        }
         let circle = HTTPAPI.Path.circles + "/{name}"
+        router.put(RouterPath(circle + "/notify")) { request, context in
+            let principal = try context.requirePrincipal(.read)
+            let info = try await self.visibleCircle(context, principal: principal)
+            var request = request
+            let body = try await request.jsonBody()
+            let setting = try body.decodeJSON(HTTPAPI.NotificationSetting.self, send: #"{"level": "all" | "mentions" | "none" | null}"#)
+            try await store.setNotificationLevel(setting.level, of: principal.name, in: info.name)
+            let listed = try await store.circles(visibleTo: principal.name, named: info.name).first ?? info
+            // Every connection of the user learns it, this node's and the others'.
+            self.services.hub.send(.notify(circle: info.name, level: listed.summary.notify), toUser: principal.name, except: nil)
+            return Response.json(.ok, Self.body(listed))
+        }
         router.get(RouterPath(circle)) { _, context in
             let principal = try context.requirePrincipal(.read)
             let info = try await self.visibleCircle(context, principal: principal)
@@ -141,6 +174,9 @@ struct CircleRoutes: Sendable {
             let info = try await self.visibleCircle(context, principal: principal, managing: true)
             guard try await self.managesMembers(of: info, principal: principal) else {
                 throw APIError(.forbidden, .forbidden, "only the owner (\(info.owner)) or an admin adds members")
+            }
+            guard info.direct == nil else {
+                throw APIError(.badRequest, .badRequest, "a direct message's members are fixed; start another one with POST /v1/dms")
             }
             var request = request
             let body = try await request.jsonBody()
@@ -166,6 +202,9 @@ struct CircleRoutes: Sendable {
             }
             guard member != info.owner else {
                 throw APIError(.badRequest, .badRequest, "the owner stays a member of their circle")
+            }
+            guard info.direct == nil else {
+                throw APIError(.badRequest, .badRequest, "a direct message's members are fixed")
             }
             try await store.removeMember(member, from: info.name)
             if info.isPrivate { self.services.hub.revoke(user: member, from: info.name) }

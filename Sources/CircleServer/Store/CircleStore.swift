@@ -15,8 +15,20 @@ public struct CircleInfo: Sendable, Hashable, Codable {
     /// by other users, not deleted; counted up to ``StoreLimits/unreadCountLimit`` (that value
     /// means "that many or more").
     public var unread: Int64
+    /// Filled by ``CircleStore/circles(visibleTo:)``: the user's mentions above the read marker
+    /// (rows of the mentions table whose entry is above it, of posts not deleted), counted up to
+    /// ``StoreLimits/unreadCountLimit``.
+    public var mentions: Int64
+    /// A direct message's members (sorted by bytes); `nil` for a circle.
+    public var direct: [String]?
+    /// Filled by ``CircleStore/circles(visibleTo:)``: the level the user chose here; `nil` for
+    /// the default (``NotificationLevel/defaultLevel(direct:)``).
+    public var notify: NotificationLevel?
 
-    public init(name: String, owner: String, isPrivate: Bool, createdAt: Int64, lastSeq: Int64, readSeq: Int64 = 0, unread: Int64 = 0) {
+    public init(
+        name: String, owner: String, isPrivate: Bool, createdAt: Int64, lastSeq: Int64, readSeq: Int64 = 0, unread: Int64 = 0, mentions: Int64 = 0,
+        direct: [String]? = nil, notify: NotificationLevel? = nil
+    ) {
         self.name = name
         self.owner = owner
         self.isPrivate = isPrivate
@@ -24,6 +36,9 @@ public struct CircleInfo: Sendable, Hashable, Codable {
         self.lastSeq = lastSeq
         self.readSeq = readSeq
         self.unread = unread
+        self.mentions = mentions
+        self.direct = direct
+        self.notify = notify
     }
 
     /// The wire form (`GET /v1/circles`, the `circles` reply).
@@ -35,7 +50,10 @@ public struct CircleInfo: Sendable, Hashable, Codable {
             createdAt: self.createdAt,
             lastSeq: self.lastSeq,
             readSeq: self.readSeq,
-            unread: self.unread
+            unread: self.unread,
+            mentions: self.mentions,
+            direct: self.direct,
+            notify: self.notify
         )
     }
 }
@@ -63,6 +81,9 @@ public struct NewPost: Sendable, Hashable {
     public var moderated: Bool
     /// Written with an API key (over HTTP): a read-only circle takes it from anyone.
     public var byAPIKey: Bool
+    /// The author is an admin: their `@here`/`@everyone` mentions every member (as the circle
+    /// owner's do); anyone else's mentions no one.
+    public var mayMentionEveryone: Bool
 
     public init(
         circle: String,
@@ -76,7 +97,8 @@ public struct NewPost: Sendable, Hashable {
         emoji: String? = nil,
         replyTo: Int64? = nil,
         moderated: Bool = false,
-        byAPIKey: Bool = false
+        byAPIKey: Bool = false,
+        mayMentionEveryone: Bool = false
     ) {
         self.circle = circle
         self.author = author
@@ -90,6 +112,7 @@ public struct NewPost: Sendable, Hashable {
         self.replyTo = replyTo
         self.moderated = moderated
         self.byAPIKey = byAPIKey
+        self.mayMentionEveryone = mayMentionEveryone
     }
 }
 
@@ -101,6 +124,9 @@ public enum StoreLimits {
     /// Where unread counts stop: a circle list costs at most this many index entries per circle,
     /// however far behind its reader is. Apps show it as "999+".
     public static let unreadCountLimit: Int64 = CircleSummary.unreadCountLimit
+    /// Members one `@here`/`@everyone` notifies at most (the first ones by name); the entry still
+    /// says `mentionsEveryone`, so every member's client highlights it.
+    public static let maxEveryoneMentions = 10_000
 }
 
 /// A read marker after a `read`: where it stands, and whether this request moved it.
@@ -175,6 +201,14 @@ public protocol CircleStore: IdentityStore, WebhookStore, APIKeyStore, PublishHo
     /// `lastSeq`; a marker never moves back) and returns the marker as stored afterwards, and
     /// whether it moved. Throws `StoreError(.notFound)` for an unknown circle.
     func markRead(_ user: String, in circle: String, upTo seq: Int64) async throws -> ReadMarker
+
+    /// The direct message among `members` (a ``DirectMessageKey``), created when there is none:
+    /// a private circle named ``DirectMessageKey/circleName``, owned by `starter`, whose members
+    /// are the key's. Starting it again, by any of them, finds the same one.
+    func directMessage(_ members: DirectMessageKey, starter: String, createdAt: Int64) async throws -> CircleInfo
+    /// Records `user`'s notification level in `circle` (`nil`: back to the default). Throws
+    /// `StoreError(.notFound)` for an unknown circle.
+    func setNotificationLevel(_ level: NotificationLevel?, of user: String, in circle: String) async throws
 
     /// Adds a member (idempotent). Throws `StoreError(.notFound)` for an unknown circle.
     func addMember(_ user: String, to circle: String) async throws

@@ -79,6 +79,26 @@ struct ReactionKey: Hashable, Sendable {
     }
 }
 
+/// A user in a circle: who a mention may name.
+struct MemberKey: Hashable, Sendable {
+    var circle: BinaryText
+    var user: BinaryText
+
+    init(circle: String, user: String) {
+        self.circle = BinaryText(circle)
+        self.user = BinaryText(user)
+    }
+}
+
+/// One notification a mention sets off: `user` was mentioned in post `post` of `circle` by the
+/// entry `seq` (the post itself, or an edit that added the mention).
+struct MentionWrite: Hashable, Sendable {
+    var circle: String
+    var post: Int64
+    var seq: Int64
+    var user: String
+}
+
 /// What a batch does, decided from what the transaction read: a pure value, no I/O.
 ///
 /// Entries are applied in order, each seeing the ones before it (the rules are those of
@@ -93,8 +113,20 @@ struct ReactionKey: Hashable, Sendable {
 ///    into a ``Known``;
 /// 2. read the entries the batch names as targets and reply targets (``targetsToRead(_:known:)``),
 ///    then the reactions its `react`/`unreact` entries need (``reactionsToRead(_:known:)``);
+///    and who the texts' mentions may name (``adminsToRead(_:known:)``, then
+///    ``mentionsToRead(_:known:)``);
 /// 3. plan, and write what the plan says: ``inserts``, ``postUpdates``, ``deletedPosts``,
-///    ``reactionWrites`` and ``newLastSeqs``, in that order.
+///    ``reactionWrites``, ``mentionWrites`` and ``newLastSeqs``, in that order.
+///
+/// Mentions: a post's or an edit's text is read with ``MentionParser``; a `@name` resolves when
+/// the user is a member of the circle, or, in a public circle, is not banned and has an account
+/// or has posted there (the first candidate that does wins; the author never mentions themself); `@here`
+/// and `@everyone` by the circle's owner or an admin (``NewPost/mayMentionEveryone``) mention
+/// every member (the first ``StoreLimits/maxEveryoneMentions``), by anyone else nothing. The
+/// entry carries what resolved, and so does its post after an edit. Each person mentioned gets
+/// one ``mentionWrites`` row per post, with the `seq` of the entry that first mentioned them: an
+/// edit that adds a mention adds a row, one that removes a mention keeps the row (a notification
+/// is not taken back), and one that mentions them again adds nothing.
 ///
 /// Every outcome, a duplicate's included, is the entry as it stands at the end of the batch:
 /// what a read right after the commit returns.
@@ -120,6 +152,13 @@ struct CommitPlan: Sendable {
         var emojiFirstSeqs: [EntryKey: [BinaryText: Int64]] = [:]
         /// Of the reactions ``reactionsToRead(_:known:)`` names, those that are stored.
         var reactions: Set<ReactionKey> = []
+        /// Of the authors ``adminsToRead(_:known:)`` names, the active admins.
+        var admins: Set<BinaryText> = []
+        /// Of the candidates ``mentionsToRead(_:known:)`` names, those a mention resolves to.
+        var mentionable: Set<MemberKey> = []
+        /// For each circle ``mentionsToRead(_:known:)`` names for `@everyone`: its members, by name,
+        /// at most ``StoreLimits/maxEveryoneMentions``.
+        var everyone: [BinaryText: [String]] = [:]
 
         init() {}
     }
@@ -143,6 +182,9 @@ struct CommitPlan: Sendable {
     /// stands, so an emoji's place does not change when the user who first used it takes it
     /// back; once the last one is taken back the emoji is gone, and a later use starts at the end.
     private(set) var reactionWrites: [(reaction: ReactionKey, seq: Int64?, firstSeq: Int64?)] = []
+    /// The notifications the batch's mentions set off (see the type's documentation); stores
+    /// insert them keeping an existing row with the same `(circle, post, user)`.
+    private(set) var mentionWrites: [MentionWrite] = []
     /// The new `last_seq` of each circle that got entries, in order of first touch.
     private(set) var newLastSeqs: [(circle: String, lastSeq: Int64)] = []
 
@@ -198,6 +240,97 @@ struct CommitPlan: Sendable {
             }
         }
         return (targets, reactions)
+    }
+
+    /// The authors whose `@here`/`@everyone` counts only if they are admins (not the circle's
+    /// owner, not flagged ``NewPost/mayMentionEveryone``): the store reads which of them are
+    /// active admin accounts into ``Known/admins``, before ``mentionsToRead(_:known:)``.
+    static func adminsToRead(_ posts: [NewPost], known: Known) -> [String] {
+        var seen = Set<BinaryText>()
+        var authors: [String] = []
+        for post in posts where post.change == nil || post.change == .edit {
+            guard let text = post.text, text.utf8.contains(UInt8(ascii: "@")), let circle = known.circles[BinaryText(post.circle)],
+                !post.mayMentionEveryone, BinaryText(circle.owner) != BinaryText(post.author),
+                MentionParser.mentions(in: text).contains(.everyone), seen.insert(BinaryText(post.author)).inserted
+            else { continue }
+            authors.append(post.author)
+        }
+        return authors
+    }
+
+    /// What the batch's mentions need: each `(circle, name)` a `@name` could resolve to, which
+    /// the store looks up into ``Known/mentionable``, and the circles whose members an allowed
+    /// `@here`/`@everyone` names, which it reads into ``Known/everyone``.
+    static func mentionsToRead(_ posts: [NewPost], known: Known) -> (candidates: [(circle: String, user: String)], everyone: [String]) {
+        var seenCandidates = Set<MemberKey>()
+        var seenCircles = Set<BinaryText>()
+        var candidates: [(circle: String, user: String)] = []
+        var everyone: [String] = []
+        for post in posts where post.change == nil || post.change == .edit {
+            guard let text = post.text, text.utf8.contains(UInt8(ascii: "@")), let circle = known.circles[BinaryText(post.circle)] else { continue }
+            for mention in MentionParser.mentions(in: text) {
+                switch mention {
+                case .user(let names):
+                    for name in names where seenCandidates.insert(MemberKey(circle: post.circle, user: name)).inserted {
+                        candidates.append((post.circle, name))
+                    }
+                case .everyone:
+                    if Self.mayMentionEveryone(post, in: circle, known: known), seenCircles.insert(BinaryText(post.circle)).inserted {
+                        everyone.append(post.circle)
+                    }
+                }
+            }
+        }
+        return (candidates, everyone)
+    }
+
+    /// Whether the author's `@here`/`@everyone` mentions every member: the circle's owner's or an admin's.
+    static func mayMentionEveryone(_ post: NewPost, in circle: Circle, known: Known) -> Bool {
+        post.mayMentionEveryone || BinaryText(circle.owner) == BinaryText(post.author) || known.admins.contains(BinaryText(post.author))
+    }
+
+    /// What `text` by `post`'s author mentions, resolved with what the store read.
+    static func resolveMentions(_ text: String?, of post: NewPost, in circle: Circle, known: Known) -> (names: [String], everyone: Bool) {
+        guard let text, text.utf8.contains(UInt8(ascii: "@")) else { return ([], false) }
+        var names: [String] = []
+        var seen = Set<BinaryText>()
+        var everyone = false
+        let author = BinaryText(post.author)
+        for mention in MentionParser.mentions(in: text) {
+            switch mention {
+            case .user(let candidates):
+                guard let name = candidates.first(where: { known.mentionable.contains(MemberKey(circle: post.circle, user: $0)) }),
+                    BinaryText(name) != author, seen.insert(BinaryText(name)).inserted
+                else { continue }
+                names.append(name)
+            case .everyone:
+                everyone = everyone || Self.mayMentionEveryone(post, in: circle, known: known)
+            }
+        }
+        return (names, everyone)
+    }
+
+    /// Everyone an entry's mentions notify (its author aside).
+    static func recipients(_ entry: CirclePost, known: Known) -> [String] {
+        var users = entry.mentions ?? []
+        if entry.mentionsEveryone {
+            users += known.everyone[BinaryText(entry.circle)] ?? []
+        }
+        var seen = Set<BinaryText>([BinaryText(entry.author)])
+        return users.filter { seen.insert(BinaryText($0)).inserted }
+    }
+
+    /// An entry's `mentions` as both stores' `posts.mentions` column keeps them: names joined by newlines (which no user
+    /// name has); `nil` for none.
+    static func mentionsColumn(_ entry: CirclePost) -> String? {
+        guard let mentions = entry.mentions, !mentions.isEmpty else { return nil }
+        return mentions.joined(separator: "\n")
+    }
+
+    /// The `mentions` of a ``mentionsColumn(_:)`` value.
+    static func mentions(fromColumn column: String?) -> [String]? {
+        guard let column, !column.isEmpty else { return nil }
+        return column.split(separator: "\n", omittingEmptySubsequences: true).map(String.init)
     }
 
     /// The emoji of a `react`/`unreact` entry in the form it is compared and stored in
@@ -256,6 +389,8 @@ struct CommitPlan: Sendable {
         var reactionFinal: [ReactionKey: (seq: Int64, firstSeq: Int64)?] = [:]
         var reactionOrder: [ReactionKey] = []
         var touched: [BinaryText: Int] = [:]  // circle → index in newLastSeqs
+        var notified = Set<MentionWrite>()  // with seq 0: one per (circle, post, user)
+        var mentionWrites: [MentionWrite] = []
         pending.reserveCapacity(posts.count)
 
         func reject(_ code: CircleErrorCode, _ message: String) {
@@ -322,9 +457,21 @@ struct CommitPlan: Sendable {
                         reject(.postDeleted, "post \(targetSeq) was deleted")
                         continue
                     }
+                    let before = Set(Self.recipients(target, known: known).map(BinaryText.init))
+                    let mentions = Self.resolveMentions(text, of: newPost, in: circle, known: known)
                     target.text = text
                     target.edited = newPost.time
+                    target.mentions = mentions.names.isEmpty ? nil : mentions.names
+                    target.mentionsEveryone = mentions.everyone
+                    entry.mentions = target.mentions
+                    entry.mentionsEveryone = mentions.everyone
                     editsByTarget[targetKey, default: []].append(EntryKey(entry))
+                    // An edit notifies only whom it adds; whom it drops keep their notification.
+                    for user in Self.recipients(entry, known: known) where !before.contains(BinaryText(user)) {
+                        if notified.insert(MentionWrite(circle: newPost.circle, post: targetSeq, seq: 0, user: user)).inserted {
+                            mentionWrites.append(MentionWrite(circle: newPost.circle, post: targetSeq, seq: seq, user: user))
+                        }
+                    }
                 case .delete:
                     let ownsPrivateCircle = circle.isPrivate && BinaryText(circle.owner) == key.author
                     guard BinaryText(target.author) == key.author || ownsPrivateCircle || newPost.moderated else {
@@ -339,10 +486,14 @@ struct CommitPlan: Sendable {
                     target.deleted = true
                     target.text = nil
                     target.attachment = nil
+                    target.mentions = nil
+                    target.mentionsEveryone = false
                     // A tombstone keeps nothing of what the post said, nor when it was last edited.
                     target.edited = nil
                     for edit in editsByTarget[targetKey] ?? [] {
                         entries[edit]?.text = nil
+                        entries[edit]?.mentions = nil
+                        entries[edit]?.mentionsEveryone = false
                     }
                     counts[targetKey] = nil
                     firstSeqs[targetKey] = nil
@@ -398,6 +549,13 @@ struct CommitPlan: Sendable {
                     }
                     entry.replyTo = replyTo
                 }
+                let mentions = Self.resolveMentions(newPost.text, of: newPost, in: circle, known: known)
+                entry.mentions = mentions.names.isEmpty ? nil : mentions.names
+                entry.mentionsEveryone = mentions.everyone
+                for user in Self.recipients(entry, known: known) {
+                    notified.insert(MentionWrite(circle: newPost.circle, post: seq, seq: 0, user: user))
+                    mentionWrites.append(MentionWrite(circle: newPost.circle, post: seq, seq: seq, user: user))
+                }
             }
 
             let entryKey = EntryKey(entry)
@@ -431,6 +589,7 @@ struct CommitPlan: Sendable {
         self.inserts = inserted.map(current)
         self.postUpdates = updated.map(current)
         self.deletedPosts = updated.filter(deletedSet.contains) + inserted.filter(deletedSet.contains)
+        self.mentionWrites = mentionWrites
         self.reactionWrites = reactionOrder.map { reaction in
             let stored = reactionFinal[reaction] ?? nil
             return (reaction, stored?.seq, stored?.firstSeq)

@@ -355,6 +355,31 @@ extension PostgresStore {
             """,
             "ALTER TABLE api_keys ADD COLUMN expires_at bigint",
         ],
+        // Mentions, direct messages, notification levels (as SQLite's step of that summary).
+        [
+            "ALTER TABLE posts ADD COLUMN mentions bytea",
+            "ALTER TABLE posts ADD COLUMN mentions_everyone boolean NOT NULL DEFAULT false",
+            """
+            CREATE TABLE mentions (
+                circle text COLLATE "C" NOT NULL,
+                post bigint NOT NULL,
+                user_name text COLLATE "C" NOT NULL,
+                seq bigint NOT NULL,
+                PRIMARY KEY (circle, post, user_name)
+            )
+            """,
+            "CREATE INDEX mentions_by_user ON mentions (user_name, circle, seq)",
+            "ALTER TABLE circles ADD COLUMN direct text COLLATE \"C\"",
+            "CREATE UNIQUE INDEX circles_by_direct ON circles (direct) WHERE direct IS NOT NULL",
+            """
+            CREATE TABLE notification_levels (
+                user_name text COLLATE "C" NOT NULL,
+                circle text COLLATE "C" NOT NULL REFERENCES circles (name) ON DELETE CASCADE,
+                level text NOT NULL,
+                PRIMARY KEY (user_name, circle)
+            )
+            """,
+        ],
     ]
 
     /// The schema version this build writes and understands.

@@ -152,13 +152,71 @@ public final class PostgresStore: CircleStore {
     public func circle(named name: String) async throws -> CircleInfo? {
         try await self.operation("read circle") {
             let rows = try await self.client.query(
-                "SELECT name, owner, private, created_at, last_seq FROM circles WHERE name = \(name)",
+                "SELECT name, owner, private, created_at, last_seq, direct FROM circles WHERE name = \(name)",
                 logger: self.logger
             )
-            for try await row in rows.decode((String, String, Bool, Int64, Int64).self) {
-                return CircleInfo(name: row.0, owner: row.1, isPrivate: row.2, createdAt: row.3, lastSeq: row.4)
+            for try await row in rows.decode((String, String, Bool, Int64, Int64, String?).self) {
+                return CircleInfo(
+                    name: row.0, owner: row.1, isPrivate: row.2, createdAt: row.3, lastSeq: row.4, direct: DirectMessageKey.members(fromColumn: row.5)
+                )
             }
             return nil
+        }
+    }
+
+    /// One transaction: insert the circle unless its name is taken (a concurrent start of the
+    /// same one waits for the other's commit, then inserts nothing), then read it by its key.
+    public func directMessage(_ members: DirectMessageKey, starter: String, createdAt: Int64) async throws -> CircleInfo {
+        try await self.operation("start a direct message") {
+            let name = members.circleName
+            let key = members.key
+            let found = try await self.client.withTransaction(logger: self.logger) { connection -> CircleInfo? in
+                let inserted = try await connection.query(
+                    """
+                    INSERT INTO circles (name, owner, private, created_at, direct) VALUES (\(name), \(starter), true, \(createdAt), \(key))
+                    ON CONFLICT DO NOTHING RETURNING name
+                    """,
+                    logger: self.logger
+                )
+                var made = false
+                for try await _ in inserted.decode(String.self) { made = true }
+                if made {
+                    try await connection.query(
+                        "INSERT INTO members (circle, user_name) SELECT \(name), unnest(\(members.members)::text[])",
+                        logger: self.logger
+                    )
+                }
+                let rows = try await connection.query(
+                    "SELECT name, owner, private, created_at, last_seq FROM circles WHERE direct = \(key)",
+                    logger: self.logger
+                )
+                for try await row in rows.decode((String, String, Bool, Int64, Int64).self) {
+                    return CircleInfo(name: row.0, owner: row.1, isPrivate: row.2, createdAt: row.3, lastSeq: row.4, direct: members.members)
+                }
+                return nil
+            }
+            guard let found else { throw StoreError(.conflict, "circle \"\(name)\" exists") }
+            return found
+        }
+    }
+
+    public func setNotificationLevel(_ level: NotificationLevel?, of user: String, in circle: String) async throws {
+        try await self.operation("set a notification level") {
+            let rows = try await self.client.query("SELECT 1 FROM circles WHERE name = \(circle)", logger: self.logger)
+            var exists = false
+            for try await _ in rows.decode(Int32.self) { exists = true }
+            guard exists else { throw StoreError(.notFound, "no circle \"\(circle)\"") }
+            if let level {
+                try await self.client.query(
+                    """
+                    INSERT INTO notification_levels (user_name, circle, level) VALUES (\(user), \(circle), \(level.rawValue))
+                    ON CONFLICT (user_name, circle) DO UPDATE SET level = EXCLUDED.level
+                    """,
+                    logger: self.logger
+                )
+            } else {
+                try await self.client.query("DELETE FROM notification_levels WHERE user_name = \(user) AND circle = \(circle)", logger: self.logger)
+            }
         }
     }
 
@@ -169,12 +227,16 @@ public final class PostgresStore: CircleStore {
         try await self.operation("list circles") {
             let rows = try await self.client.query(
                 """
-                SELECT c.name, c.owner, c.private, c.created_at, c.last_seq, COALESCE(m.seq, 0),
+                SELECT c.name, c.owner, c.private, c.created_at, c.last_seq, COALESCE(m.seq, 0), c.direct, n.level,
                     (SELECT count(*) FROM (SELECT 1 FROM posts p
                      WHERE p.circle = c.name AND p.seq > COALESCE(m.seq, 0) AND p.change IS NULL AND NOT p.deleted
                        AND p.author <> \(ByteBuffer(string: user))
-                     LIMIT \(StoreLimits.unreadCountLimit)) AS u)
+                     LIMIT \(StoreLimits.unreadCountLimit)) AS u),
+                    (SELECT count(*) FROM (SELECT 1 FROM mentions mm JOIN posts mp ON mp.circle = mm.circle AND mp.seq = mm.post
+                     WHERE mm.user_name = \(user) AND mm.circle = c.name AND mm.seq > COALESCE(m.seq, 0) AND NOT mp.deleted
+                     LIMIT \(StoreLimits.unreadCountLimit)) AS mn)
                 FROM circles c LEFT JOIN read_markers m ON m.circle = c.name AND m.user_name = \(user)
+                    LEFT JOIN notification_levels n ON n.circle = c.name AND n.user_name = \(user)
                 WHERE (\(name)::text IS NULL OR c.name = \(name))
                     AND (NOT c.private OR EXISTS (SELECT 1 FROM members WHERE members.circle = c.name AND members.user_name = \(user)))
                 ORDER BY c.name
@@ -182,9 +244,12 @@ public final class PostgresStore: CircleStore {
                 logger: self.logger
             )
             var circles: [CircleInfo] = []
-            for try await row in rows.decode((String, String, Bool, Int64, Int64, Int64, Int64).self) {
+            for try await row in rows.decode((String, String, Bool, Int64, Int64, Int64, String?, String?, Int64, Int64).self) {
                 circles.append(
-                    CircleInfo(name: row.0, owner: row.1, isPrivate: row.2, createdAt: row.3, lastSeq: row.4, readSeq: row.5, unread: row.6)
+                    CircleInfo(
+                        name: row.0, owner: row.1, isPrivate: row.2, createdAt: row.3, lastSeq: row.4, readSeq: row.5, unread: row.8, mentions: row.9,
+                        direct: DirectMessageKey.members(fromColumn: row.6), notify: row.7.flatMap(NotificationLevel.init(rawValue:))
+                    )
                 )
             }
             return circles
@@ -405,6 +470,43 @@ public final class PostgresStore: CircleStore {
             }
         }
 
+        // Who the texts' mentions can name.
+        let authors = CommitPlan.adminsToRead(posts, known: known)
+        if !authors.isEmpty {
+            let rows = try await connection.query(
+                "SELECT name FROM accounts WHERE name = ANY(\(authors)) AND role = 'admin' AND status = 'active'",
+                logger: logger
+            )
+            for try await (name) in rows.decode(String.self) { known.admins.insert(BinaryText(name)) }
+        }
+        let mentions = CommitPlan.mentionsToRead(posts, known: known)
+        if !mentions.candidates.isEmpty {
+            let candidates = mentions.candidates
+            let rows = try await connection.query(
+                """
+                SELECT k.circle, k.user_name FROM unnest(\(candidates.map(\.circle))::text[], \(candidates.map(\.user))::text[]) AS k(circle, user_name)
+                JOIN circles c ON c.name = k.circle
+                WHERE EXISTS (SELECT 1 FROM members WHERE members.circle = k.circle AND members.user_name = k.user_name)
+                   OR (NOT c.private AND NOT EXISTS (SELECT 1 FROM accounts WHERE accounts.name = k.user_name AND accounts.status = 'banned')
+                       AND (EXISTS (SELECT 1 FROM accounts WHERE accounts.name = k.user_name)
+                            OR EXISTS (SELECT 1 FROM posts WHERE posts.circle = k.circle AND posts.author = convert_to(k.user_name, 'UTF8'))))
+                """,
+                logger: logger
+            )
+            for try await (circle, user) in rows.decode((String, String).self) {
+                known.mentionable.insert(MemberKey(circle: circle, user: user))
+            }
+        }
+        for circle in mentions.everyone {
+            let rows = try await connection.query(
+                "SELECT user_name FROM members WHERE circle = \(circle) ORDER BY user_name LIMIT \(StoreLimits.maxEveryoneMentions)",
+                logger: logger
+            )
+            var names: [String] = []
+            for try await (user) in rows.decode(String.self) { names.append(user) }
+            known.everyone[BinaryText(circle)] = names
+        }
+
         // 3. Plan, then write: the entries, the posts they changed, what deletes clear, the
         // reactions, the counters.
         let plan = CommitPlan(posts: posts, known: known)
@@ -418,13 +520,18 @@ public final class PostgresStore: CircleStore {
                 UPDATE posts SET text = CASE WHEN v.has_text THEN v.text END,
                                  attachment = CASE WHEN v.has_attachment THEN v.attachment END,
                                  edited_at = CASE WHEN v.has_edited THEN v.edited_at END,
-                                 deleted = v.deleted
+                                 deleted = v.deleted,
+                                 mentions = CASE WHEN v.has_mentions THEN v.mentions END,
+                                 mentions_everyone = v.mentions_everyone
                 FROM unnest(\(updates.map(\.circle))::text[], \(updates.map(\.seq))::int8[],
                             \(updates.map { ByteBuffer(string: $0.text ?? "") })::bytea[], \(updates.map { $0.text != nil })::bool[],
                             \(updates.map { $0.attachment ?? "" })::text[], \(updates.map { $0.attachment != nil })::bool[],
                             \(updates.map { $0.edited ?? 0 })::int8[], \(updates.map { $0.edited != nil })::bool[],
-                            \(updates.map(\.deleted))::bool[])
-                  AS v(circle, seq, text, has_text, attachment, has_attachment, edited_at, has_edited, deleted)
+                            \(updates.map(\.deleted))::bool[],
+                            \(updates.map { ByteBuffer(string: CommitPlan.mentionsColumn($0) ?? "") })::bytea[],
+                            \(updates.map { CommitPlan.mentionsColumn($0) != nil })::bool[],
+                            \(updates.map(\.mentionsEveryone))::bool[])
+                  AS v(circle, seq, text, has_text, attachment, has_attachment, edited_at, has_edited, deleted, mentions, has_mentions, mentions_everyone)
                 WHERE posts.circle = v.circle AND posts.seq = v.seq
                 """,
                 logger: logger
@@ -435,7 +542,7 @@ public final class PostgresStore: CircleStore {
             let seqs = plan.deletedPosts.map(\.seq)
             try await connection.query(
                 """
-                UPDATE posts SET text = NULL FROM unnest(\(circles)::text[], \(seqs)::int8[]) AS d(circle, seq)
+                UPDATE posts SET text = NULL, mentions = NULL, mentions_everyone = false FROM unnest(\(circles)::text[], \(seqs)::int8[]) AS d(circle, seq)
                 WHERE posts.circle = d.circle AND posts.target = d.seq AND posts.change = 'edit'
                 """,
                 logger: logger
@@ -470,6 +577,17 @@ public final class PostgresStore: CircleStore {
                                      \(added.map { ByteBuffer(string: $0.0.emoji.string) })::bytea[], \(added.map { ByteBuffer(string: $0.0.user.string) })::bytea[],
                                      \(added.map(\.1))::int8[], \(added.map(\.2))::int8[])
                 ON CONFLICT (circle, post, emoji, user_name) DO UPDATE SET seq = EXCLUDED.seq, first_seq = EXCLUDED.first_seq
+                """,
+                logger: logger
+            )
+        }
+        if !plan.mentionWrites.isEmpty {
+            let writes = plan.mentionWrites
+            try await connection.query(
+                """
+                INSERT INTO mentions (circle, post, user_name, seq)
+                SELECT * FROM unnest(\(writes.map(\.circle))::text[], \(writes.map(\.post))::int8[], \(writes.map(\.user))::text[], \(writes.map(\.seq))::int8[])
+                ON CONFLICT (circle, post, user_name) DO NOTHING
                 """,
                 logger: logger
             )
@@ -552,10 +670,10 @@ public final class PostgresStore: CircleStore {
             var lastSeq: Int64 = 0
             let rows = try await self.client.query(query, logger: self.logger)
             for try await row in rows.decode(HistoryRow.self) {
-                lastSeq = row.15 ?? 0
-                var post = try Self.post((row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7, row.8, row.9, row.10, row.11, row.12))
+                lastSeq = row.17 ?? 0
+                var post = try Self.post((row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7, row.8, row.9, row.10, row.11, row.12, row.13, row.14))
                 var grouping = ReactionGrouping(viewer: viewer)
-                for (emoji, user) in zip(row.13 ?? [], row.14 ?? []) {
+                for (emoji, user) in zip(row.15 ?? [], row.16 ?? []) {
                     grouping.add(post: post.seq, emoji: String(buffer: emoji), user: String(buffer: user))
                 }
                 post.reactions = grouping.reactions(of: post.seq)
@@ -577,18 +695,18 @@ public final class PostgresStore: CircleStore {
     }
 
     /// The columns ``post(_:)`` reads, in its order.
-    static let postColumns = "circle, seq, author, client_id, text, attachment, time, change, target, emoji, reply_to, edited_at, deleted"
+    static let postColumns = "circle, seq, author, client_id, text, attachment, time, change, target, emoji, reply_to, edited_at, deleted, mentions, mentions_everyone"
 
     /// The pool is stopped by cancelling ``run()``; closing has nothing more to release.
     public func close() async throws {}
 
     // MARK: - Helpers
 
-    typealias PostRow = (String, Int64, ByteBuffer, ByteBuffer, ByteBuffer?, String?, Int64, String?, Int64?, ByteBuffer?, Int64?, Int64?, Bool)
+    typealias PostRow = (String, Int64, ByteBuffer, ByteBuffer, ByteBuffer?, String?, Int64, String?, Int64?, ByteBuffer?, Int64?, Int64?, Bool, ByteBuffer?, Bool)
 
     /// A post with its reactions' emoji and users, oldest first (`NULL` when it has none).
     typealias HistoryRow = (
-        String, Int64, ByteBuffer, ByteBuffer, ByteBuffer?, String?, Int64, String?, Int64?, ByteBuffer?, Int64?, Int64?, Bool,
+        String, Int64, ByteBuffer, ByteBuffer, ByteBuffer?, String?, Int64, String?, Int64?, ByteBuffer?, Int64?, Int64?, Bool, ByteBuffer?, Bool,
         [ByteBuffer]?, [ByteBuffer]?, Int64?
     )
 
@@ -613,7 +731,9 @@ public final class PostgresStore: CircleStore {
             emoji: row.9.map { String(buffer: $0) },
             replyTo: row.10,
             edited: row.11,
-            deleted: row.12
+            deleted: row.12,
+            mentions: CommitPlan.mentions(fromColumn: row.13.map { String(buffer: $0) }),
+            mentionsEveryone: row.14
         )
     }
 

@@ -174,6 +174,37 @@ final class SQLitePostWriter: @unchecked Sendable {
                     known.reactions.insert(reaction)
                 }
             }
+            // Who the texts' mentions can name.
+            for author in CommitPlan.adminsToRead(posts, known: known) {
+                let probe = statements[.isAdmin]
+                defer { self.reset(probe) }
+                try self.bind(probe, 1, author)
+                if try self.step(probe, "read an author's role") {
+                    known.admins.insert(BinaryText(author))
+                }
+            }
+            let mentions = CommitPlan.mentionsToRead(posts, known: known)
+            for (circle, user) in mentions.candidates {
+                let probe = statements[.mentionable]
+                defer { self.reset(probe) }
+                try self.bind(probe, 1, circle)
+                try self.bind(probe, 2, user)
+                try self.bind(probe, 3, known.circles[BinaryText(circle)]?.isPrivate == false ? 0 : 1)
+                if try self.step(probe, "resolve a mention") {
+                    known.mentionable.insert(MemberKey(circle: circle, user: user))
+                }
+            }
+            for circle in mentions.everyone {
+                let members = statements[.everyone]
+                defer { self.reset(members) }
+                try self.bind(members, 1, circle)
+                try self.bind(members, 2, Int64(StoreLimits.maxEveryoneMentions))
+                var names: [String] = []
+                while try self.step(members, "read the members for @everyone") {
+                    names.append(self.columnText(members, 0) ?? "")
+                }
+                known.everyone[BinaryText(circle)] = names
+            }
 
             // 3. Plan and write.
             let plan = CommitPlan(posts: posts, known: known)
@@ -193,6 +224,8 @@ final class SQLitePostWriter: @unchecked Sendable {
                 try self.bind(insert, 11, entry.replyTo)
                 try self.bind(insert, 12, entry.edited)
                 try self.bind(insert, 13, entry.deleted ? 1 : 0)
+                try self.bind(insert, 14, CommitPlan.mentionsColumn(entry))
+                try self.bind(insert, 15, entry.mentionsEveryone ? 1 : 0)
                 try self.run(insert, "insert an entry")
                 if let text = CommitPlan.searchText(entry) {
                     try self.index(entry, text, statements)
@@ -211,6 +244,8 @@ final class SQLitePostWriter: @unchecked Sendable {
                 try self.bind(update, 4, post.attachment)
                 try self.bind(update, 5, post.edited)
                 try self.bind(update, 6, post.deleted ? 1 : 0)
+                try self.bind(update, 7, CommitPlan.mentionsColumn(post))
+                try self.bind(update, 8, post.mentionsEveryone ? 1 : 0)
                 try self.run(update, "update a post")
                 // … and learns its new one, if it has any.
                 if let text = CommitPlan.searchText(post) {
@@ -253,6 +288,15 @@ final class SQLitePostWriter: @unchecked Sendable {
                     try self.bind(insert, 7, delivery.nextAttemptAt)
                     try self.run(insert, "record a webhook delivery")
                 }
+            }
+            for mention in plan.mentionWrites {
+                let insert = statements[.insertMention]
+                defer { self.reset(insert) }
+                try self.bind(insert, 1, mention.circle)
+                try self.bind(insert, 2, mention.post)
+                try self.bind(insert, 3, mention.user)
+                try self.bind(insert, 4, mention.seq)
+                try self.run(insert, "record a mention")
             }
             for entry in plan.newLastSeqs {
                 let update = statements[.updateLastSeq]
@@ -379,7 +423,9 @@ final class SQLitePostWriter: @unchecked Sendable {
             emoji: self.columnText(statement, 9),
             replyTo: self.columnInteger(statement, 10),
             edited: self.columnInteger(statement, 11),
-            deleted: sqlite_nio_sqlite3_column_int64(statement, 12) != 0
+            deleted: sqlite_nio_sqlite3_column_int64(statement, 12) != 0,
+            mentions: CommitPlan.mentions(fromColumn: self.columnText(statement, 13)),
+            mentionsEveryone: sqlite_nio_sqlite3_column_int64(statement, 14) != 0
         )
     }
 
@@ -442,10 +488,11 @@ final class SQLitePostWriter: @unchecked Sendable {
         case circle, findKey, findEntry, reactionCounts, findReaction
         case insert, updatePost, clearEdits, deleteReactions, deleteReaction, putReaction, updateLastSeq
         case activeWebhooks, insertDelivery
+        case isAdmin, mentionable, everyone, insertMention
         case searchFind, searchAddDoc, searchSetID, searchRemoveDoc, searchAddWords, searchAddTrigrams, searchRemoveWords, searchRemoveTrigrams
 
         /// The columns ``SQLitePostWriter/entry(_:)`` reads, in its order.
-        static let entryColumns = "circle, seq, author, client_id, text, attachment, time, change, target, emoji, reply_to, edited_at, deleted"
+        static let entryColumns = "circle, seq, author, client_id, text, attachment, time, change, target, emoji, reply_to, edited_at, deleted, mentions, mentions_everyone"
 
         var sql: String {
             switch self {
@@ -460,12 +507,16 @@ final class SQLitePostWriter: @unchecked Sendable {
             case .insert:
                 """
                 INSERT INTO posts (\(Self.entryColumns))
-                VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+                VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
                 """
             case .updatePost:
                 // The search id goes with the text it indexed (``unindex(_:_:)``); ``index(_:_:_:)`` sets the new one.
-                "UPDATE posts SET text = ?3, attachment = ?4, edited_at = ?5, deleted = ?6, search_id = NULL WHERE circle = ?1 AND seq = ?2"
-            case .clearEdits: "UPDATE posts SET text = NULL WHERE circle = ?1 AND target = ?2 AND change = 'edit'"
+                """
+                UPDATE posts SET text = ?3, attachment = ?4, edited_at = ?5, deleted = ?6, mentions = ?7, mentions_everyone = ?8, search_id = NULL
+                WHERE circle = ?1 AND seq = ?2
+                """
+            case .clearEdits:
+                "UPDATE posts SET text = NULL, mentions = NULL, mentions_everyone = 0 WHERE circle = ?1 AND target = ?2 AND change = 'edit'"
             case .deleteReactions: "DELETE FROM reactions WHERE circle = ?1 AND post = ?2"
             case .deleteReaction: "DELETE FROM reactions WHERE circle = ?1 AND post = ?2 AND emoji = ?3 AND user = ?4"
             case .putReaction:
@@ -474,6 +525,15 @@ final class SQLitePostWriter: @unchecked Sendable {
                 ON CONFLICT (circle, post, emoji, user) DO UPDATE SET seq = excluded.seq, first_seq = excluded.first_seq
                 """
             case .updateLastSeq: "UPDATE circles SET last_seq = ?2 WHERE name = ?1"
+            case .isAdmin: "SELECT 1 FROM accounts WHERE name = ?1 AND role = 'admin' AND status = 'active'"
+            case .mentionable:
+                """
+                SELECT 1 WHERE EXISTS (SELECT 1 FROM members WHERE circle = ?1 AND user = ?2)
+                    OR (?3 = 0 AND NOT EXISTS (SELECT 1 FROM accounts WHERE name = ?2 AND status = 'banned')
+                        AND (EXISTS (SELECT 1 FROM accounts WHERE name = ?2) OR EXISTS (SELECT 1 FROM posts WHERE circle = ?1 AND author = ?2)))
+                """
+            case .everyone: "SELECT user FROM members WHERE circle = ?1 ORDER BY user LIMIT ?2"
+            case .insertMention: "INSERT INTO mentions (circle, post, user, seq) VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING"
             case .activeWebhooks: "SELECT id, circle, events, bot FROM webhooks WHERE status = 'active'"
             case .insertDelivery:
                 """

@@ -363,6 +363,40 @@ extension SQLiteStore {
                 "ALTER TABLE api_keys ADD COLUMN expires_at INTEGER",
             ]
         ),
+        Migration(
+            summary: "mentions, direct messages, notification levels",
+            statements: [
+                // What an entry's text mentions (CommitPlan): names joined by newlines, and whether
+                // it mentions everyone.
+                "ALTER TABLE posts ADD COLUMN mentions TEXT",
+                "ALTER TABLE posts ADD COLUMN mentions_everyone INTEGER NOT NULL DEFAULT 0",
+                // One notification per person per post: `seq` is the entry that mentioned them
+                // first (the post, or an edit that added the mention); never removed by an edit.
+                """
+                CREATE TABLE mentions (
+                    circle TEXT NOT NULL,
+                    post INTEGER NOT NULL,
+                    user TEXT NOT NULL,
+                    seq INTEGER NOT NULL,
+                    PRIMARY KEY (circle, post, user)
+                ) WITHOUT ROWID, STRICT
+                """,
+                // A circle list counts a user's mentions above each read marker through this.
+                "CREATE INDEX mentions_by_user ON mentions (user, circle, seq)",
+                // A direct message is a private circle found by its members: their names, sorted
+                // by bytes, joined by newlines. NULL for a circle.
+                "ALTER TABLE circles ADD COLUMN direct TEXT",
+                "CREATE UNIQUE INDEX circles_by_direct ON circles (direct) WHERE direct IS NOT NULL",
+                """
+                CREATE TABLE notification_levels (
+                    user TEXT NOT NULL,
+                    circle TEXT NOT NULL REFERENCES circles (name) ON DELETE CASCADE,
+                    level TEXT NOT NULL,
+                    PRIMARY KEY (user, circle)
+                ) WITHOUT ROWID, STRICT
+                """,
+            ]
+        ),
     ]
 
     /// The schema version this build writes and understands.

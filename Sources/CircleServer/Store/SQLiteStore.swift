@@ -191,7 +191,7 @@ public final class SQLiteStore: CircleStore {
     public func circle(named name: String) async throws -> CircleInfo? {
         try await self.exclusive("read circle") { connection in
             let rows = try await connection.query(
-                "SELECT name, owner, private, created_at, last_seq FROM circles WHERE name = ?",
+                "SELECT name, owner, private, created_at, last_seq, direct FROM circles WHERE name = ?",
                 [.text(name)]
             )
             return try rows.first.map(Self.circleInfo)
@@ -205,12 +205,17 @@ public final class SQLiteStore: CircleStore {
         try await self.exclusive("list circles") { connection in
             let rows = try await connection.query(
                 """
-                SELECT c.name, c.owner, c.private, c.created_at, c.last_seq, ifnull(m.seq, 0) AS read_seq,
+                SELECT c.name, c.owner, c.private, c.created_at, c.last_seq, ifnull(m.seq, 0) AS read_seq, c.direct AS direct, n.level AS notify,
                     (SELECT count(*) FROM (SELECT 1 FROM posts p
                      WHERE p.circle = c.name AND p.seq > ifnull(m.seq, 0) AND p.change IS NULL AND p.deleted = 0 AND p.author != ?1
                      LIMIT ?3)
-                    ) AS unread
+                    ) AS unread,
+                    (SELECT count(*) FROM (SELECT 1 FROM mentions mm JOIN posts mp ON mp.circle = mm.circle AND mp.seq = mm.post
+                     WHERE mm.user = ?1 AND mm.circle = c.name AND mm.seq > ifnull(m.seq, 0) AND mp.deleted = 0
+                     LIMIT ?3)
+                    ) AS mentions
                 FROM circles c LEFT JOIN read_markers m ON m.circle = c.name AND m.user = ?1
+                    LEFT JOIN notification_levels n ON n.circle = c.name AND n.user = ?1
                 WHERE (?2 IS NULL OR c.name = ?2)
                     AND (c.private = 0 OR EXISTS (SELECT 1 FROM members WHERE members.circle = c.name AND members.user = ?1))
                 ORDER BY c.name
@@ -247,6 +252,54 @@ public final class SQLiteStore: CircleStore {
                 throw StoreError(.notFound, "no circle \"\(circle)\"")
             }
             return ReadMarker(seq: try Self.integer(row, "seq"), moved: false)
+        }
+    }
+
+    /// One transaction on the store's connection (the only one that makes circles): the circle
+    /// with the key, else a new one with its members.
+    public func directMessage(_ members: DirectMessageKey, starter: String, createdAt: Int64) async throws -> CircleInfo {
+        try await self.exclusive("start a direct message") { connection in
+            try await Self.transaction(on: connection, logger: self.logger) {
+                let found = try await connection.query(
+                    "SELECT name, owner, private, created_at, last_seq, direct FROM circles WHERE direct = ?",
+                    [.text(members.key)]
+                )
+                if let row = found.first { return try Self.circleInfo(row) }
+                let name = members.circleName
+                let inserted = try await connection.query(
+                    """
+                    INSERT INTO circles (name, owner, private, created_at, direct) VALUES (?, ?, 1, ?, ?)
+                    ON CONFLICT (name) DO NOTHING RETURNING name
+                    """,
+                    [.text(name), .text(starter), .integer(SQLiteInt64(createdAt)), .text(members.key)]
+                )
+                guard !inserted.isEmpty else {
+                    throw StoreError(.conflict, "circle \"\(name)\" exists")
+                }
+                for member in members.members {
+                    _ = try await connection.query("INSERT INTO members (circle, user) VALUES (?, ?)", [.text(name), .text(member)])
+                }
+                return CircleInfo(name: name, owner: starter, isPrivate: true, createdAt: createdAt, lastSeq: 0, direct: members.members)
+            }
+        }
+    }
+
+    public func setNotificationLevel(_ level: NotificationLevel?, of user: String, in circle: String) async throws {
+        try await self.exclusive("set a notification level") { connection in
+            guard try await !connection.query("SELECT 1 FROM circles WHERE name = ?", [.text(circle)]).isEmpty else {
+                throw StoreError(.notFound, "no circle \"\(circle)\"")
+            }
+            if let level {
+                _ = try await connection.query(
+                    """
+                    INSERT INTO notification_levels (user, circle, level) VALUES (?1, ?2, ?3)
+                    ON CONFLICT (user, circle) DO UPDATE SET level = excluded.level
+                    """,
+                    [.text(user), .text(circle), .text(level.rawValue)]
+                )
+            } else {
+                _ = try await connection.query("DELETE FROM notification_levels WHERE user = ? AND circle = ?", [.text(user), .text(circle)])
+            }
         }
     }
 
@@ -434,7 +487,8 @@ public final class SQLiteStore: CircleStore {
         CAST(\(table).client_id AS BLOB) AS client_id, CAST(\(table).text AS BLOB) AS text, \
         CAST(\(table).attachment AS BLOB) AS attachment, \(table).time AS time, \(table).change AS change, \
         \(table).target AS target, CAST(\(table).emoji AS BLOB) AS emoji, \(table).reply_to AS reply_to, \
-        \(table).edited_at AS edited_at, \(table).deleted AS deleted
+        \(table).edited_at AS edited_at, \(table).deleted AS deleted, CAST(\(table).mentions AS BLOB) AS mentions, \
+        \(table).mentions_everyone AS mentions_everyone
         """
     }
 
@@ -549,7 +603,10 @@ public final class SQLiteStore: CircleStore {
             createdAt: try Self.integer(row, "created_at"),
             lastSeq: try Self.integer(row, "last_seq"),
             readSeq: row.column("read_seq") == nil ? 0 : try Self.integer(row, "read_seq"),
-            unread: row.column("unread") == nil ? 0 : try Self.integer(row, "unread")
+            unread: row.column("unread") == nil ? 0 : try Self.integer(row, "unread"),
+            mentions: row.column("mentions") == nil ? 0 : try Self.integer(row, "mentions"),
+            direct: DirectMessageKey.members(fromColumn: row.column("direct")?.string),
+            notify: row.column("notify")?.string.flatMap(NotificationLevel.init(rawValue:))
         )
     }
 
@@ -579,7 +636,9 @@ public final class SQLiteStore: CircleStore {
             emoji: try Self.optionalBlobText(row, "emoji"),
             replyTo: try Self.optionalInteger(row, "reply_to"),
             edited: try Self.optionalInteger(row, "edited_at"),
-            deleted: try Self.integer(row, "deleted") != 0
+            deleted: try Self.integer(row, "deleted") != 0,
+            mentions: CommitPlan.mentions(fromColumn: try Self.optionalBlobText(row, "mentions")),
+            mentionsEveryone: try Self.integer(row, "mentions_everyone") != 0
         )
     }
 

@@ -1058,6 +1058,7 @@ function onMessage(m) {
         c.lastSeq = m.seq;
         if (isNew && !mine && !m.deleted && m.seq > (c.readSeq || 0)) {
           c.unread = (c.unread || 0) + 1;
+          if (mentionsMe(m)) c.mentions = (c.mentions || 0) + 1;
           if (m.circle === S.current && d.newAfter === null && !readingNewest()) d.newAfter = c.readSeq || 0;
           renderCircles();
         }
@@ -1078,6 +1079,12 @@ function onMessage(m) {
         renderCircles();
         refreshCircles();
       }
+      break;
+    }
+    case "notify": {
+      // The level was set on one of this user's connections (this one included).
+      const c = circleInfo(m.circle);
+      if (c) { c.notify = m.level; renderCircles(); }
       break;
     }
     case "typing":
@@ -1203,12 +1210,40 @@ function stopTyping(circle, user) {
 // ---------------------------------------------------------------- circles
 
 function renderCircles() {
-  const ul = $("circles");
+  renderCircleList($("circles"), S.circles.filter((c) => !c.direct));
+  renderCircleList($("dms"), S.circles.filter((c) => c.direct));
+  $("nocircles").classList.toggle("hidden", S.circles.some((c) => !c.direct));
+  // The open circle counts too while its newest posts are not seen (tab in the background).
+  const total = S.circles.reduce((sum, c) => sum + (c.unread || 0), 0);
+  document.title = (total ? `(${total}) ` : "") + (S.current ? `${circleTitle(S.current)} · Circle` : "Circle");
+  const info = S.current && S.circles.find((c) => c.name === S.current);
+  $("notifyrow").classList.toggle("hidden", !info);
+  if (info) $("notify").value = info.notify || (info.direct ? "all" : "mentions");
+}
+
+/// How a circle is named: "#name", or a direct message's other members ("bob, carol").
+function circleTitle(name) {
+  const info = S.circles.find((c) => c.name === name);
+  if (info && info.direct) return dmLabel(info);
+  return "#" + name;
+}
+
+function dmLabel(info) {
+  const others = info.direct.filter((n) => n !== S.user);
+  return (others.length ? others : info.direct).map(displayName).join(", ");
+}
+
+/// Whether a post mentions the signed-in user (docs/PROTOCOL.md, Mentions).
+function mentionsMe(p) {
+  return !!p.mentionsEveryone || (Array.isArray(p.mentions) && p.mentions.includes(S.user));
+}
+
+function renderCircleList(ul, circles) {
   const items = [];
   // Each circle keeps its element across redraws (the list is drawn again on every `circles`
   // answer): the focus stays on its button, and a click is never lost to a replaced element.
   const existing = new Map([...ul.children].map((li) => [li.dataset.name, li]));
-  for (const c of S.circles) {
+  for (const c of circles) {
     let li = existing.get(c.name);
     let button = li && li.firstElementChild;
     if (!li || !button) {
@@ -1227,11 +1262,22 @@ function renderCircles() {
       button.classList.add("active");
       button.setAttribute("aria-current", "page");
     }
-    const sigil = el("span", "sigil", c.private ? "" : "#");
-    sigil.setAttribute("aria-hidden", "true");
-    if (c.private) sigil.appendChild(lockIcon());
-    button.append(sigil, el("span", "name", c.name));
-    if (c.private) button.title = c.name + " (private)";
+    if (c.direct) {
+      button.append(el("span", "name", dmLabel(c)));
+      button.title = "Direct message with " + c.direct.join(", ");
+    } else {
+      const sigil = el("span", "sigil", c.private ? "" : "#");
+      sigil.setAttribute("aria-hidden", "true");
+      if (c.private) sigil.appendChild(lockIcon());
+      button.append(sigil, el("span", "name", c.name));
+      if (c.private) button.title = c.name + " (private)";
+    }
+    const mentions = c.mentions || 0;
+    if (mentions && !(c.name === S.current && conversationShown())) {
+      const badge = el("span", "badge mention-badge", "@" + (mentions > 99 ? "99+" : String(mentions)));
+      badge.setAttribute("aria-label", `${mentions} mentions of you`);
+      button.append(badge);
+    }
     const unread = c.unread || 0;
     if (unread && !(c.name === S.current && conversationShown())) {
       button.classList.add("unread");
@@ -1243,10 +1289,6 @@ function renderCircles() {
     items.push(li);
   }
   if (items.length !== ul.children.length || items.some((li, i) => ul.children[i] !== li)) ul.replaceChildren(...items);
-  $("nocircles").classList.toggle("hidden", S.circles.length > 0);
-  // The open circle counts too while its newest posts are not seen (tab in the background).
-  const total = S.circles.reduce((sum, c) => sum + (c.unread || 0), 0);
-  document.title = (total ? `(${total}) ` : "") + (S.current ? `#${S.current} · Circle` : "Circle");
 }
 
 function lockIcon() {
@@ -1277,6 +1319,166 @@ function refreshCircles() {
     renderCircles();
     if (S.current) { markRead(); }
   }).catch(() => {});
+}
+
+/// Marks "@me", "@here" and "@everyone" in a rendered post that mentions the user.
+function highlightMentions(root) {
+  const names = ["@" + S.user, "@here", "@everyone"];
+  const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+  const texts = [];
+  while (walker.nextNode()) texts.push(walker.currentNode);
+  for (const text of texts) {
+    const value = text.nodeValue;
+    const parts = [];
+    let at = 0;
+    for (let i = value.indexOf("@"); i !== -1; i = value.indexOf("@", i + 1)) {
+      if (i > 0 && MENTION_CHAR.test(value[i - 1])) continue;
+      const name = names.find((n) => value.startsWith(n, i) && endsName(value, i + n.length));
+      if (!name) continue;
+      parts.push(value.slice(at, i), el("span", "mention", name));
+      at = i + name.length;
+      i = at - 1;
+    }
+    if (!parts.length) continue;
+    parts.push(value.slice(at));
+    text.replaceWith(...parts);
+  }
+}
+
+/// Whether a name that stops at `end` is a whole name: what follows is no name character, or
+/// only sentence punctuation before one that is not.
+function endsName(value, end) {
+  let j = end;
+  while (j < value.length && /[._@-]/.test(value[j])) j++;
+  return j >= value.length || !MENTION_CHAR.test(value[j]);
+}
+
+/// A character of a user name after "@" (CircleWire's MentionParser).
+const MENTION_CHAR = /[\p{L}\p{M}\p{N}._@-]/u;
+
+/// Finds or starts the direct message with `names` (POST /v1/dms) and opens it.
+async function startDirectMessage(names) {
+  try {
+    const dm = await api("/v1/dms", { method: "POST", body: JSON.stringify({ members: names }) });
+    const known = S.circles.find((c) => c.name === dm.name);
+    if (known) Object.assign(known, dm); else S.circles.push(dm);
+    renderCircles();
+    await openCircle(dm.name);
+    return dm;
+  } catch (error) {
+    toast("Could not start the conversation: " + error.message);
+    throw error;
+  }
+}
+
+function toggleNewDM(open) {
+  $("newdm").classList.toggle("hidden", !open);
+  $("newdmbtn").setAttribute("aria-expanded", String(open));
+  $("dmerr").textContent = "";
+  if (open) $("dmnames").focus(); else $("newdmbtn").focus();
+}
+$("newdmbtn").addEventListener("click", () => toggleNewDM($("newdm").classList.contains("hidden")));
+$("dmcancel").addEventListener("click", () => toggleNewDM(false));
+$("newdm").addEventListener("keydown", (event) => { if (event.key === "Escape") toggleNewDM(false); });
+$("newdm").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const names = $("dmnames").value.split(/[\s,]+/).map((n) => n.replace(/^@/, "")).filter(Boolean);
+  if (!names.length) { $("dmerr").textContent = "Name someone to talk with."; return; }
+  try {
+    await startDirectMessage(names);
+    $("dmnames").value = "";
+    $("newdm").classList.add("hidden");
+    $("newdmbtn").setAttribute("aria-expanded", "false");
+  } catch (error) {
+    $("dmerr").textContent = error.message;
+  }
+});
+
+$("notify").addEventListener("change", async () => {
+  const circle = S.current;
+  if (!circle) return;
+  try {
+    const answer = await api(`/v1/circles/${encodeURIComponent(circle)}/notify`, { method: "PUT", body: JSON.stringify({ level: $("notify").value }) });
+    const c = circleInfo(circle);
+    if (c) c.notify = answer.notify;
+  } catch (error) {
+    toast("Could not change the notifications: " + error.message);
+  }
+  renderCircles();
+});
+
+// ---------------------------------------------------------------- completing names after "@"
+
+const mentionBox = { open: false, start: 0, items: [], selected: 0 };
+
+/// The "@…" being typed before the caret: {start, partial}, or null.
+function partialMention() {
+  const caret = composer.selectionStart;
+  if (caret !== composer.selectionEnd) return null;
+  const before = composer.value.slice(0, caret);
+  const match = /(^|[^\p{L}\p{M}\p{N}._@-])@([\p{L}\p{M}\p{N}._-]{0,64})$/u.exec(before);
+  if (!match) return null;
+  return { start: caret - match[2].length - 1, partial: match[2] };
+}
+
+/// Who can be mentioned here: the people with accounts, the authors seen in the circle, a
+/// direct message's members; without the user.
+function mentionCandidates(partial) {
+  const names = new Set(S.people.keys());
+  const info = S.current && S.circles.find((c) => c.name === S.current);
+  if (info && info.direct) for (const n of info.direct) names.add(n);
+  if (S.current) for (const p of circleData(S.current).posts.values()) if (p.author) names.add(p.author);
+  names.delete(S.user);
+  const lower = partial.toLowerCase();
+  const found = [...names].filter((n) => n.toLowerCase().startsWith(lower)).sort((a, b) => a.localeCompare(b));
+  if (info && (info.owner === S.user || (S.profile && S.profile.role === "admin"))) {
+    for (const word of ["here", "everyone"]) if (word.startsWith(lower)) found.push(word);
+  }
+  return found.slice(0, 8);
+}
+
+function updateMentionBox() {
+  const at = partialMention();
+  const list = $("mentionlist");
+  const items = at ? mentionCandidates(at.partial) : [];
+  if (!items.length) { closeMentionBox(); return; }
+  mentionBox.open = true;
+  mentionBox.start = at.start;
+  if (items.join("\n") !== mentionBox.items.join("\n")) mentionBox.selected = 0;
+  mentionBox.items = items;
+  list.replaceChildren(...items.map((name, index) => {
+    const li = el("li", undefined, "@" + name);
+    li.id = "mention-" + index;
+    li.dataset.name = name;
+    li.setAttribute("role", "option");
+    li.setAttribute("aria-selected", String(index === mentionBox.selected));
+    const person = S.people.get(name);
+    if (person && person.displayName) li.append(el("span", "hint", " " + person.displayName));
+    li.addEventListener("mousedown", (event) => { event.preventDefault(); acceptMention(name); });
+    return li;
+  }));
+  list.classList.remove("hidden");
+  composer.setAttribute("aria-activedescendant", "mention-" + mentionBox.selected);
+}
+
+function closeMentionBox() {
+  mentionBox.open = false;
+  mentionBox.items = [];
+  $("mentionlist").classList.add("hidden");
+  composer.removeAttribute("aria-activedescendant");
+}
+
+function acceptMention(name) {
+  const caret = composer.selectionStart;
+  const text = composer.value;
+  const insert = "@" + name + " ";
+  composer.value = text.slice(0, mentionBox.start) + insert + text.slice(caret);
+  const at = mentionBox.start + insert.length;
+  composer.setSelectionRange(at, at);
+  closeMentionBox();
+  autosize();
+  updateSend();
+  composer.focus();
 }
 
 function toggleCreate(open) {
@@ -1336,15 +1538,20 @@ async function openCircle(name) {
   document.body.classList.remove("view-list");
   document.body.classList.add("view-chat");
   const info = S.circles.find((c) => c.name === name);
-  $("title").textContent = (info && info.private ? "" : "# ") + name;
-  if (info && info.private) $("title").prepend(lockIcon());
-  $("subtitle").textContent = info ? `${info.private ? "Private circle: members only" : "Public circle"} · started by ${displayName(info.owner)}` : "";
+  if (info && info.direct) {
+    $("title").textContent = dmLabel(info);
+    $("subtitle").textContent = "Direct message · " + info.direct.map(displayName).join(", ");
+  } else {
+    $("title").textContent = (info && info.private ? "" : "# ") + name;
+    if (info && info.private) $("title").prepend(lockIcon());
+    $("subtitle").textContent = info ? `${info.private ? "Private circle: members only" : "Public circle"} · started by ${displayName(info.owner)}` : "";
+  }
   $("membersbtn").classList.remove("hidden");
   $("welcome").classList.add("hidden");
   $("main").classList.remove("no-circle");
   for (const id of ["text", "attach", "photo"]) $(id).disabled = false;
   updateSend();
-  $("text").placeholder = `Message #${name}`;
+  $("text").placeholder = `Message ${circleTitle(name)}`;
   const d = circleData(name);
   if (S.replyTo && S.replyTo.circle !== name) setReply(null);
   if (S.staged && S.staged.circle !== name) unstagePhoto({ keepFocus: true }); else showStaged();
@@ -1534,7 +1741,8 @@ function postNode(p, status) {
   const signature = [status, p.seq || "", postTime(p), p.attachment || "", p.reason || "", p.progress || "", p.rev || 0,
     p.deleted ? "D" : "", p.text || "", p.edited || "", reactionsSignature(p),
     p.replyTo ? p.replyTo + ":" + (quoted ? (quoted.author + snippet(quoted)) : "") : "",
-    editing ? "E" : "", S.confirming === key ? "C" : "", S.menu === key ? "M" : "", personSignature(p.author || S.user)].join("|");
+    editing ? "E" : "", S.confirming === key ? "C" : "", S.menu === key ? "M" : "", personSignature(p.author || S.user),
+    mentionsMe(p) ? "@" : ""].join("|");
   if (node && node.dataset.signature === signature) return node;
   const photo = node && node.photo && (p.attachment || p.preview) ? node.photo : null;
   if (!node) {
@@ -1553,13 +1761,21 @@ function postNode(p, status) {
   node.classList.toggle("deleted", !!p.deleted);
   node.classList.toggle("editing", !!editing);
   node.classList.toggle("menu-open", S.menu === key);
+  node.classList.toggle("mentioned", mentionsMe(p));
 
   const gutter = el("div", "gutter");
   gutter.append(personAvatar(p.author || S.user), timeNode(postTime(p), "side-time"));
   const content = el("div", "content");
   const head = el("div", "head");
-  const author = el("span", "author", displayName(p.author || S.user));
-  if (author.textContent !== (p.author || S.user)) author.title = p.author || S.user;
+  const author = mine ? el("span", "author", displayName(S.user)) : el("button", "author person", displayName(p.author));
+  if (!mine) {
+    // A person's name starts (or opens) a direct message with them.
+    author.type = "button";
+    author.title = `Message ${p.author}`;
+    author.addEventListener("click", () => startDirectMessage([p.author]));
+  } else if (author.textContent !== S.user) {
+    author.title = S.user;
+  }
   head.append(author, timeNode(postTime(p), "time"));
   content.append(head);
   if (p.replyTo && !p.deleted) content.append(quoteNode(p, quoted));
@@ -1572,6 +1788,7 @@ function postNode(p, status) {
     if (p.text) {
       const body = el("div", "body");
       body.appendChild(window.CircleMarkdown.render(p.text));
+      if (mentionsMe(p)) highlightMentions(body);
       if (p.edited) {
         const mark = el("span", "edited", "(edited)");
         mark.title = "Edited " + fullFormat.format(p.edited);
@@ -1964,12 +2181,25 @@ function updateSend() {
 composer.addEventListener("input", () => {
   autosize();
   updateSend();
+  updateMentionBox();
   if (!S.current || !S.connected || !S.joined.has(S.current) || Date.now() - S.lastTypingSent < 2500) return;
   S.lastTypingSent = Date.now();
   request({ action: "typing", circle: S.current }).catch(() => {});
 });
+composer.addEventListener("blur", () => closeMentionBox());
 composer.addEventListener("keydown", (event) => {
-  if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+  if (mentionBox.open && (event.key === "ArrowDown" || event.key === "ArrowUp")) {
+    event.preventDefault();
+    const count = mentionBox.items.length;
+    mentionBox.selected = (mentionBox.selected + (event.key === "ArrowDown" ? 1 : count - 1)) % count;
+    updateMentionBox();
+  } else if (mentionBox.open && (event.key === "Tab" || (event.key === "Enter" && !event.shiftKey && !event.isComposing))) {
+    event.preventDefault();
+    acceptMention(mentionBox.items[mentionBox.selected]);
+  } else if (mentionBox.open && event.key === "Escape") {
+    event.preventDefault();
+    closeMentionBox();
+  } else if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
     event.preventDefault();
     $("compose").requestSubmit();
   } else if (event.key === "ArrowUp" && !composer.value && S.current) {
@@ -2208,12 +2438,22 @@ window.addEventListener("pointermove", (event) => {
 function addLongPress(node, key) {
   let timer = null;
   let start = null;
+  let pressedAt = 0;   // when a long press last opened the menu
   const cancel = () => { clearTimeout(timer); timer = null; };
   node.addEventListener("pointerdown", (event) => {
-    if (event.pointerType === "mouse" || event.target.closest("button, a, textarea")) return;
+    // A person's name counts as the post: a touch near it snaps to it (touch adjustment).
+    if (event.pointerType === "mouse" || event.target.closest("button:not(.person), a, textarea")) return;
     start = [event.clientX, event.clientY];
-    timer = setTimeout(() => { timer = null; openMenu(key); }, LONG_PRESS_MS);
+    timer = setTimeout(() => { timer = null; pressedAt = Date.now(); openMenu(key); }, LONG_PRESS_MS);
   });
+  // The tap that ends a long press on a person's name opens the menu only, not a conversation.
+  node.addEventListener("click", (event) => {
+    if (Date.now() - pressedAt < 1500 && event.target.closest(".person")) {
+      event.stopPropagation();
+      event.preventDefault();
+      pressedAt = 0;
+    }
+  }, true);
   node.addEventListener("pointermove", (event) => {
     if (timer && start && Math.hypot(event.clientX - start[0], event.clientY - start[1]) > 10) cancel();
   });
