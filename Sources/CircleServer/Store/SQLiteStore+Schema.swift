@@ -330,8 +330,8 @@ extension SQLiteStore {
                 // Each post keeps its search id in its own row, which the commit writes anyway:
                 // the writer finds a post's id there, and `search_docs` loses its index by
                 // (circle, seq), whose inserts landed on a page of each circle in the batch
-                // (measured: about 10 of the 36 WAL frames a batch of 8 posts over 16 circles
-                // wrote; benchmarks/postpath.py 16x1, docs/bench/postpath.md). `search_docs`
+                // (measured with the same statements from Python: about 10 of the 36 WAL frames
+                // of a batch of 8 posts over 16 circles; docs/bench/postpath.md). `search_docs`
                 // stays the map from an index rowid to its post, appended to in id order.
                 "ALTER TABLE posts ADD COLUMN search_id INTEGER",
                 // Only the posts already indexed: none on a database upgraded from before search.
