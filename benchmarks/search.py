@@ -3,9 +3,8 @@
 1. **Data.** A fresh data directory's schema is made by `circle serve` itself (started once and
    stopped). This script then writes N posts (default 1,000,000) over C public circles (default
    1,000) straight into its SQLite database in one transaction, with the rows the server keeps
-   for its search index (`search_docs`, one per post, and the post's `search_id`; `trigrams = 1`
-   for posts with text in a script written without spaces, as `CommitPlan.needsTrigrams`
-   decides), and builds both FTS5
+   for its search index (`search_docs`, one per post, and the post's `search_id`; `trigrams = 1`:
+   every post is in the trigram index too, as the post writer does), and builds both FTS5
    indexes with FTS5's `rebuild` command: the same index content the commits would have written,
    without posting a million times through the server (the post path with the index is
    `postpath.py`'s to measure). The texts: 6 to 20 words drawn from a Zipf-like vocabulary of
@@ -64,6 +63,8 @@ QUERIES = [
     ("a rare word", RARE, {}),
     ("a CJK term", CJK, {}),
     ("one word, one circle", COMMON, {"circle": "c0007"}),
+    ("a substring of the common word", "*" + COMMON[1:], {}),
+    ("a substring of the rare word", "*" + RARE[1:-2], {}),
 ]
 
 
@@ -77,7 +78,7 @@ def vocabulary(size: int, rng: random.Random) -> list[str]:
 
 
 def texts(count: int, rng: random.Random):
-    """Yields (text, needs_trigrams) for `count` posts."""
+    """Yields (text, is_japanese) for `count` posts."""
     words = vocabulary(20_000, rng)
     weights = [1.0 / (rank + 1) for rank in range(len(words))]  # Zipf, s = 1
     rare_at = set(rng.sample(range(count), min(20, count)))
@@ -132,12 +133,12 @@ def fill(database: str, posts: int, circles: int, seed: int) -> dict[str, float]
                    [(f"c{n:04d}", base) for n in range(circles)])
     last_seq = [0] * circles
     rows, docs = [], []
-    for index, (text, trigrams) in enumerate(texts(posts, rng)):
+    for index, (text, _) in enumerate(texts(posts, rng)):
         circle = index % circles
         last_seq[circle] += 1
         name = f"c{circle:04d}"
         rows.append((name, last_seq[circle], f"user{index % 50:02d}", f"p{index}", text, base + index * 1000, index + 1))
-        docs.append((index + 1, name, last_seq[circle], 1 if trigrams else 0))
+        docs.append((index + 1, name, last_seq[circle], 1))
         if len(rows) == 50_000:
             db.executemany(POST, rows)
             db.executemany(DOC, docs)
@@ -237,8 +238,8 @@ def measure_floor(database: str, queries: int, warmup: int) -> dict[str, dict]:
     db = sqlite.connect(f"file:{database}?mode=ro", uri=True)
     results: dict[str, dict] = {}
     for label, q, extra in QUERIES:
-        driver = "search_trigrams" if q == CJK else "search_words"
-        match = '"' + q.strip('"') + '"'
+        driver = "search_trigrams" if q == CJK or q.startswith("*") else "search_words"
+        match = '"' + q.strip('"*') + '"'
         params = ["reader", 21, 0] if not extra else ["reader", 21, 0, extra["circle"]]
         sql = floor_sql(driver, bool(extra))
         hits = 0

@@ -2,7 +2,8 @@ import CircleWire
 import Foundation
 
 /// Search over the posts an offline cache holds: the query syntax of docs/API.md ("Search")
-/// read simply, each term matched as text. A value with no I/O.
+/// read simply, each term matched as text anywhere (so `dep*` and `*ploy` as `dep` and `ploy`).
+/// A value with no I/O.
 struct CachedSearch: Sendable, Hashable {
     /// Every group must match; a group matches when one of its terms occurs.
     var groups: [[String]] = []
@@ -16,7 +17,9 @@ struct CachedSearch: Sendable, Hashable {
     /// The query of `request` with its parameters; `nil` when it has nothing to look for.
     init?(_ request: HTTPAPI.SearchRequest) {
         var pendingOr = false
-        for (text, quoted) in Self.tokens(request.q) {
+        for (typed, quoted) in Self.tokens(request.q) {
+            // A prefix or substring term's `*`s (server side: `SearchQuery.Term.Match`).
+            let text = quoted ? typed : Self.withoutStars(typed)
             if !quoted, text == "OR" {
                 pendingOr = !self.groups.isEmpty
                 continue
@@ -53,6 +56,13 @@ struct CachedSearch: Sendable, Hashable {
         if let before = request.before.flatMap({ Self.time($0, end: false) }) { self.before = min(self.before ?? before, before) }
         if let after = request.after.flatMap({ Self.time($0, end: true) }) { self.after = max(self.after ?? after, after) }
         if self.groups.isEmpty { return nil }
+    }
+
+    /// `text` without the `*`s at its ends (after a leading `-`).
+    static func withoutStars(_ text: String) -> String {
+        let negated = text.hasPrefix("-") && text.count > 1
+        let body = (negated ? text.dropFirst() : Substring(text)).trimmingCharacters(in: CharacterSet(charactersIn: "*"))
+        return (negated ? "-" : "") + body
     }
 
     /// Words and "quoted phrases" (a `-` before the quote excludes the phrase).

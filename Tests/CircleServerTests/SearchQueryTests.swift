@@ -27,6 +27,18 @@ import Testing
         #expect(query.authors.isEmpty && query.circles.isEmpty && query.before == nil && query.after == nil)
     }
 
+    @Test func prefixesAndSubstrings() throws {
+        // A `*` at the end: a prefix; at the start (or both ends): a substring. The `*`s are not text.
+        let query = try self.parse("dep* *ploy *plo* -*izz x*y **")
+        #expect(query.groups == [[Term("dep", match: .prefix)], [Term("ploy", match: .substring)], [Term("plo", match: .substring)], [Term("x*y")]])
+        #expect(query.excluded == [Term("izz", match: .substring)])
+        #expect(query.groups.flatMap { $0 }.map(\.description) == ["dep*", "*ploy*", "*plo*", "x*y"])
+        // Inside quotes a `*` is text; a term of only `*`s has nothing to find.
+        #expect(try self.parse(#""dep*""#).groups == [[Term("dep*", isPhrase: true)]])
+        #expect(self.code("*** -**") == .nothingToFind)
+        #expect(Term("ploy", match: .substring).isSubstring && Term("東京").isSubstring && !Term("dep", match: .prefix).isSubstring)
+    }
+
     @Test func orBindsTighterThanAnd() throws {
         let query = try self.parse(#"cat OR dog OR "guinea pig" food"#)
         #expect(query.groups == [[Term("cat"), Term("dog"), Term("guinea pig", isPhrase: true)], [Term("food")]])
@@ -114,7 +126,8 @@ import Testing
     /// FTS syntax of both stores stays text: it ends up in a term or is dropped, never as an operator.
     @Test func ftsSyntaxIsPlainText() throws {
         #expect(try self.parse("NEAR(a b)").groups == [[Term("NEAR(a")], [Term("b)")]])
-        #expect(try self.parse("foo* ^bar").groups == [[Term("foo*")], [Term("^bar")]])
+        // `*` at a word's ends is Circle's own prefix/substring syntax, a bound value in the SQL either way.
+        #expect(try self.parse("foo* ^bar").groups == [[Term("foo", match: .prefix)], [Term("^bar")]])
         #expect(try self.parse("a AND b NOT c").groups == [[Term("a")], [Term("AND")], [Term("b")], [Term("NOT")], [Term("c")]])
         #expect(try self.parse("text:secret").groups == [[Term("text:secret")]])
         #expect(try self.parse("{text author}:x").groups == [[Term("{text")], [Term("author}:x")]])

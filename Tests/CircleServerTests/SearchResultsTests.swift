@@ -79,5 +79,13 @@ import Testing
         #expect(SQLiteSearchStatement.route([.init("word"), .init("東京タワー")]) == nil)
         #expect(SQLiteSearchStatement.route([.init("東京"), .init("京都")]) == .like)
         #expect(SQLiteSearchStatement.route([.init("word"), .init("other")]) == .words)
+        // `*ploy`: the trigram index from three characters on; `dep*`: the word index, as a prefix.
+        #expect(SQLiteSearchStatement.route(SearchQuery.Term("ploy", match: .substring)) == .trigrams)
+        #expect(SQLiteSearchStatement.route(SearchQuery.Term("pl", match: .substring)) == .like)
+        #expect(SQLiteSearchStatement.route(SearchQuery.Term("dep", match: .prefix)) == .words)
+        #expect(SQLiteSearchStatement.route(SearchQuery.Term("東京", match: .prefix)) == .like)
+        #expect(SQLiteSearchStatement.ftsExpression(SearchQuery.Term("dep", match: .prefix)) == #""dep"*"#)
+        #expect(SQLiteSearchStatement.ftsExpression(SearchQuery.Term("ploy", match: .substring)) == #""ploy""#)
+        #expect(SQLiteSearchStatement.ftsExpression(SearchQuery.Term("東京タワー", match: .prefix)) == #""東京タワー""#)
     }
 }

@@ -165,6 +165,41 @@ extension StoreContractTests {
         }
     }
 
+    /// `dep*` (words beginning so) and `*ploy` (letters anywhere, inside words too): the word
+    /// index with a prefix, the trigram index (every post's text), a scan under three characters.
+    @Test(arguments: StoreKind.allCases) func searchPrefixesAndSubstrings(_ kind: StoreKind) async throws {
+        try await self.withStore(kind) { store in
+            try await self.makeSearchFixture(store)
+            for query in ["*ploy", "*ploy*", "*EPLO", "dep*", "DEPL*", "deploy*"] {
+                #expect(try await self.foundSet(store, query) == ["general:1", "random:1"], "\(query)")
+            }
+            #expect(try await self.found(store, "ploy").isEmpty)
+            #expect(try await self.found(store, "ploy*").isEmpty)
+            #expect(try await self.found(store, "*ffic") == ["general:2"])
+            #expect(try await self.found(store, "*afe") == ["general:2"])
+            #expect(try await self.found(store, "caf*") == ["general:2"])
+            #expect(try await self.found(store, "*zz") == ["random:1"])
+            #expect(try await self.found(store, "*ploy -*izz") == ["general:1"])
+            #expect(try await self.found(store, "*ploy -piz*") == ["general:1"])
+            #expect(try await self.foundSet(store, "*izza OR *ffice") == ["random:1", "general:2"])
+            #expect(try await self.found(store, "*ploy went") == ["general:1"])
+            // Only current text: the edit replaced "dry run of the release"; the deleted post is gone.
+            #expect(try await self.found(store, "*eleas").isEmpty)
+            #expect(try await self.found(store, "*aunc") == ["general:3"])
+            #expect(try await self.found(store, "*olling").isEmpty)
+            // The private circle stays private.
+            #expect(try await self.foundSet(store, "*ecre", reader: "alice") == ["secret:1"])
+            #expect(try await self.found(store, "*ecre").isEmpty)
+            // A hit marks what matched.
+            for query in ["*ploy", "dep*"] {
+                let page = try await store.search(try SearchQuery.parse(query), reader: "bob", options: SearchOptions(order: .newest))
+                let snippet = try #require(page.hits.last?.snippet)
+                #expect(snippet.contains("\u{E000}"), "\(query): \(snippet)")
+                #expect(snippet.replacingOccurrences(of: "\u{E000}", with: "").replacingOccurrences(of: "\u{E001}", with: "") == "The deploy went fine")
+            }
+        }
+    }
+
     @Test(arguments: StoreKind.allCases) func searchPages(_ kind: StoreKind) async throws {
         try await self.withStore(kind) { store in
             _ = try await store.createCircle(name: "a", owner: "alice", isPrivate: false, createdAt: 1)
@@ -228,7 +263,8 @@ extension StoreContractTests {
                 let page = try await store.search(query, reader: "bob", options: SearchOptions())
                 #expect(page.hits.allSatisfy { $0.circle != "secret" }, "\(attempt)")
             }
-            // Operators are words: these find what their words find, and nothing more.
+            // Operators are words: these find what their words find, and nothing more (`deploy*`
+            // is a prefix: here the same posts).
             #expect(try await self.foundSet(store, "deploy*") == ["general:1", "random:1"])
             #expect(try await self.foundSet(store, "^deploy") == ["general:1", "random:1"])
             #expect(try await self.found(store, "NEAR(deploy fine)").isEmpty)  // "near deploy" is not in the text

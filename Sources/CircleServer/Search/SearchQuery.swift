@@ -6,6 +6,9 @@ import Foundation
 /// ## Syntax
 /// - `word` — posts with the word (case and diacritics ignored by the stores' tokenizers).
 /// - `"quoted phrase"` — the words next to each other, in that order.
+/// - `dep*` — words that begin with `dep` (a `*` at the end of a word).
+/// - `*ploy` or `*ploy*` — `ploy` anywhere in the text, inside words too (a `*` at the start):
+///   the stores' trigram indexes find it from three characters on.
 /// - `-word`, `-"a phrase"` — posts without it.
 /// - `a OR b` — either; `OR` must be upper case and stand between two terms. Terms are joined by
 ///   AND, and `OR` binds tighter: `cat OR dog food` is `(cat OR dog) AND food`.
@@ -15,8 +18,8 @@ import Foundation
 ///   or a full ISO-8601 time (`2026-11-27T10:15:00Z`, `…+01:00`), exclusive both ways.
 ///
 /// Everything else is plain text. The full-text syntax of SQLite FTS5 and PostgreSQL (`NEAR`,
-/// `*`, `^`, column filters such as `text:`, parentheses, `AND`/`NOT`, a stray `"`) means
-/// nothing here: an unbalanced `"` is ignored, the others become parts of words, which the
+/// `*` inside a word, `^`, column filters such as `text:`, parentheses, `AND`/`NOT`, a stray `"`)
+/// means nothing here: an unbalanced `"` is ignored, the others become parts of words, which the
 /// stores search for as quoted text. A term without a letter or digit (`*`, `--`, `^^`) cannot
 /// match a word and is dropped; so is an `OR` without a term on both sides.
 ///
@@ -28,14 +31,41 @@ import Foundation
 public struct SearchQuery: Sendable, Hashable {
     /// A word or a quoted phrase, as typed (NFC-normalised, trimmed).
     public struct Term: Sendable, Hashable, CustomStringConvertible {
+        /// How a term's text is matched.
+        public enum Match: Sendable, Hashable {
+            /// As whole words (a phrase's words next to each other).
+            case words
+            /// Its last word as the beginning of a word (`dep*`).
+            case prefix
+            /// Anywhere in the text, inside words too (`*ploy`).
+            case substring
+        }
+
+        /// The text to look for, without the `*`s that chose ``match``.
         public var text: String
         /// Typed in quotes.
         public var isPhrase: Bool
+        public var match: Match
 
-        public init(_ text: String, isPhrase: Bool = false) {
+        public init(_ text: String, isPhrase: Bool = false, match: Match = .words) {
             self.text = text
             self.isPhrase = isPhrase
+            self.match = match
         }
+
+        /// A term as typed outside quotes: a `*` at the start makes it a substring, one at the
+        /// end (only) a prefix; the `*`s at both ends are not part of its text.
+        init(typed text: String) {
+            let trimmed = text.drop { $0 == "*" }
+            let match: Match = trimmed.count < text.count ? .substring : (text.hasSuffix("*") ? .prefix : .words)
+            var end = trimmed.endIndex
+            while end > trimmed.startIndex, trimmed[trimmed.index(before: end)] == "*" { end = trimmed.index(before: end) }
+            self.init(String(trimmed[..<end]), match: match)
+        }
+
+        /// Whether the stores match it as a substring: asked for with `*`, or written in a
+        /// script without spaces (see ``isSpaceless``).
+        public var isSubstring: Bool { self.match == .substring || self.isSpaceless }
 
         /// Whether the term is written in a script without spaces between words (Chinese,
         /// Japanese, Thai, …): word indexes cannot split it, so the stores match it as a
@@ -65,7 +95,14 @@ public struct SearchQuery: Sendable, Hashable {
             }
         }
 
-        public var description: String { self.isPhrase ? "\"\(self.text)\"" : self.text }
+        public var description: String {
+            if self.isPhrase { return "\"\(self.text)\"" }
+            switch self.match {
+            case .words: return self.text
+            case .prefix: return self.text + "*"
+            case .substring: return "*" + self.text + "*"
+            }
+        }
     }
 
     /// Every group must match; a group matches when any of its terms does. Never empty.
@@ -249,7 +286,7 @@ extension SearchQuery {
                 return
             }
             try self.counted()
-            let term = Term(text, isPhrase: token.quoted)
+            let term = token.quoted ? Term(text, isPhrase: true) : Term(typed: text)
             if token.negated {
                 self.excluded.append(term)
                 self.pendingOr = false

@@ -344,15 +344,10 @@ struct CommitPlan: Sendable {
     /// ``postUpdates``): a post's current text; `nil` for a change entry (an edit's text is in
     /// its post), a deleted post or one without text. A store indexes the entries of ``inserts``
     /// that have some, and for each of ``postUpdates`` replaces what it indexed of the post with this.
+    /// Both stores index it as words and as substrings (trigrams) alike.
     static func searchText(_ entry: CirclePost) -> String? {
         guard entry.isPost, !entry.deleted, let text = entry.text, !text.isEmpty else { return nil }
         return text
-    }
-
-    /// Whether the search index keeps `text` (a ``searchText(_:)``) in its trigram index too: it
-    /// has characters of a script written without spaces, whose words only substrings find.
-    static func needsTrigrams(_ text: String) -> Bool {
-        text.unicodeScalars.contains(where: SearchQuery.Term.isSpacelessScalar)
     }
 
     // MARK: Planning

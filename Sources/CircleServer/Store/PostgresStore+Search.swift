@@ -7,12 +7,13 @@ import PostgresNIO
 ///
 /// Groups whose terms are all words (as `SQLiteSearchStatement.route` decides) are a `tsquery`
 /// built term by term:
-/// `phraseto_tsquery('simple', circle_search_fold($n))` for each (a word is a one-word phrase),
+/// `phraseto_tsquery('simple', circle_search_fold($n))` for each (a word is a one-word phrase; a
+/// prefix term's last lexeme gets `:*`),
 /// `||` within a group, `&&` between groups, `&& !!` for exclusions: the semantics of
 /// `websearch_to_tsquery`, without handing it the raw text. It is matched with the posts'
 /// `search` column (GIN; kept by a trigger, schema step 7), ranked with `ts_rank_cd` and marked with `ts_headline`
 /// (over the post's text as written, so a word found only through diacritic folding is not
-/// marked). Terms in scripts without spaces (CJK, Thai, …) are `ILIKE '%…%'` on the folded
+/// marked). Substring terms (`*ploy`, and terms in scripts without spaces: CJK, Thai, …) are `ILIKE '%…%'` on the folded
 /// text, which the `pg_trgm` GIN index serves from three characters on; a group mixing them
 /// with words is an `OR` of one condition per term. Snippets without a `tsquery` are made by
 /// ``SearchSnippet``. Routing is ``SQLiteSearchStatement``'s, so both stores answer alike.
@@ -50,7 +51,10 @@ struct PostgresSearchStatement {
             return "$\(count)"
         }
         func tsquery(_ term: SearchQuery.Term) -> String {
-            "phraseto_tsquery('simple'::regconfig, circle_search_fold(\(bind(term.text))))"
+            let phrase = "phraseto_tsquery('simple'::regconfig, circle_search_fold(\(bind(term.text))))"
+            guard term.match == .prefix, SQLiteSearchStatement.route(term) == .words else { return phrase }
+            // `'dep'` → `'dep':*` (and `'a' <-> 'b'` → `'a' <-> 'b':*`); an empty query stays empty.
+            return "(SELECT CASE WHEN numnode(t.q) = 0 THEN t.q ELSE (t.q::text || ':*')::tsquery END FROM (SELECT \(phrase)) AS t(q))"
         }
         func like(_ term: SearchQuery.Term) -> String {
             "circle_search_fold(circle_search_plain(p.text)) ILIKE circle_search_fold(\(bind(SQLiteSearchStatement.likePattern(term.text))))"

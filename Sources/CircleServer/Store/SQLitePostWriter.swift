@@ -207,6 +207,7 @@ final class SQLitePostWriter: @unchecked Sendable {
             }
 
             // 3. Plan and write.
+            var search = SearchWrites()
             let plan = CommitPlan(posts: posts, known: known)
             for entry in plan.inserts {
                 let insert = statements[.insert]
@@ -226,15 +227,18 @@ final class SQLitePostWriter: @unchecked Sendable {
                 try self.bind(insert, 13, entry.deleted ? 1 : 0)
                 try self.bind(insert, 14, CommitPlan.mentionsColumn(entry))
                 try self.bind(insert, 15, entry.mentionsEveryone ? 1 : 0)
+                let searchText = CommitPlan.searchText(entry)
+                let searchID = try searchText.map { _ in try self.newSearchID(&search, statements) }
+                try self.bind(insert, 16, searchID)
                 try self.run(insert, "insert an entry")
-                if let text = CommitPlan.searchText(entry) {
-                    try self.index(entry, text, statements)
+                if let searchText, let searchID {
+                    try self.index(entry, searchText, as: searchID, statements, into: &search)
                 }
             }
             for post in plan.postUpdates {
                 // The index forgets the post's old text (read before the update: the exact text it indexed) …
                 if let indexed = try self.indexed(post, statements) {
-                    try self.unindex(indexed, statements)
+                    try self.unindex(indexed, statements, pending: &search)
                 }
                 let update = statements[.updatePost]
                 defer { self.reset(update) }
@@ -246,10 +250,13 @@ final class SQLitePostWriter: @unchecked Sendable {
                 try self.bind(update, 6, post.deleted ? 1 : 0)
                 try self.bind(update, 7, CommitPlan.mentionsColumn(post))
                 try self.bind(update, 8, post.mentionsEveryone ? 1 : 0)
+                let searchText = CommitPlan.searchText(post)
+                let searchID = try searchText.map { _ in try self.newSearchID(&search, statements) }
+                try self.bind(update, 9, searchID)
                 try self.run(update, "update a post")
                 // … and learns its new one, if it has any.
-                if let text = CommitPlan.searchText(post) {
-                    try self.index(post, text, statements)
+                if let searchText, let searchID {
+                    try self.index(post, searchText, as: searchID, statements, into: &search)
                 }
             }
             for post in plan.deletedPosts {
@@ -305,6 +312,8 @@ final class SQLitePostWriter: @unchecked Sendable {
                 try self.bind(update, 2, entry.lastSeq)
                 try self.run(update, "update last_seq")
             }
+            // 5. The search index's new texts, last: see ``SearchAdd``.
+            try self.addToSearchIndex(search.adds, statements)
             try self.run(statements[.commit], "commit")
             return plan.outcomes
         } catch {
@@ -338,43 +347,82 @@ final class SQLitePostWriter: @unchecked Sendable {
         )
     }
 
-    /// Indexes `text` as the post's, under a new search id, which the post's row keeps (an
-    /// update of the row this commit wrote or changed: its page is written anyway).
-    private func index(_ post: CirclePost, _ text: String, _ statements: Statements) throws {
-        let trigrams = CommitPlan.needsTrigrams(text)
-        let add = statements[.searchAddDoc]
-        defer { self.reset(add) }
-        try self.bind(add, 1, post.circle)
-        try self.bind(add, 2, post.seq)
-        try self.bind(add, 3, trigrams ? 1 : 0)
-        guard try self.step(add, "add a post to the search index") else {
-            throw StoreError(.unavailable, "SQLite store: adding a post to the search index returned no id")
+    /// What a commit writes to the search index, gathered as it goes.
+    private struct SearchWrites {
+        /// The next search id to give (``newSearchID(_:_:)``), once read.
+        var nextID: Int64?
+        /// The texts to give FTS5, in order: see ``SearchAdd``.
+        var adds: [SearchAdd] = []
+    }
+
+    /// A text for the search index, given to FTS5 at the end of the commit's statements
+    /// (``addToSearchIndex(_:_:)``) rather than with its post. FTS5 keeps what it is given in
+    /// memory and writes it out as a new segment at the commit — and also whenever a statement
+    /// opens a statement savepoint, which every later write to `posts` does (a multi-row write
+    /// that may abort, since `foreign_keys` is on). Given with each post, the texts went out as
+    /// one segment per post, each merged again later; given last, a commit writes one. See
+    /// docs/bench/postpath.md, "With the search index".
+    private struct SearchAdd {
+        var id: Int64
+        var text: String
+    }
+
+    /// A search id for a post this commit indexes, known before its row is written so that the
+    /// row is written once. The ids follow the largest in `search_docs`, read once per commit:
+    /// the commit's write transaction (`BEGIN IMMEDIATE`) keeps every other writer out.
+    private func newSearchID(_ search: inout SearchWrites, _ statements: Statements) throws -> Int64 {
+        if let id = search.nextID {
+            search.nextID = id + 1
+            return id
         }
-        let id = sqlite_nio_sqlite3_column_int64(add, 0)
-        self.reset(add)
-        let set = statements[.searchSetID]
-        defer { self.reset(set) }
-        try self.bind(set, 1, post.circle)
-        try self.bind(set, 2, post.seq)
-        try self.bind(set, 3, id)
-        try self.run(set, "keep a post's search id")
-        for statement in trigrams ? [statements[.searchAddWords], statements[.searchAddTrigrams]] : [statements[.searchAddWords]] {
-            defer { self.reset(statement) }
-            try self.bind(statement, 1, id)
-            try self.bind(statement, 2, text)
-            try self.run(statement, "index a post's text")
+        let next = statements[.searchNextID]
+        defer { self.reset(next) }
+        guard try self.step(next, "read the next search id") else {
+            throw StoreError(.unavailable, "SQLite store: reading the next search id returned no row")
+        }
+        let id = sqlite_nio_sqlite3_column_int64(next, 0)
+        search.nextID = id + 1
+        return id
+    }
+
+    /// Gives the index the texts of ``SearchAdd``s, after every other write of the commit.
+    private func addToSearchIndex(_ adds: [SearchAdd], _ statements: Statements) throws {
+        for add in adds {
+            for statement in [statements[.searchAddWords], statements[.searchAddTrigrams]] {
+                defer { self.reset(statement) }
+                try self.bind(statement, 1, add.id)
+                try self.bind(statement, 2, add.text)
+                try self.run(statement, "index a post's text")
+            }
         }
     }
 
+    /// Indexes `text` as the post's under search id `id`, which the post's row already keeps.
+    /// The text itself goes to FTS5 with the commit's other ``SearchAdd``s.
+    private func index(_ post: CirclePost, _ text: String, as id: Int64, _ statements: Statements, into search: inout SearchWrites) throws {
+        let add = statements[.searchAddDoc]
+        defer { self.reset(add) }
+        try self.bind(add, 1, id)
+        try self.bind(add, 2, post.circle)
+        try self.bind(add, 3, post.seq)
+        try self.run(add, "add a post to the search index")
+        search.adds.append(SearchAdd(id: id, text: text))
+    }
+
     /// Removes a post from the index (external content: FTS5 needs the very text it indexed to
-    /// remove its tokens).
-    private func unindex(_ indexed: Indexed, _ statements: Statements) throws {
-        let removals = indexed.trigrams ? [statements[.searchRemoveWords], statements[.searchRemoveTrigrams]] : [statements[.searchRemoveWords]]
-        for statement in removals {
-            defer { self.reset(statement) }
-            try self.bind(statement, 1, indexed.id)
-            try self.bind(statement, 2, indexed.text)
-            try self.run(statement, "remove a post's text from the search index")
+    /// remove its tokens). A text this commit indexed is still among `pending`, not yet in FTS5:
+    /// it leaves that list instead.
+    private func unindex(_ indexed: Indexed, _ statements: Statements, pending: inout SearchWrites) throws {
+        if let at = pending.adds.firstIndex(where: { $0.id == indexed.id }) {
+            pending.adds.remove(at: at)
+        } else {
+            let removals = indexed.trigrams ? [statements[.searchRemoveWords], statements[.searchRemoveTrigrams]] : [statements[.searchRemoveWords]]
+            for statement in removals {
+                defer { self.reset(statement) }
+                try self.bind(statement, 1, indexed.id)
+                try self.bind(statement, 2, indexed.text)
+                try self.run(statement, "remove a post's text from the search index")
+            }
         }
         let remove = statements[.searchRemoveDoc]
         defer { self.reset(remove) }
@@ -489,7 +537,7 @@ final class SQLitePostWriter: @unchecked Sendable {
         case insert, updatePost, clearEdits, deleteReactions, deleteReaction, putReaction, updateLastSeq
         case activeWebhooks, insertDelivery
         case isAdmin, mentionable, everyone, insertMention
-        case searchFind, searchAddDoc, searchSetID, searchRemoveDoc, searchAddWords, searchAddTrigrams, searchRemoveWords, searchRemoveTrigrams
+        case searchFind, searchNextID, searchAddDoc, searchRemoveDoc, searchAddWords, searchAddTrigrams, searchRemoveWords, searchRemoveTrigrams
 
         /// The columns ``SQLitePostWriter/entry(_:)`` reads, in its order.
         static let entryColumns = "circle, seq, author, client_id, text, attachment, time, change, target, emoji, reply_to, edited_at, deleted, mentions, mentions_everyone"
@@ -506,13 +554,13 @@ final class SQLitePostWriter: @unchecked Sendable {
             case .findReaction: "SELECT 1 FROM reactions WHERE circle = ?1 AND post = ?2 AND emoji = ?3 AND user = ?4"
             case .insert:
                 """
-                INSERT INTO posts (\(Self.entryColumns))
-                VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+                INSERT INTO posts (\(Self.entryColumns), search_id)
+                VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
                 """
             case .updatePost:
-                // The search id goes with the text it indexed (``unindex(_:_:)``); ``index(_:_:_:)`` sets the new one.
+                // The search id of the text it now has, if any (``newSearchID(_:_:)``).
                 """
-                UPDATE posts SET text = ?3, attachment = ?4, edited_at = ?5, deleted = ?6, mentions = ?7, mentions_everyone = ?8, search_id = NULL
+                UPDATE posts SET text = ?3, attachment = ?4, edited_at = ?5, deleted = ?6, mentions = ?7, mentions_everyone = ?8, search_id = ?9
                 WHERE circle = ?1 AND seq = ?2
                 """
             case .clearEdits:
@@ -545,8 +593,8 @@ final class SQLitePostWriter: @unchecked Sendable {
                 SELECT d.id, p.text, d.trigrams FROM posts AS p JOIN search_docs AS d ON d.id = p.search_id
                 WHERE p.circle = ?1 AND p.seq = ?2
                 """
-            case .searchAddDoc: "INSERT INTO search_docs (circle, seq, trigrams) VALUES (?1, ?2, ?3) RETURNING id"
-            case .searchSetID: "UPDATE posts SET search_id = ?3 WHERE circle = ?1 AND seq = ?2"
+            case .searchNextID: "SELECT coalesce(max(id), 0) + 1 FROM search_docs"
+            case .searchAddDoc: "INSERT INTO search_docs (id, circle, seq, trigrams) VALUES (?1, ?2, ?3, 1)"
             case .searchRemoveDoc: "DELETE FROM search_docs WHERE id = ?1"
             case .searchAddWords: "INSERT INTO search_words (rowid, text) VALUES (?1, ?2)"
             case .searchAddTrigrams: "INSERT INTO search_trigrams (rowid, text) VALUES (?1, ?2)"

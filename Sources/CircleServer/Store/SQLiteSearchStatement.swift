@@ -2,12 +2,13 @@
 /// made only of fixed text and numbered parameters; everything the person typed is a bound value.
 ///
 /// Each term (see ``route(_:)``) is looked up in one of three places:
-/// - `search_words` (FTS5, `unicode61 remove_diacritics 2`) when it is not in a script written
-///   without spaces: an FTS5 string (`"…"`, inner quotes doubled), so FTS5 operators and column
-///   filters in it are just text;
-/// - `search_trigrams` (FTS5, `trigram remove_diacritics 1`, holding only the posts with text in
-///   such a script) when it is (CJK, Thai, …) and has at least three characters: a substring;
-/// - otherwise (a one- or two-character CJK term) `LIKE '%…%'` on the post's text, which the
+/// - `search_words` (FTS5, `unicode61 remove_diacritics 2`) when it is matched as words: an FTS5
+///   string (`"…"`, inner quotes doubled), so FTS5 operators and column filters in it are just
+///   text; a prefix term (`dep*`) is that string followed by FTS5's `*`;
+/// - `search_trigrams` (FTS5, `trigram remove_diacritics 1`, holding every indexed post) when it
+///   is matched as a substring (`*ploy`, or text in a script written without spaces: CJK, Thai,
+///   …) and has at least three characters;
+/// - otherwise (a substring of one or two characters) `LIKE '%…%'` on the post's text, which the
 ///   query's time bound keeps from running long.
 /// Groups whose terms all go to one index are one FTS5 expression (`("a" OR "b") AND ("c")`); the
 /// first index that has such groups drives the query (its BM25 rank and snippet), the other's are
@@ -33,7 +34,7 @@ struct SQLiteSearchStatement: Sendable, Hashable {
     }
 
     static func route(_ term: SearchQuery.Term) -> Route {
-        if !term.isSpaceless { return .words }
+        if !term.isSubstring { return .words }
         return term.scalarCount >= 3 ? .trigrams : .like
     }
 
@@ -46,6 +47,12 @@ struct SQLiteSearchStatement: Sendable, Hashable {
     /// An FTS5 string: a phrase of whatever tokens the table's tokenizer finds in `text`.
     static func ftsString(_ text: String) -> String {
         "\"" + text.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+    }
+
+    /// A term as an FTS5 expression of its route's table: its ``ftsString(_:)``, marked as a
+    /// prefix (`"dep"*`) when it is one and goes to `search_words`.
+    static func ftsExpression(_ term: SearchQuery.Term) -> String {
+        Self.ftsString(term.text) + (term.match == .prefix && Self.route(term) == .words ? "*" : "")
     }
 
     /// A `LIKE … ESCAPE '\'` pattern for text containing `text`.
@@ -75,7 +82,7 @@ struct SQLiteSearchStatement: Sendable, Hashable {
             return "?\(values.count)"
         }
         func fts(_ groups: [[SearchQuery.Term]]) -> String {
-            groups.map { "(" + $0.map { Self.ftsString($0.text) }.joined(separator: " OR ") + ")" }.joined(separator: " AND ")
+            groups.map { "(" + $0.map(Self.ftsExpression).joined(separator: " OR ") + ")" }.joined(separator: " AND ")
         }
 
         var wordGroups: [[SearchQuery.Term]] = []
@@ -91,9 +98,9 @@ struct SQLiteSearchStatement: Sendable, Hashable {
         func condition(_ term: SearchQuery.Term) -> String {
             switch Self.route(term) {
             case .words:
-                "d.id IN (SELECT rowid FROM search_words WHERE search_words MATCH \(bind(.text(Self.ftsString(term.text)))))"
+                "d.id IN (SELECT rowid FROM search_words WHERE search_words MATCH \(bind(.text(Self.ftsExpression(term)))))"
             case .trigrams:
-                "d.id IN (SELECT rowid FROM search_trigrams WHERE search_trigrams MATCH \(bind(.text(Self.ftsString(term.text)))))"
+                "d.id IN (SELECT rowid FROM search_trigrams WHERE search_trigrams MATCH \(bind(.text(Self.ftsExpression(term)))))"
             case .like:
                 "p.text LIKE \(bind(.text(Self.likePattern(term.text)))) ESCAPE '\\'"
             }

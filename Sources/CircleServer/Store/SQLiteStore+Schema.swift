@@ -252,7 +252,7 @@ extension SQLiteStore {
                 // FTS5 needs an integer rowid and `posts` has none (WITHOUT ROWID): each indexed post
                 // gets an id here. A row exists exactly while the post has current text in the index
                 // (SQLitePostWriter writes both in the commit's transaction); `trigrams` says whether
-                // the text is in `search_trigrams` too (CommitPlan.needsTrigrams).
+                // the text is in `search_trigrams` too (every post's since step 12).
                 """
                 CREATE TABLE search_docs (
                     id INTEGER PRIMARY KEY,
@@ -275,10 +275,8 @@ extension SQLiteStore {
                     text, content = 'search_content', content_rowid = 'id', tokenize = 'unicode61 remove_diacritics 2', columnsize = 0
                 )
                 """,
-                // Substrings of three characters or more, for scripts without spaces (東京タワー): only
-                // the posts with text in such a script, since a trigram index costs about as much
-                // CPU per post as all the rest of a commit (measured: 2× the commit's CPU with every
-                // post in it, 1.25× with the word index alone).
+                // Substrings of three characters or more, for scripts without spaces (東京タワー) and
+                // `*ploy`. Until step 12, only the posts with text in such a script were in it.
                 """
                 CREATE VIEW search_trigram_content (id, text) AS
                 SELECT d.id, p.text FROM search_docs AS d JOIN posts AS p ON p.circle = d.circle AND p.seq = d.seq
@@ -395,6 +393,19 @@ extension SQLiteStore {
                     PRIMARY KEY (user, circle)
                 ) WITHOUT ROWID, STRICT
                 """,
+            ]
+        ),
+        Migration(
+            summary: "every post's substrings in the trigram index",
+            statements: [
+                // `*ploy` finds "deploy": the trigram index holds every indexed post from now on, not
+                // only text in scripts without spaces. The posts indexed before this step
+                // (`trigrams = 0`) get theirs from the background backfill, which starts over from
+                // the first post when there are any (searches say "still indexing" meanwhile).
+                """
+                UPDATE search_backfill SET done = 0, circle = '', seq = 0
+                WHERE EXISTS (SELECT 1 FROM search_docs WHERE trigrams = 0)
+                """
             ]
         ),
     ]

@@ -20,6 +20,8 @@ extension SQLiteStore {
     /// Indexes the next `batchSize` entries of the posts table (in `(circle, seq)` order, from
     /// where the last batch stopped) that the index lacks, in one write transaction: a commit
     /// waits for it at most that long, and one that changed a post first indexed it already.
+    /// A post indexed before every post's substrings were (schema step 12: its `search_docs`
+    /// row says `trigrams = 0`) gets its substrings.
     ///
     /// - Parameter batchSize: Entries looked at per transaction (posts and changes).
     /// - Returns: The progress after the batch.
@@ -33,27 +35,37 @@ extension SQLiteStore {
                 if state.column("done")?.integer == 1 { return SearchBackfillProgress(indexed: indexed, done: true) }
                 let rows = try await connection.query(
                     """
-                    SELECT p.circle, p.seq, CAST(p.text AS BLOB) AS bytes, p.change IS NULL AND p.deleted = 0 AND p.text IS NOT NULL AND p.text <> '' AS searchable,
-                        p.search_id IS NOT NULL AS present
-                    FROM posts AS p WHERE (p.circle, p.seq) > (?1, ?2) ORDER BY p.circle, p.seq LIMIT ?3
+                    SELECT p.circle, p.seq, p.change IS NULL AND p.deleted = 0 AND p.text IS NOT NULL AND p.text <> '' AS searchable,
+                        p.search_id AS id, coalesce(d.trigrams, 0) AS trigrams
+                    FROM posts AS p LEFT JOIN search_docs AS d ON d.id = p.search_id
+                    WHERE (p.circle, p.seq) > (?1, ?2) ORDER BY p.circle, p.seq LIMIT ?3
                     """,
                     [.text(state.column("circle")?.string ?? ""), .integer(state.column("seq")?.integer ?? 0), .integer(SQLiteInt64(max(1, batchSize)))]
                 )
-                for row in rows where row.column("searchable")?.integer == 1 && row.column("present")?.integer == 0 {
+                for row in rows where row.column("searchable")?.integer == 1 && row.column("trigrams")?.integer == 0 {
                     // The text goes from `posts` to the index inside SQLite: the very bytes the post
                     // writer reads back to remove it (sqlite-nio's text would stop at a NUL).
-                    guard let circle = row.column("circle")?.string, let seq = row.column("seq")?.integer, let bytes = row.column("bytes")?.blob else { continue }
-                    let trigrams = CommitPlan.needsTrigrams(String(buffer: bytes))
-                    guard
-                        let id = try await connection.query(
-                            "INSERT INTO search_docs (circle, seq, trigrams) VALUES (?1, ?2, ?3) RETURNING id",
-                            [.text(circle), .integer(seq), .integer(trigrams ? 1 : 0)]
-                        ).first?.column("id")?.integer
-                    else { continue }
-                    _ = try await connection.query(
-                        "UPDATE posts SET search_id = ?3 WHERE circle = ?1 AND seq = ?2", [.text(circle), .integer(seq), .integer(id)]
-                    )
-                    for table in trigrams ? ["search_words", "search_trigrams"] : ["search_words"] {
+                    guard let circle = row.column("circle")?.string, let seq = row.column("seq")?.integer else { continue }
+                    let tables: [String]
+                    let id: Int
+                    if let indexed = row.column("id")?.integer {
+                        // In the word index already, not in the trigram index.
+                        id = indexed
+                        tables = ["search_trigrams"]
+                        _ = try await connection.query("UPDATE search_docs SET trigrams = 1 WHERE id = ?1", [.integer(id)])
+                    } else {
+                        guard
+                            let added = try await connection.query(
+                                "INSERT INTO search_docs (circle, seq, trigrams) VALUES (?1, ?2, 1) RETURNING id", [.text(circle), .integer(seq)]
+                            ).first?.column("id")?.integer
+                        else { continue }
+                        id = added
+                        tables = ["search_words", "search_trigrams"]
+                        _ = try await connection.query(
+                            "UPDATE posts SET search_id = ?3 WHERE circle = ?1 AND seq = ?2", [.text(circle), .integer(seq), .integer(id)]
+                        )
+                    }
+                    for table in tables {
                         _ = try await connection.query(
                             "INSERT INTO \(table) (rowid, text) SELECT ?1, text FROM posts WHERE circle = ?2 AND seq = ?3",
                             [.integer(id), .text(circle), .integer(seq)]
