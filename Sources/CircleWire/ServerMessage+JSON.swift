@@ -198,6 +198,7 @@ extension CircleSummary {
         out.field("notify", self.notify.rawValue)
         out.field("owner", self.owner)
         out.field("private", self.private)
+        out.field("readOnly", self.readOnly)
         out.field("readSeq", self.readSeq)
         out.field("unread", self.unread)
         out.close()

@@ -199,6 +199,9 @@ public struct CircleSummary: Sendable, Hashable, Codable {
     /// The user's notification level here (their choice, or the default: `all` for a direct
     /// message, `mentions` for a circle).
     public var notify: NotificationLevel
+    /// Members may not post here: only its owner, admins and apps (an admin's
+    /// `PUT /v1/circles/{name}/read-only`); a member's post gets `read_only`.
+    public var readOnly: Bool
 
     /// Where servers stop counting `unread`: that value means "that many or more".
     public static let unreadCountLimit: Int64 = 1000
@@ -209,7 +212,7 @@ public struct CircleSummary: Sendable, Hashable, Codable {
     }
 
     public init(name: String, owner: String, private: Bool, createdAt: Int64, lastSeq: Int64, readSeq: Int64 = 0, unread: Int64 = 0, mentions: Int64 = 0,
-        direct: [String]? = nil, notify: NotificationLevel? = nil
+        direct: [String]? = nil, notify: NotificationLevel? = nil, readOnly: Bool = false
     ) {
         self.name = name
         self.owner = owner
@@ -221,6 +224,7 @@ public struct CircleSummary: Sendable, Hashable, Codable {
         self.mentions = mentions
         self.direct = direct
         self.notify = notify ?? NotificationLevel.defaultLevel(direct: direct != nil)
+        self.readOnly = readOnly
     }
 
     public init(from decoder: any Decoder) throws {
@@ -237,6 +241,7 @@ public struct CircleSummary: Sendable, Hashable, Codable {
         // A level this client does not know yet reads as the default.
         let level = try container.decodeIfPresent(String.self, forKey: .notify).flatMap(NotificationLevel.init(rawValue:))
         self.notify = level ?? NotificationLevel.defaultLevel(direct: self.direct != nil)
+        self.readOnly = try container.decodeIfPresent(Bool.self, forKey: .readOnly) ?? false
     }
 }
 

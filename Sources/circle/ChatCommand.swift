@@ -597,6 +597,7 @@ actor ChatScreen {
         func listed(_ circle: CircleSummary) -> String {
             var name = circle.direct.map { "dm " + $0.filter { $0 != self.user }.joined(separator: ", ") + " (\(circle.name))" } ?? circle.name
             if circle.name == self.circle { name += " (here)" }
+            if circle.readOnly { name += " read-only" }
             if circle.unread > 0 { name += " \(circle.unreadText) unread" }
             if circle.mentions > 0 { name += " \(circle.mentions) @" }
             return name

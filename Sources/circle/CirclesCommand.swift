@@ -67,7 +67,9 @@ struct CirclesCommand: AsyncParsableCommand {
             discussion: """
                 Prints a line per circle: name, public or private, owner, the newest entry's number \
                 ("newest #N"; edits, deletes and reactions take numbers too), and your unread posts \
-                (by others, not deleted, after your read marker; "1000+" from 1,000 on), tab-separated.
+                (by others, not deleted, after your read marker; "1000+" from 1,000 on), tab-separated; \
+                a read-only circle (only its owner, admins and apps post there) ends its line with \
+                "read-only".
 
                 Exit status: 0 listed; 2 the server could not be reached; 4 the token was refused; 64 usage.
 
@@ -80,7 +82,10 @@ struct CirclesCommand: AsyncParsableCommand {
         func run() async throws {
             try await CirclesCommand.call("list", self.client, refusal: { "the server did not list the circles: \($0)" }) { api in
                 for circle in try await api.circles() {
-                    Console.line("\(circle.name)\t\(circle.private ? "private" : "public")\towner \(circle.owner)\tnewest #\(circle.lastSeq)\t\(circle.unreadText) unread")
+                    Console.line(
+                        "\(circle.name)\t\(circle.private ? "private" : "public")\towner \(circle.owner)\tnewest #\(circle.lastSeq)\t\(circle.unreadText) unread"
+                            + (circle.readOnly ? "\tread-only" : "")
+                    )
                 }
             }
         }

@@ -48,6 +48,9 @@ struct ModerationLiveTests {
             #expect(try await server.http("PUT", HTTPAPI.Path.readOnly("news"), token: admin, json: #"{"readOnly":"yes"}"#).status == 400)
             let set = try await server.http("PUT", HTTPAPI.Path.readOnly("news"), token: admin, json: #"{"readOnly":true}"#)
             #expect(set.status == 200 && set.body.contains(#""readOnly":true"#), "\(set)")
+            // Members see it in the circle list (and the page and `circle` show it from there).
+            #expect(try await server.http("GET", HTTPAPI.Path.circle("news"), token: boToken).body.contains(#""readOnly":true"#))
+            #expect(try await server.http("GET", HTTPAPI.Path.circles, token: boToken).body.contains(#""name":"news","notify":"mentions","owner":"alice","private":false,"readOnly":true"#))
 
             let afterID = bo.nextID()
             try await bo.send(.post("after", to: "news", id: afterID))
@@ -78,6 +81,7 @@ struct ModerationLiveTests {
 
             let off = try await server.http("PUT", HTTPAPI.Path.readOnly("news"), token: try await server.token("alice"), json: #"{"readOnly":false}"#)
             #expect(off.status == 200 && off.body.contains(#""readOnly":false"#), "the owner opens it: \(off)")
+            #expect(try await server.http("GET", HTTPAPI.Path.circle("news"), token: boToken).body.contains(#""readOnly":false"#))
             let again = try await bo.request { .post("open again", to: "news", id: $0) }
             #expect(again.ackSeq != nil, "\(again)")
             await bo.close()

@@ -362,3 +362,34 @@ def test_a_page_older_than_the_stream_does_not_take_a_change_back(server, new_pa
     assert post_text(bob, first["seq"]) == "version two (edited)"
     alice.close()
     assert not console_errors(bob), console_errors(bob)
+
+
+def test_a_read_only_circle_offers_its_members_no_composer(server, new_page):
+    # The owner makes "news" read-only: members see why they cannot post; the owner still can.
+    server.create_circle("news", "alice")
+    status, _, body = server.http("PUT", "/v1/circles/news/read-only", "alice", {"readOnly": True})
+    assert status == 200 and body["readOnly"] is True, body
+    alice, bob = new_page(), new_page()
+    sign_in(alice, server.port, "alice")
+    sign_in(bob, server.port, "bob")
+    open_circle(bob, "news")
+    box = bob.find_element(By.ID, "text")
+    wait_until(lambda: not box.is_enabled(), what="bob's composer disabled")
+    assert "read-only" in box.get_attribute("placeholder"), box.get_attribute("placeholder")
+    assert not bob.find_element(By.ID, "sendbtn").is_enabled() and not bob.find_element(By.ID, "attach").is_enabled()
+    _, _, listed = server.http("GET", "/v1/circles/news", "bob")
+    assert listed["readOnly"] is True, listed
+
+    open_circle(alice, "news")
+    post(alice, "only the owner writes here")
+    wait_until(lambda: len(bob.find_elements(By.CSS_SELECTOR, '#list .post[data-seq="1"]')) == 1, what="alice's post at bob")
+
+    # Opened again: bob's page learns it with the circle list and offers the composer again.
+    status, _, body = server.http("PUT", "/v1/circles/news/read-only", "alice", {"readOnly": False})
+    assert status == 200 and body["readOnly"] is False, body
+    bob.execute_script("refreshCircles()")
+    wait_until(lambda: box.is_enabled(), what="bob's composer enabled again")
+    assert box.get_attribute("placeholder") == "Message #news"
+    post(bob, "thanks")
+    wait_until(lambda: len(alice.find_elements(By.CSS_SELECTOR, '#list .post[data-seq="2"]')) == 1, what="bob's post at alice")
+    assert console_errors(alice) == [] and console_errors(bob) == []

@@ -24,10 +24,13 @@ public struct CircleInfo: Sendable, Hashable, Codable {
     /// Filled by ``CircleStore/circles(visibleTo:)``: the level the user chose here; `nil` for
     /// the default (``NotificationLevel/defaultLevel(direct:)``).
     public var notify: NotificationLevel?
+    /// Filled by ``CircleStore/circles(visibleTo:)``: members may not post (only its owner,
+    /// admins and apps; `PUT /v1/circles/{name}/read-only`).
+    public var readOnly: Bool
 
     public init(
         name: String, owner: String, isPrivate: Bool, createdAt: Int64, lastSeq: Int64, readSeq: Int64 = 0, unread: Int64 = 0, mentions: Int64 = 0,
-        direct: [String]? = nil, notify: NotificationLevel? = nil
+        direct: [String]? = nil, notify: NotificationLevel? = nil, readOnly: Bool = false
     ) {
         self.name = name
         self.owner = owner
@@ -39,6 +42,7 @@ public struct CircleInfo: Sendable, Hashable, Codable {
         self.mentions = mentions
         self.direct = direct
         self.notify = notify
+        self.readOnly = readOnly
     }
 
     /// The wire form (`GET /v1/circles`, the `circles` reply).
@@ -53,7 +57,8 @@ public struct CircleInfo: Sendable, Hashable, Codable {
             unread: self.unread,
             mentions: self.mentions,
             direct: self.direct,
-            notify: self.notify
+            notify: self.notify,
+            readOnly: self.readOnly
         )
     }
 }

@@ -234,7 +234,8 @@ public final class PostgresStore: CircleStore {
                      LIMIT \(StoreLimits.unreadCountLimit)) AS u),
                     (SELECT count(*) FROM (SELECT 1 FROM mentions mm JOIN posts mp ON mp.circle = mm.circle AND mp.seq = mm.post
                      WHERE mm.user_name = \(user) AND mm.circle = c.name AND mm.seq > COALESCE(m.seq, 0) AND NOT mp.deleted
-                     LIMIT \(StoreLimits.unreadCountLimit)) AS mn)
+                     LIMIT \(StoreLimits.unreadCountLimit)) AS mn),
+                    EXISTS (SELECT 1 FROM read_only_circles r WHERE r.circle = c.name)
                 FROM circles c LEFT JOIN read_markers m ON m.circle = c.name AND m.user_name = \(user)
                     LEFT JOIN notification_levels n ON n.circle = c.name AND n.user_name = \(user)
                 WHERE (\(name)::text IS NULL OR c.name = \(name))
@@ -244,11 +245,11 @@ public final class PostgresStore: CircleStore {
                 logger: self.logger
             )
             var circles: [CircleInfo] = []
-            for try await row in rows.decode((String, String, Bool, Int64, Int64, Int64, String?, String?, Int64, Int64).self) {
+            for try await row in rows.decode((String, String, Bool, Int64, Int64, Int64, String?, String?, Int64, Int64, Bool).self) {
                 circles.append(
                     CircleInfo(
                         name: row.0, owner: row.1, isPrivate: row.2, createdAt: row.3, lastSeq: row.4, readSeq: row.5, unread: row.8, mentions: row.9,
-                        direct: DirectMessageKey.members(fromColumn: row.6), notify: row.7.flatMap(NotificationLevel.init(rawValue:))
+                        direct: DirectMessageKey.members(fromColumn: row.6), notify: row.7.flatMap(NotificationLevel.init(rawValue:)), readOnly: row.10
                     )
                 )
             }

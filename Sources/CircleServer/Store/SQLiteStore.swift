@@ -213,7 +213,8 @@ public final class SQLiteStore: CircleStore {
                     (SELECT count(*) FROM (SELECT 1 FROM mentions mm JOIN posts mp ON mp.circle = mm.circle AND mp.seq = mm.post
                      WHERE mm.user = ?1 AND mm.circle = c.name AND mm.seq > ifnull(m.seq, 0) AND mp.deleted = 0
                      LIMIT ?3)
-                    ) AS mentions
+                    ) AS mentions,
+                    EXISTS (SELECT 1 FROM read_only_circles r WHERE r.circle = c.name) AS read_only
                 FROM circles c LEFT JOIN read_markers m ON m.circle = c.name AND m.user = ?1
                     LEFT JOIN notification_levels n ON n.circle = c.name AND n.user = ?1
                 WHERE (?2 IS NULL OR c.name = ?2)
@@ -606,7 +607,8 @@ public final class SQLiteStore: CircleStore {
             unread: row.column("unread") == nil ? 0 : try Self.integer(row, "unread"),
             mentions: row.column("mentions") == nil ? 0 : try Self.integer(row, "mentions"),
             direct: DirectMessageKey.members(fromColumn: row.column("direct")?.string),
-            notify: row.column("notify")?.string.flatMap(NotificationLevel.init(rawValue:))
+            notify: row.column("notify")?.string.flatMap(NotificationLevel.init(rawValue:)),
+            readOnly: row.column("read_only")?.integer.map { $0 != 0 } ?? false
         )
     }
 

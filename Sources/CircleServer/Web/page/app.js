@@ -1219,6 +1219,7 @@ function renderCircles() {
   const info = S.current && S.circles.find((c) => c.name === S.current);
   $("notifyrow").classList.toggle("hidden", !info);
   if (info) $("notify").value = info.notify || (info.direct ? "all" : "mentions");
+  updateSend();
 }
 
 /// How a circle is named: "#name", or a direct message's other members ("bob, carol").
@@ -1550,8 +1551,8 @@ async function openCircle(name) {
   $("welcome").classList.add("hidden");
   $("main").classList.remove("no-circle");
   for (const id of ["text", "attach", "photo"]) $(id).disabled = false;
-  updateSend();
   $("text").placeholder = `Message ${circleTitle(name)}`;
+  updateSend();
   const d = circleData(name);
   if (S.replyTo && S.replyTo.circle !== name) setReply(null);
   if (S.staged && S.staged.circle !== name) unstagePhoto({ keepFocus: true }); else showStaged();
@@ -2173,9 +2174,23 @@ function autosize() {
   composer.style.height = Math.min(composer.scrollHeight, 180) + "px";
 }
 
-/// The Post button is live only when there is something to post: text, or a chosen photo.
+/// Whether the signed-in person may post in the open circle: not in a read-only one unless
+/// they own it or are an admin (the server's rule; its `readOnly` in GET /v1/circles).
+function mayPostHere() {
+  const info = S.current && S.circles.find((c) => c.name === S.current);
+  return !info || !info.readOnly || info.owner === S.user || (S.profile !== null && S.profile.role === "admin");
+}
+
+/// The Post button is live only when there is something to post: text, or a chosen photo. In a
+/// read-only circle the composer says so and takes nothing.
 function updateSend() {
-  $("sendbtn").disabled = !S.current || (!composer.value.trim() && !stagedHere());
+  const box = $("text");  // not `composer`: this runs for the circle list too, which may come first
+  const blocked = Boolean(S.current) && !mayPostHere();
+  for (const id of ["text", "attach", "photo"]) $(id).disabled = !S.current || blocked;
+  box.classList.toggle("read-only", blocked);
+  if (blocked) box.placeholder = `${circleTitle(S.current)} is read-only: only its owner and admins post here`;
+  else if (S.current && box.placeholder.endsWith("post here")) box.placeholder = `Message ${circleTitle(S.current)}`;
+  $("sendbtn").disabled = !S.current || blocked || (!box.value.trim() && !stagedHere());
 }
 
 composer.addEventListener("input", () => {
