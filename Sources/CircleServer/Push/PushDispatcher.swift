@@ -194,6 +194,7 @@ final class PushDispatcher: Sendable {
             do {
                 claimed = try await self.store.claimPushes(node: self.node, now: Identity.now, lease: self.lease, limit: self.settings.maxInFlight)
             } catch {
+                if Task.isCancelled { break }  // shutting down: not worth a warning
                 self.logger.warning("could not claim pushes", metadata: ["error": "\(error)"])
                 claimed = []
             }
