@@ -59,27 +59,62 @@ extension StoreContractTests {
             }
             try await self.withStore(at: location) { store in
                 #expect(try await store.queuedPushes() == 2)
-                let claimed = try await store.claimPushes(node: "n1", now: 1000, lease: 10_000, limit: 10)
+                // Times after the commit (the pushes are due from then).
+                let t = Identity.now + 1000
+                let claimed = try await store.claimPushes(node: "n1", now: t, lease: 10_000, limit: 10)
                 #expect(claimed.map(\.subscription.endpoint).sorted() == ["https://push.example.net/b1", "https://push.example.net/b2"])
                 #expect(claimed.allSatisfy { $0.circle == "den" && $0.seq == 1 && $0.kind == .mention && $0.subscription.user == "bob" })
                 // Leased: another node gets nothing until the lease ends.
-                #expect(try await store.claimPushes(node: "n2", now: 2000, lease: 10_000, limit: 10).isEmpty)
+                #expect(try await store.claimPushes(node: "n2", now: t + 1000, lease: 10_000, limit: 10).isEmpty)
                 let b1 = try #require(claimed.first { $0.subscription.endpoint.hasSuffix("b1") })
                 let b2 = try #require(claimed.first { $0.subscription.endpoint.hasSuffix("b2") })
-                try await store.finishPushes([(b1, .retry(at: 5000)), (b2, .gone)], node: "n1")
+                try await store.finishPushes([(b1, .retry(at: t + 5000)), (b2, .gone)], node: "n1")
                 #expect(try await store.pushSubscriptions(of: "bob").map(\.endpoint) == ["https://push.example.net/b1"])
-                #expect(try await store.claimPushes(node: "n2", now: 4999, lease: 10_000, limit: 10).isEmpty)
-                let retried = try await store.claimPushes(node: "n2", now: 5000, lease: 10_000, limit: 10)
+                #expect(try await store.claimPushes(node: "n2", now: t + 4999, lease: 10_000, limit: 10).isEmpty)
+                let retried = try await store.claimPushes(node: "n2", now: t + 5000, lease: 10_000, limit: 10)
                 #expect(retried.map(\.attempts) == [1])
                 // n1 no longer holds it: its record is ignored.
                 try await store.finishPushes([(b1, .delivered)], node: "n1")
                 #expect(try await store.queuedPushes() == 1)
                 // The lease ends unrecorded (n2 died): another node takes it.
-                let taken = try await store.claimPushes(node: "n3", now: 5000 + 10_001, lease: 10_000, limit: 10)
+                let taken = try await store.claimPushes(node: "n3", now: t + 5000 + 10_001, lease: 10_000, limit: 10)
                 #expect(taken.map(\.id) == retried.map(\.id))
                 try await store.finishPushes(taken.map { ($0, PushResult.delivered) }, node: "n3")
                 #expect(try await store.queuedPushes() == 0)
             }
+        }
+    }
+
+    /// Two nodes claiming at once (two dispatchers on one PostgreSQL; SQLite's claims take
+    /// turns) never lease the same push: every push is claimed once.
+    @Test(arguments: StoreKind.allCases) func concurrentClaimsTakeEachPushOnce(_ kind: StoreKind) async throws {
+        try await self.withStore(kind) { store in
+            _ = try await store.createCircle(name: "den", owner: "alice", isPrivate: true, createdAt: 1)
+            try await store.addMember("bob", to: "den")
+            try await store.putPushSubscription(self.pushSubscription("bob", "b1"), maxPerUser: 10)
+            for index in 1...30 {
+                _ = try await self.commit(store, self.newPost("den", id: "p\(index)", text: "@bob \(index)"))
+            }
+            #expect(try await store.queuedPushes() == 30)
+            let now = Identity.now + 1000
+            let claims = try await withThrowingTaskGroup(of: [Int64].self) { group in
+                for node in ["n1", "n2", "n3"] {
+                    group.addTask {
+                        var ids: [Int64] = []
+                        while true {
+                            let claimed = try await store.claimPushes(node: node, now: now, lease: 60_000, limit: 4)
+                            if claimed.isEmpty { return ids }
+                            ids += claimed.map(\.id)
+                        }
+                    }
+                }
+                var all: [[Int64]] = []
+                for try await ids in group { all.append(ids) }
+                return all
+            }
+            let ids = claims.flatMap { $0 }
+            #expect(ids.count == 30)
+            #expect(Set(ids).count == 30)
         }
     }
 
