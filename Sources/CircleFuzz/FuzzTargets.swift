@@ -51,6 +51,12 @@ enum FuzzTarget: String, CaseIterable {
     /// from a `2xx`; a replacement non-empty within the limit with no control characters but
     /// tab and newline; a reason within ``PublishHook/maxReasonBytes`` with no control characters.
     case publishHookReply = "publish-hook-reply"
+    /// A browser's push subscription as the subscribe route takes it
+    /// (``PushSubscription/parse(_:user:policy:now:)``): the first byte picks the policy, the rest
+    /// is the body. A subscription must keep its promises: an endpoint within the limit with a
+    /// scheme the policy allows, a 65-byte uncompressed key, a 16-byte auth secret, and the same
+    /// subscription when its JSON is parsed again.
+    case pushSubscription = "push-subscription"
 
     func run(_ bytes: [UInt8]) {
         switch self {
@@ -75,6 +81,8 @@ enum FuzzTarget: String, CaseIterable {
             Self.searchQuery(bytes)
         case .publishHookReply:
             Self.publishHookReply(bytes)
+        case .pushSubscription:
+            Self.pushSubscription(bytes)
         }
     }
 
@@ -97,6 +105,28 @@ enum FuzzTarget: String, CaseIterable {
         let filters = query.authors.count + query.circles.count + (query.before == nil ? 0 : 1) + (query.after == nil ? 0 : 1)
         precondition(terms.count + filters <= SearchQuery.Limits.maxTerms, "more terms than the limit")
         precondition(text.utf8.count <= SearchQuery.Limits.maxBytes, "a query over the byte limit parsed")
+    }
+
+    private static func pushSubscription(_ bytes: [UInt8]) {
+        guard let first = bytes.first else { return }
+        let policy = PushSubscription.Policy(allowsHTTP: first & 1 != 0, allowsPrivate: first & 2 != 0)
+        guard case .success(let parsed) = PushSubscription.parse(Array(bytes.dropFirst()), user: "u", policy: policy, now: 1) else { return }
+        precondition(parsed.endpoint.utf8.count <= PushSubscription.maximumEndpointBytes, "an endpoint over the limit")
+        let scheme = parsed.endpoint.prefix(8).lowercased()
+        precondition(scheme.hasPrefix("https://") || (policy.allowsHTTP && scheme.hasPrefix("http://")), "an endpoint with a scheme the policy refuses")
+        func decoded(_ text: String) -> [UInt8]? {
+            var standard = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+            standard += String(repeating: "=", count: (4 - standard.utf8.count % 4) % 4)
+            return Data(base64Encoded: standard).map(Array.init)
+        }
+        precondition(decoded(parsed.p256dh)?.count == 65 && decoded(parsed.p256dh)?.first == 4, "a key that is not an uncompressed point")
+        precondition(decoded(parsed.auth)?.count == 16, "an auth secret that is not 16 bytes")
+        let again = #"{"endpoint":"# + String(decoding: (try? JSONEncoder().encode(parsed.endpoint)) ?? Data(), as: UTF8.self)
+            + #","keys":{"p256dh":""# + parsed.p256dh + #"","auth":""# + parsed.auth + #""}}"#
+        guard case .success(let reparsed) = PushSubscription.parse(Array(again.utf8), user: "u", policy: policy, now: 1) else {
+            preconditionFailure("a parsed subscription that does not parse again")
+        }
+        precondition(reparsed == parsed, "a subscription that changes when parsed again")
     }
 
     private static func webhookReply(_ bytes: [UInt8]) {

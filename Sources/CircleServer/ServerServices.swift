@@ -14,6 +14,8 @@ final class ServerServices: Sendable {
     var authority: TokenAuthority { self.verifier.authority }
     let identity: Identity
     let webhooks: WebhookDispatcher
+    /// Sends the push outbox (``PushDispatcher``).
+    let push: PushDispatcher
     /// Circles' publish hooks, asked before their posts are committed.
     let publishHooks: PublishHookGate
     let logger: Logger
@@ -75,7 +77,21 @@ final class ServerServices: Sendable {
             refreshInterval: configuration.webhooks.pollInterval
         )
         self.publishHooks = hooks
-        let committer = PostCommitter(store: store, hub: self.hub, metrics: metrics, logger: logger, hooks: hooks, committed: { webhooks.wake() })
+        let push = PushDispatcher(
+            store: store,
+            settings: configuration.push,
+            allowPrivateOutbound: configuration.allowPrivateOutbound,
+            node: self.hub.link.node,
+            logger: logger
+        )
+        self.push = push
+        let committer = PostCommitter(
+            store: store, hub: self.hub, metrics: metrics, logger: logger, hooks: hooks,
+            committed: {
+                webhooks.wake()
+                push.wake()
+            }
+        )
         self.committer = committer
         committerBox.withLockedValue { $0 = committer }
         // Another node ended all of a user's connections: the account may be disabled now.

@@ -62,6 +62,8 @@ struct ServeCommand: AsyncParsableCommand {
 
     @OptionGroup(title: "Webhooks") var webhooks: WebhookOptions
 
+    @OptionGroup(title: "Push notifications") var push: PushOptions
+
     @Option(name: .long, help: ArgumentHelp("TLS certificate chain (PEM); serves wss:// and https://. Env: CIRCLE_TLS_CERT.", valueName: "file"))
     var tlsCert: String?
 
@@ -292,6 +294,7 @@ struct ServeCommand: AsyncParsableCommand {
         )
         try self.issuers.apply(to: &configuration)
         try self.webhooks.apply(to: &configuration.webhooks)
+        try self.push.apply(to: &configuration.push)
         guard let postgresURL = self.postgres ?? ProcessInfo.processInfo.environment["CIRCLE_POSTGRES_URL"] else {
             try await self.serve(configuration: configuration, store: nil, logger: logger)
             return

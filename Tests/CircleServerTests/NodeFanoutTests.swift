@@ -284,6 +284,22 @@ final class MutedStore: SharedCircleStore {
     }
 
     func migrate() async throws { try await self.base.migrate() }
+    func serverKey(_ name: String, candidate: String) async throws -> String { try await self.base.serverKey(name, candidate: candidate) }
+    func putPushSubscription(_ subscription: PushSubscription, maxPerUser: Int) async throws {
+        try await self.base.putPushSubscription(subscription, maxPerUser: maxPerUser)
+    }
+    func pushSubscriptions(of user: String) async throws -> [PushSubscription] { try await self.base.pushSubscriptions(of: user) }
+    func deletePushSubscription(endpoint: String, of user: String) async throws -> Bool {
+        try await self.base.deletePushSubscription(endpoint: endpoint, of: user)
+    }
+    func deletePushSubscriptions(user: String) async throws -> Int { try await self.base.deletePushSubscriptions(user: user) }
+    func claimPushes(node: String, now: Int64, lease: Int64, limit: Int) async throws -> [PendingPush] {
+        try await self.base.claimPushes(node: node, now: now, lease: lease, limit: limit)
+    }
+    func finishPushes(_ results: [(push: PendingPush, result: PushResult)], node: String) async throws {
+        try await self.base.finishPushes(results, node: node)
+    }
+    func queuedPushes() async throws -> Int { try await self.base.queuedPushes() }
     func createCircle(name: String, owner: String, isPrivate: Bool, createdAt: Int64) async throws -> CircleInfo {
         try await self.base.createCircle(name: name, owner: owner, isPrivate: isPrivate, createdAt: createdAt)
     }

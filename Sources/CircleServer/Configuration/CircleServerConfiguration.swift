@@ -68,6 +68,9 @@ public struct CircleServerConfiguration: Sendable {
     public var allowPrivateOutbound: Bool
     /// How webhook deliveries are sent (docs/API.md, "Webhooks").
     public var webhooks: WebhookSettings
+    /// How Web Push notifications are sent (docs/OPERATIONS.md, "Push notifications"); off
+    /// until ``PushSettings/contact`` is set.
+    public var push: PushSettings = .init()
     /// TLS certificate chain and key; `nil` serves plain HTTP and `ws://`.
     public var tls: TLSConfiguration?
     /// Limits that keep one client from hurting the others.

@@ -68,6 +68,7 @@ struct CircleRoutes: Sendable {
         PublishHookRoutes(services: services).add(authenticated: keyed)
         ModerationRoutes(services: services).add(authenticated: keyed)
         APIKeyRoutes(services: services).add(authenticated: keyed)
+        PushRoutes(services: services).add(authenticated: authenticated)
         MessageRoutes(services: services).add(authenticated: keyed)
         self.addCircles(to: keyed)
         SearchRoutes(search: SearchAnswer(store: services.store)).add(authenticated: keyed)

@@ -62,6 +62,8 @@ struct IdentityRoutes: Sendable {
             // Pages and devices; personal access tokens stay (they are listed and revoked one by one).
             try await self.endSessions(of: user.name, id: nil, kind: .page)
             try await self.endSessions(of: user.name, id: nil, kind: .device)
+            // Their devices' push subscriptions too: a device signed out gets no more previews.
+            try await self.store.deletePushSubscriptions(user: user.name)
             self.services.hub.endConnections(of: user.name, session: nil)
             return Response(status: .noContent, headers: [.setCookie: self.identity.clearCookie])
         }

@@ -136,6 +136,8 @@ struct CommitPlan: Sendable {
         var lastSeq: Int64
         var owner: String
         var isPrivate: Bool
+        /// A direct message's members (``DirectMessageKey``); `nil` for a circle.
+        var direct: [String]? = nil
     }
 
     /// What the store read before planning.
@@ -159,6 +161,9 @@ struct CommitPlan: Sendable {
         /// For each circle ``mentionsToRead(_:known:)`` names for `@everyone`: its members, by name,
         /// at most ``StoreLimits/maxEveryoneMentions``.
         var everyone: [BinaryText: [String]] = [:]
+        /// Of the people ``pushCandidates()`` names, those with a push subscription, with the
+        /// level they chose in that circle and their endpoints (``pushWrites(subscribers:)``).
+        var pushSubscribers: [MemberKey: PushTarget] = [:]
 
         init() {}
     }
@@ -187,6 +192,8 @@ struct CommitPlan: Sendable {
     private(set) var mentionWrites: [MentionWrite] = []
     /// The new `last_seq` of each circle that got entries, in order of first touch.
     private(set) var newLastSeqs: [(circle: String, lastSeq: Int64)] = []
+    /// The members of the batch's circles that are direct messages (for ``pushCandidates()``).
+    private(set) var directMembers: [BinaryText: [String]] = [:]
 
     // MARK: Reading
 
@@ -585,6 +592,7 @@ struct CommitPlan: Sendable {
         self.postUpdates = updated.map(current)
         self.deletedPosts = updated.filter(deletedSet.contains) + inserted.filter(deletedSet.contains)
         self.mentionWrites = mentionWrites
+        self.directMembers = known.circles.compactMapValues(\.direct)
         self.reactionWrites = reactionOrder.map { reaction in
             let stored = reactionFinal[reaction] ?? nil
             return (reaction, stored?.seq, stored?.firstSeq)

@@ -380,6 +380,42 @@ extension PostgresStore {
             )
             """,
         ],
+        // Push notifications (as SQLite's step of that summary).
+        [
+            """
+            CREATE TABLE push_subscriptions (
+                endpoint text COLLATE "C" PRIMARY KEY,
+                user_name text COLLATE "C" NOT NULL,
+                p256dh text NOT NULL,
+                auth text NOT NULL,
+                created_at bigint NOT NULL
+            )
+            """,
+            "CREATE INDEX push_subscriptions_by_user ON push_subscriptions (user_name, created_at)",
+            """
+            CREATE TABLE pushes (
+                id bigserial PRIMARY KEY,
+                endpoint text COLLATE "C" NOT NULL,
+                user_name text COLLATE "C" NOT NULL,
+                circle text COLLATE "C" NOT NULL,
+                seq bigint NOT NULL,
+                kind text NOT NULL,
+                created_at bigint NOT NULL,
+                next_attempt_at bigint NOT NULL,
+                attempts integer NOT NULL DEFAULT 0,
+                lease_node text,
+                lease_until bigint
+            )
+            """,
+            "CREATE INDEX pushes_due ON pushes (next_attempt_at)",
+            "CREATE INDEX pushes_by_endpoint ON pushes (endpoint)",
+            """
+            CREATE TABLE server_keys (
+                name text COLLATE "C" PRIMARY KEY,
+                value text NOT NULL
+            )
+            """,
+        ],
     ]
 
     /// The schema version this build writes and understands.

@@ -14,8 +14,8 @@ import PostgresNIO
 extension PostgresStore {
     /// Locks the circles a batch names, in name order (a fixed order: no deadlocks).
     struct LockCircles: PostgresPreparedStatement {
-        static let sql = "SELECT name, last_seq, owner, private FROM circles WHERE name = ANY($1) ORDER BY name FOR UPDATE"
-        typealias Row = (String, Int64, String, Bool)
+        static let sql = "SELECT name, last_seq, owner, private, direct FROM circles WHERE name = ANY($1) ORDER BY name FOR UPDATE"
+        typealias Row = (String, Int64, String, Bool, String?)
 
         var names: [String]
 

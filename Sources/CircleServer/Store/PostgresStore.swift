@@ -410,8 +410,8 @@ public final class PostgresStore: CircleStore {
     static func commit(_ posts: [NewPost], on connection: PostgresConnection, logger: Logger) async throws -> [PostOutcome] {
         // 1. Lock the circles the batch names, in name order (a fixed order: no deadlocks).
         var known = CommitPlan.Known()
-        for try await (name, lastSeq, owner, isPrivate) in try await connection.execute(LockCircles(names: CommitPlan.circleNames(posts)), logger: logger) {
-            known.circles[BinaryText(name)] = CommitPlan.Circle(lastSeq: lastSeq, owner: owner, isPrivate: isPrivate)
+        for try await (name, lastSeq, owner, isPrivate, direct) in try await connection.execute(LockCircles(names: CommitPlan.circleNames(posts)), logger: logger) {
+            known.circles[BinaryText(name)] = CommitPlan.Circle(lastSeq: lastSeq, owner: owner, isPrivate: isPrivate, direct: DirectMessageKey.members(fromColumn: direct))
         }
 
         // 2. The batch's keys that are stored already (by any node), now that no one else can add
@@ -605,6 +605,40 @@ public final class PostgresStore: CircleStore {
             let deliveries = plan.webhookDeliveries(webhooks, now: Int64(Date().timeIntervalSince1970 * 1000))
             if !deliveries.isEmpty {
                 try await connection.run(InsertDeliveries(deliveries: deliveries), logger: logger)
+            }
+        }
+        // … and pushes (CommitPlan+Push): who of the candidates has a subscription, at what level.
+        let candidates = plan.pushCandidates()
+        if !candidates.isEmpty {
+            var subscribers: [MemberKey: CommitPlan.PushTarget] = [:]
+            let rows = try await connection.query(
+                """
+                SELECT c.circle, s.user_name, s.endpoint, n.level
+                FROM unnest(\(candidates.map(\.circle))::text[], \(candidates.map(\.user))::text[]) AS c(circle, user_name)
+                JOIN push_subscriptions s ON s.user_name = c.user_name
+                LEFT JOIN notification_levels n ON n.circle = c.circle AND n.user_name = c.user_name
+                """,
+                logger: logger
+            )
+            for try await (circle, user, endpoint, level) in rows.decode((String, String, String, String?).self) {
+                let key = MemberKey(circle: circle, user: user)
+                var target = subscribers[key] ?? CommitPlan.PushTarget(level: nil, endpoints: [])
+                target.endpoints.append(endpoint)
+                target.level = level.flatMap(NotificationLevel.init(rawValue:))
+                subscribers[key] = target
+            }
+            let pushes = plan.pushWrites(subscribers: subscribers)
+            if !pushes.isEmpty {
+                let now = Int64(Date().timeIntervalSince1970 * 1000)
+                try await connection.query(
+                    """
+                    INSERT INTO pushes (endpoint, user_name, circle, seq, kind, created_at, next_attempt_at)
+                    SELECT e, u, c, s, k, \(now), \(now)
+                    FROM unnest(\(pushes.map(\.endpoint))::text[], \(pushes.map(\.user))::text[], \(pushes.map(\.circle))::text[],
+                                \(pushes.map(\.seq))::int8[], \(pushes.map(\.kind.rawValue))::text[]) AS p(e, u, c, s, k)
+                    """,
+                    logger: logger
+                )
             }
         }
         return plan.outcomes

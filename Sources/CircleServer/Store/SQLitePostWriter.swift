@@ -305,6 +305,35 @@ final class SQLitePostWriter: @unchecked Sendable {
                 try self.bind(insert, 4, mention.seq)
                 try self.run(insert, "record a mention")
             }
+            // … and pushes (CommitPlan+Push): who of the candidates has a subscription, at what level.
+            let candidates = plan.pushCandidates()
+            if !candidates.isEmpty {
+                var subscribers: [MemberKey: CommitPlan.PushTarget] = [:]
+                let lookup = statements[.pushTarget]
+                for (circle, user) in candidates {
+                    defer { self.reset(lookup) }
+                    try self.bind(lookup, 1, circle)
+                    try self.bind(lookup, 2, user)
+                    var target = CommitPlan.PushTarget(level: nil, endpoints: [])
+                    while try self.step(lookup, "look up push subscriptions") {
+                        target.endpoints.append(self.columnText(lookup, 0) ?? "")
+                        target.level = self.columnText(lookup, 1).flatMap(NotificationLevel.init(rawValue:))
+                    }
+                    if !target.endpoints.isEmpty { subscribers[MemberKey(circle: circle, user: user)] = target }
+                }
+                let now = Int64(Date().timeIntervalSince1970 * 1000)
+                for push in plan.pushWrites(subscribers: subscribers) {
+                    let insert = statements[.insertPush]
+                    defer { self.reset(insert) }
+                    try self.bind(insert, 1, push.endpoint)
+                    try self.bind(insert, 2, push.user)
+                    try self.bind(insert, 3, push.circle)
+                    try self.bind(insert, 4, push.seq)
+                    try self.bind(insert, 5, push.kind.rawValue)
+                    try self.bind(insert, 6, now)
+                    try self.run(insert, "queue a push")
+                }
+            }
             for entry in plan.newLastSeqs {
                 let update = statements[.updateLastSeq]
                 defer { self.reset(update) }
@@ -500,7 +529,8 @@ final class SQLitePostWriter: @unchecked Sendable {
         return CommitPlan.Circle(
             lastSeq: sqlite_nio_sqlite3_column_int64(statement, 0),
             owner: self.columnText(statement, 1) ?? "",
-            isPrivate: sqlite_nio_sqlite3_column_int64(statement, 2) != 0
+            isPrivate: sqlite_nio_sqlite3_column_int64(statement, 2) != 0,
+            direct: DirectMessageKey.members(fromColumn: self.columnText(statement, 3))
         )
     }
 
@@ -537,6 +567,7 @@ final class SQLitePostWriter: @unchecked Sendable {
         case insert, updatePost, clearEdits, deleteReactions, deleteReaction, putReaction, updateLastSeq
         case activeWebhooks, insertDelivery
         case isAdmin, mentionable, everyone, insertMention
+        case pushTarget, insertPush
         case searchFind, searchNextID, searchAddDoc, searchRemoveDoc, searchAddWords, searchAddTrigrams, searchRemoveWords, searchRemoveTrigrams
 
         /// The columns ``SQLitePostWriter/entry(_:)`` reads, in its order.
@@ -547,7 +578,7 @@ final class SQLitePostWriter: @unchecked Sendable {
             case .begin: "BEGIN IMMEDIATE"
             case .commit: "COMMIT"
             case .rollback: "ROLLBACK"
-            case .circle: "SELECT last_seq, owner, private FROM circles WHERE name = ?1"
+            case .circle: "SELECT last_seq, owner, private, direct FROM circles WHERE name = ?1"
             case .findKey: "SELECT \(Self.entryColumns) FROM posts WHERE circle = ?1 AND author = ?2 AND client_id = ?3"
             case .findEntry: "SELECT \(Self.entryColumns) FROM posts WHERE circle = ?1 AND seq = ?2"
             case .reactionCounts: "SELECT emoji, count(*), min(first_seq) FROM reactions WHERE circle = ?1 AND post = ?2 GROUP BY emoji"
@@ -581,6 +612,10 @@ final class SQLitePostWriter: @unchecked Sendable {
                         AND (EXISTS (SELECT 1 FROM accounts WHERE name = ?2) OR EXISTS (SELECT 1 FROM posts WHERE circle = ?1 AND author = ?2)))
                 """
             case .everyone: "SELECT user FROM members WHERE circle = ?1 ORDER BY user LIMIT ?2"
+            case .pushTarget:
+                "SELECT s.endpoint, n.level FROM push_subscriptions s LEFT JOIN notification_levels n ON n.circle = ?1 AND n.user = s.user WHERE s.user = ?2"
+            case .insertPush:
+                "INSERT INTO pushes (endpoint, user, circle, seq, kind, created_at, next_attempt_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)"
             case .insertMention: "INSERT INTO mentions (circle, post, user, seq) VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING"
             case .activeWebhooks: "SELECT id, circle, events, bot FROM webhooks WHERE status = 'active'"
             case .insertDelivery:

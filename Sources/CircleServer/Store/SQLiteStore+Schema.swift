@@ -408,6 +408,48 @@ extension SQLiteStore {
                 """
             ]
         ),
+        Migration(
+            summary: "push notifications",
+            statements: [
+                // One Web Push subscription per endpoint (a device's browser); a user has a few.
+                """
+                CREATE TABLE push_subscriptions (
+                    endpoint TEXT PRIMARY KEY,
+                    user TEXT NOT NULL,
+                    p256dh TEXT NOT NULL,
+                    auth TEXT NOT NULL,
+                    created_at INTEGER NOT NULL
+                ) STRICT
+                """,
+                "CREATE INDEX push_subscriptions_by_user ON push_subscriptions (user, created_at)",
+                // The push outbox: one row per subscription per entry to tell it of, written with
+                // the entry (CommitPlan.pushWrites), leased by one node's PushDispatcher.
+                """
+                CREATE TABLE pushes (
+                    id INTEGER PRIMARY KEY AUTOINCREMENT,
+                    endpoint TEXT NOT NULL,
+                    user TEXT NOT NULL,
+                    circle TEXT NOT NULL,
+                    seq INTEGER NOT NULL,
+                    kind TEXT NOT NULL,
+                    created_at INTEGER NOT NULL,
+                    next_attempt_at INTEGER NOT NULL,
+                    attempts INTEGER NOT NULL DEFAULT 0,
+                    lease_node TEXT,
+                    lease_until INTEGER
+                ) STRICT
+                """,
+                "CREATE INDEX pushes_due ON pushes (next_attempt_at)",
+                "CREATE INDEX pushes_by_endpoint ON pushes (endpoint)",
+                // Keys the server makes once and keeps with its data (the VAPID key).
+                """
+                CREATE TABLE server_keys (
+                    name TEXT PRIMARY KEY,
+                    value TEXT NOT NULL
+                ) WITHOUT ROWID, STRICT
+                """,
+            ]
+        ),
     ]
 
     /// The schema version this build writes and understands.

@@ -1,0 +1,44 @@
+import ArgumentParser
+import CircleServer
+
+/// `circle serve`'s Web Push settings (docs/OPERATIONS.md, "Push notifications").
+struct PushOptions: ParsableArguments {
+    @Option(
+        help: ArgumentHelp(
+            "Turns Web Push on: how push services reach you, the VAPID \"sub\" (mailto:you@example.com or an https: URL).",
+            valueName: "url"
+        )
+    )
+    var pushContact: String?
+
+    @Option(help: "A push still failing this long after its entry was committed is dropped, e.g. 1h.")
+    var pushGiveUpAfter: String = "1h"
+
+    @Flag(help: "Push endpoints may be http:// (tests with a local push service only; push services use https://).")
+    var pushAllowHTTP = false
+
+    @Flag(help: "Push endpoints may be on loopback and private addresses (tests; --allow-private-outbound allows them too).")
+    var pushAllowPrivate = false
+
+    @Flag(help: "Pushes carry no text or author: only the circle, seq and kind (the page then shows \"New message\").")
+    var pushContentFree = false
+
+    func validate() throws {
+        var settings = PushSettings()
+        try self.apply(to: &settings)
+    }
+
+    func apply(to settings: inout PushSettings) throws {
+        if let contact = self.pushContact {
+            if let problem = PushSettings.contactProblem(contact) { throw ValidationError("--push-contact: \(problem)") }
+            settings.contact = contact
+        }
+        guard let giveUp = parseDuration(self.pushGiveUpAfter), giveUp >= .seconds(1) else {
+            throw ValidationError("--push-give-up-after must be a duration of at least 1s, such as 10m or 1h, not \"\(self.pushGiveUpAfter)\"")
+        }
+        settings.retry.giveUpAfter = giveUp
+        settings.allowHTTP = self.pushAllowHTTP
+        settings.allowPrivateAddresses = self.pushAllowPrivate
+        settings.contentFree = self.pushContentFree
+    }
+}

@@ -1,0 +1,126 @@
+import CircleTestSupport
+import CircleWire
+import Crypto
+import Foundation
+import NIOConcurrencyHelpers
+import Testing
+
+@testable import CircleServer
+
+/// Web Push end to end against a push service on loopback (``HookReceiver``): a mention's push
+/// arrives encrypted to the subscriber and decrypts (here with a receiver written for the test;
+/// scripts/push-test checks it with http_ece and py_vapid), a push service that hangs or fails
+/// delays only its own pushes, and the canary keeps being served.
+@Suite("Web Push, live", .serialized, .timeLimit(.minutes(3)))
+struct PushLiveTests {
+    /// The browser's half of RFC 8291: decrypts one aes128gcm message.
+    static func decrypt(_ message: [UInt8], receiver: P256.KeyAgreement.PrivateKey, auth: [UInt8]) throws -> [UInt8] {
+        let salt = Array(message[0..<16])
+        let keyLength = Int(message[20])
+        let senderKey = Array(message[21..<(21 + keyLength)])
+        let sealed = Array(message[(21 + keyLength)...])
+        let shared = try receiver.sharedSecretFromKeyAgreement(with: try P256.KeyAgreement.PublicKey(x963Representation: senderKey))
+        let info = Array("WebPush: info".utf8) + [0] + Array(receiver.publicKey.x963Representation) + senderKey
+        let ikm = shared.withUnsafeBytes { secret in
+            HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: Array(secret)), salt: auth, info: info, outputByteCount: 32)
+        }
+        let cek = ikm.withUnsafeBytes { HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: Array($0)), salt: salt, info: Array("Content-Encoding: aes128gcm".utf8) + [0], outputByteCount: 16) }
+        let nonce = ikm.withUnsafeBytes { HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: Array($0)), salt: salt, info: Array("Content-Encoding: nonce".utf8) + [0], outputByteCount: 12) }
+        let box = try AES.GCM.SealedBox(
+            nonce: try AES.GCM.Nonce(data: nonce.withUnsafeBytes { Array($0) }),
+            ciphertext: sealed.dropLast(16), tag: sealed.suffix(16)
+        )
+        var record = Array(try AES.GCM.open(box, using: cek))
+        while record.last == 0 { record.removeLast() }
+        #expect(record.last == 2, "the last record's delimiter")
+        return Array(record.dropLast())
+    }
+
+    func withPushServer(_ body: (TestServer, Canary, HookReceiver) async throws -> Void) async throws {
+        let service = HookReceiver()
+        try await service.start()
+        defer { Task { await service.stop() } }
+        try await withCanaryServer(configure: { configuration in
+            configuration.push.contact = "mailto:ops@example.com"
+            configuration.push.allowHTTP = true
+            configuration.push.allowPrivateAddresses = true
+            configuration.push.timeout = .milliseconds(500)
+            configuration.push.retry = WebhookRetryPolicy(first: .milliseconds(100), longest: .milliseconds(400), jitter: 0, giveUpAfter: .seconds(60))
+            configuration.push.pollInterval = .milliseconds(100)
+        }) { server, canary in
+            try await body(server, canary, service)
+        }
+    }
+
+    func subscribe(_ server: TestServer, _ user: String, endpoint: String) async throws -> (P256.KeyAgreement.PrivateKey, [UInt8]) {
+        let key = P256.KeyAgreement.PrivateKey()
+        let auth = (0..<16).map { _ in UInt8.random(in: 0...255) }
+        let body = #"{"endpoint":"\#(endpoint)","keys":{"p256dh":"\#(Base64URL.encode(key.publicKey.x963Representation))","auth":"\#(Base64URL.encode(auth))"}}"#
+        let answer = try await server.http("POST", HTTPAPI.Path.pushSubscriptions, token: try await server.token(user), json: body)
+        #expect(answer.status == 201, "\(answer.body)")
+        return (key, auth)
+    }
+
+    func post(_ server: TestServer, _ user: String, _ circle: String, _ text: String, id: String) async throws {
+        let answer = try await server.http("POST", HTTPAPI.Path.messages(circle), token: try await server.token(user), json: #"{"text":"\#(text)","id":"\#(id)"}"#)
+        #expect((200..<300).contains(answer.status), "\(answer.body)")
+    }
+
+    @Test("a mention's push arrives once, encrypted to the subscriber, with VAPID, TTL, Urgency and Topic")
+    func mentionArrives() async throws {
+        try await self.withPushServer { server, canary, service in
+            try await server.createCircle("den", owner: "alice", isPrivate: true)
+            let added = try await server.http("POST", HTTPAPI.Path.members("den"), token: try await server.token("alice"), json: #"{"user":"bob"}"#)
+            #expect(added.status == 201 || added.status == 200, "\(added.body)")
+            service.answer { _ in .raw(status: 201, contentType: nil, body: "") }
+            let (key, auth) = try await self.subscribe(server, "bob", endpoint: "http://127.0.0.1:\(service.port)/push/bob")
+            try await self.post(server, "alice", "den", "hi @bob", id: "m1")
+            await service.waitForCalls(1)
+            let call = try #require(service.calls.first)
+            #expect(call.headers["content-encoding"] == "aes128gcm" || call.headers["Content-Encoding"] == "aes128gcm", "\(call.headers)")
+            let authorization = call.headers.first { $0.key.lowercased() == "authorization" }?.value ?? ""
+            #expect(authorization.hasPrefix("vapid t=") && authorization.contains(",k="))
+            #expect(call.headers.contains { $0.key.lowercased() == "topic" && $0.value.count <= 32 })
+            #expect(call.headers.contains { $0.key.lowercased() == "ttl" })
+            let plaintext = try Self.decrypt(call.body, receiver: key, auth: auth)
+            let payload = try JSONDecoder().decode(PushPayload.self, from: Data(plaintext))
+            #expect(payload == PushPayload(kind: "mention", circle: "den", seq: 1, author: "alice", text: "hi @bob", direct: nil))
+            try await canary.check("after a push")
+        }
+    }
+
+    @Test("a push service that hangs, then fails, then takes the push: retried, the post path and the canary unaffected")
+    func hangingPushService() async throws {
+        try await self.withPushServer { server, canary, service in
+            try await server.createCircle("lobby", owner: "alice")
+            try await self.post(server, "bob", "lobby", "here", id: "b0")
+            let answers = ManagedCounter()
+            service.answer { _ in
+                switch answers.next() {
+                case 0: return .hang
+                case 1: return .raw(status: 503, contentType: nil, body: "")
+                default: return .raw(status: 201, contentType: nil, body: "")
+                }
+            }
+            _ = try await self.subscribe(server, "bob", endpoint: "http://127.0.0.1:\(service.port)/push/bob")
+            try await self.post(server, "alice", "lobby", "@bob ping", id: "a1")
+            // The post path does not wait for the push service.
+            for index in 0..<5 { try await self.post(server, "alice", "lobby", "more \(index)", id: "a\(index + 2)") }
+            try await canary.check("while the push service hangs")
+            await service.waitForCalls(3)
+            #expect(service.calls.count == 3)
+            try await canary.check("after the retries")
+        }
+    }
+}
+
+/// Counts calls across threads.
+final class ManagedCounter: Sendable {
+    private let value = NIOLockedValueBox(0)
+    func next() -> Int {
+        self.value.withLockedValue { value in
+            defer { value += 1 }
+            return value
+        }
+    }
+}

@@ -1,0 +1,252 @@
+"""Web Push against implementations that are not ours (run by scripts/push-test).
+
+A real `circle serve` on loopback (push on, loopback and http:// endpoints allowed) sends to a
+fake push service here, which checks every request with the libraries Matrix's push gateway
+uses:
+
+1. bob makes a P-256 key pair and an auth secret here (as a browser would), reads the server's
+   VAPID key from GET /v1/push/key and registers his subscription (POST /v1/push/subscriptions);
+   bad subscriptions (http://, a loopback address without the flag is covered by the Swift
+   tests; a short key, a short auth) get 400s.
+2. alice mentions bob: one push arrives. Its `Authorization` verifies with py_vapid
+   (`Vapid02.verify`), its JWT's `aud` is the push service's origin, `exp` within 24 h, `sub`
+   the configured contact; the `k` is the key the server published; its body decrypts with
+   http_ece (aes128gcm) and bob's private key to the expected JSON; TTL, Urgency, Topic are set.
+3. alice's post that mentions no one, and one by bob himself, push nothing.
+4. The push service answers 500, then 201: the push is retried and arrives once accepted.
+5. carol, whose level in the circle is "none", is mentioned: no push for her.
+6. The push service answers 410 for bob: the server deletes his subscription.
+
+Exits non-zero with a message at the first thing that does not hold.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import http_ece
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from py_vapid import Vapid02
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from benchlib import dev_token, free_port, http_json  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import checklib  # noqa: E402
+
+TIMEOUT = 60.0
+CONTACT = "mailto:push-test@example.com"
+
+
+def fail(message: str) -> None:
+    checklib.fail("push-test", message)
+
+
+def wait_for(condition, what: str, timeout: float = TIMEOUT) -> None:
+    checklib.wait_for("push-test", condition, what, timeout)
+
+
+def b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def b64url_decode(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+class Subscriber:
+    """A browser's half: a P-256 key pair and an auth secret."""
+
+    def __init__(self) -> None:
+        self.private_key = ec.generate_private_key(ec.SECP256R1())
+        self.public = self.private_key.public_key().public_bytes(serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
+        self.auth = bytes(range(16))
+
+    def subscription(self, endpoint: str) -> dict:
+        return {"endpoint": endpoint, "expirationTime": None, "keys": {"p256dh": b64url(self.public), "auth": b64url(self.auth)}}
+
+
+class PushService:
+    """A push service on loopback: records each request; answers from a script, then 201."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.received: list[dict] = []  # every request, answered or not
+        self.script: dict[str, list[int]] = {}  # path -> statuses to answer next
+        service = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                with service.lock:
+                    queue = service.script.get(self.path, [])
+                    status = queue.pop(0) if queue else 201
+                    service.received.append({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body, "status": status})
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def endpoint(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.port}/push/{name}"
+
+    def to(self, name: str) -> list[dict]:
+        with self.lock:
+            return [r for r in self.received if r["path"] == f"/push/{name}"]
+
+
+def check_push(request: dict, subscriber: Subscriber, vapid_key: str, origin: str) -> dict:
+    """Verifies one push as a push service and a browser would; returns its decrypted JSON."""
+    headers = request["headers"]
+    auth = headers.get("authorization", "")
+    if not Vapid02.verify(auth):
+        fail(f"py_vapid does not verify the Authorization header: {auth[:80]}…")
+    params = dict(part.strip().split("=", 1) for part in auth.split(" ", 1)[1].split(","))
+    if params["k"] != vapid_key:
+        fail(f"the push's k= {params['k']} is not the published key {vapid_key}")
+    claims = json.loads(b64url_decode(params["t"].split(".")[1]))
+    if claims.get("aud") != origin:
+        fail(f"aud {claims.get('aud')} is not the endpoint's origin {origin}")
+    if claims.get("sub") != CONTACT:
+        fail(f"sub {claims.get('sub')} is not {CONTACT}")
+    if not (time.time() < claims.get("exp", 0) <= time.time() + 24 * 3600):
+        fail(f"exp {claims.get('exp')} is not within the next 24 h")
+    if headers.get("content-encoding") != "aes128gcm":
+        fail(f"Content-Encoding: {headers.get('content-encoding')}")
+    if not headers.get("ttl", "").isdigit() or headers.get("urgency") not in ("very-low", "low", "normal", "high"):
+        fail(f"TTL/Urgency: {headers.get('ttl')} {headers.get('urgency')}")
+    topic = headers.get("topic", "")
+    if not (0 < len(topic) <= 32) or any(c not in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_" for c in topic):
+        fail(f"Topic {topic!r} is not at most 32 base64url characters")
+    if len(request["body"]) > 4096:
+        fail(f"a push of {len(request['body'])} bytes, over 4096")
+    plaintext = http_ece.decrypt(request["body"], private_key=subscriber.private_key, auth_secret=subscriber.auth, version="aes128gcm")
+    return json.loads(plaintext)
+
+
+def main() -> None:
+    binary = sys.argv[1]
+    service = PushService()
+    servers = []
+    with tempfile.TemporaryDirectory(prefix="circle-push-test-") as work_dir:
+        work = Path(work_dir)
+        port = free_port()
+        log = work / "server.log"
+        flags = ["--push-contact", CONTACT, "--push-allow-http", "--push-allow-private"]
+        servers.append(checklib.start_server("push-test", binary, work / "data", port, flags, log, TIMEOUT))
+        try:
+            run(port, service)
+        except BaseException:
+            sys.stderr.write(log.read_text(errors="replace")[-3000:])
+            raise
+        finally:
+            for server in servers:
+                server.terminate()
+                server.wait(timeout=30)
+
+
+def run(port: int, service: PushService) -> None:
+    alice, bob, carol = (dev_token(port, name) for name in ("alice", "bob", "carol"))
+    origin = f"http://127.0.0.1:{service.port}"
+
+    status, key = http_json("GET", port, "/v1/push/key", bob)
+    if status != 200 or not key.get("enabled") or len(b64url_decode(key.get("publicKey", ""))) != 65:
+        fail(f"GET /v1/push/key: {status} {key}")
+    vapid_key = key["publicKey"]
+
+    bob_device, carol_device = Subscriber(), Subscriber()
+    for bad, why in [
+        ({**bob_device.subscription(service.endpoint("bob")), "keys": {"p256dh": "BBBB", "auth": b64url(bob_device.auth)}}, "a short key"),
+        ({**bob_device.subscription(service.endpoint("bob")), "keys": {"p256dh": b64url(bob_device.public), "auth": "AAAA"}}, "a short auth"),
+        ({**bob_device.subscription("ftp://127.0.0.1/x")}, "an ftp:// endpoint"),
+    ]:
+        status, body = http_json("POST", port, "/v1/push/subscriptions", bob, bad)
+        if status != 400:
+            fail(f"subscribing with {why}: {status} {body}")
+    status, body = http_json("POST", port, "/v1/push/subscriptions", bob, bob_device.subscription(service.endpoint("bob")))
+    if status != 201:
+        fail(f"bob's subscription: {status} {body}")
+    status, body = http_json("POST", port, "/v1/push/subscriptions", carol, carol_device.subscription(service.endpoint("carol")))
+    if status != 201:
+        fail(f"carol's subscription: {status} {body}")
+    status, listed = http_json("GET", port, "/v1/push/subscriptions", bob)
+    if status != 200 or [s["endpoint"] for s in listed.get("subscriptions", [])] != [service.endpoint("bob")]:
+        fail(f"bob's subscriptions: {status} {listed}")
+
+    status, body = http_json("POST", port, "/v1/circles", alice, {"name": "lobby"})
+    if status not in (200, 201):
+        fail(f"creating the circle: {status} {body}")
+    # bob and carol post once: in a public circle, a name that has posted there is mentionable.
+    for token, who in ((bob, "bob"), (carol, "carol")):
+        status, body = http_json("POST", port, "/v1/circles/lobby/messages", token, {"text": f"hello from {who}", "id": f"hello-{who}"})
+        if status not in (200, 201):
+            fail(f"{who}'s first post: {status} {body}")
+    status, body = http_json("PUT", port, "/v1/circles/lobby/notify", carol, {"level": "none"})
+    if status != 200:
+        fail(f"carol's level: {status} {body}")
+
+    def post(token: str, text: str, key: str) -> int:
+        status, body = http_json("POST", port, "/v1/circles/lobby/messages", token, {"text": text, "id": key})
+        if status not in (200, 201):
+            fail(f"posting {text!r}: {status} {body}")
+        return int(body.get("seq") or body.get("post", {}).get("seq"))
+
+    # 2. A mention: one push, verified and decrypted.
+    seq = post(alice, "@bob and @carol, look at this", "m1")
+    wait_for(lambda: len(service.to("bob")) >= 1, "bob's push")
+    payload = check_push(service.to("bob")[0], bob_device, vapid_key, origin)
+    expected = {"kind": "mention", "circle": "lobby", "seq": seq, "author": "alice", "text": "@bob and @carol, look at this"}
+    if payload != expected:
+        fail(f"the decrypted push is {payload}, not {expected}")
+    print(f"push-test: a mention arrived; py_vapid verified its VAPID JWT (aud {origin}, sub {CONTACT}), http_ece decrypted {payload}")
+
+    # 3 and 5: nothing for a post without mentions, for bob's own post, nor for carol (level none).
+    post(alice, "no one in particular", "m2")
+    post(bob, "talking to myself @bob", "m3")
+    # 4. 500, then 201: retried. Its arrival also shows the posts before it queued nothing.
+    with service.lock:
+        service.script["/push/bob"] = [500]
+    seq = post(alice, "again, @bob", "m4")
+    wait_for(lambda: len(service.to("bob")) >= 3, "bob's push, retried after a 500")
+    attempts = service.to("bob")[1:]
+    if [r["status"] for r in attempts] != [500, 201]:
+        fail(f"the push service answered {[r['status'] for r in attempts]} to bob's pushes")
+    for request in attempts:
+        if check_push(request, bob_device, vapid_key, origin)["seq"] != seq:
+            fail("the retried push is not the post that mentioned bob")
+    if service.to("carol"):
+        fail(f"carol (level none) got {len(service.to('carol'))} pushes")
+    print("push-test: a 500 was retried until the push service took the push; nothing for posts without a mention, the author's own, or a level of none")
+
+    # 6. 410: the subscription goes.
+    with service.lock:
+        service.script["/push/bob"] = [410]
+    post(alice, "are you there @bob", "m5")
+    wait_for(lambda: len(service.to("bob")) >= 4, "bob's push answered 410")
+
+    def subscriptions() -> list:
+        status, listed = http_json("GET", port, "/v1/push/subscriptions", bob)
+        return listed.get("subscriptions", []) if status == 200 else ["?"]
+
+    wait_for(lambda: subscriptions() == [], "bob's subscription to go after the 410")
+    print("push-test: a 410 deleted the subscription")
+    print("push-test: OK")
+
+
+if __name__ == "__main__":
+    main()
