@@ -100,6 +100,42 @@ struct WebhookTests {
         #expect(parse(String(repeating: "[", count: 100)) != nil, "deep nesting is a parse error, not a crash")
     }
 
+    @Test("mention events: an entry that mentions the bot or is in its direct message comes once, as mention")
+    func mentions() {
+        var known = CommitPlan.Known()
+        known.circles[BinaryText("general")] = .init(lastSeq: 0, owner: "ada", isPrivate: false)
+        known.circles[BinaryText("dm.1")] = .init(lastSeq: 0, owner: "ada", isPrivate: true, direct: ["ada", "pingbot"])
+        known.mentionable = [MemberKey(circle: "general", user: "pingbot")]
+        let posts = [
+            NewPost(circle: "general", author: "ada", clientID: "a", text: "@pingbot ping", attachment: nil, time: 5),
+            NewPost(circle: "general", author: "ada", clientID: "b", text: "no mention", attachment: nil, time: 5),
+            NewPost(circle: "dm.1", author: "ada", clientID: "c", text: "just us", attachment: nil, time: 5),
+            NewPost(circle: "general", author: "ada", clientID: "d", text: "now @pingbot", attachment: nil, time: 5, change: .edit, target: 2),
+            NewPost(circle: "dm.1", author: "ada", clientID: "e", text: nil, attachment: nil, time: 5, change: .react, target: 1, emoji: "👍"),
+            NewPost(circle: "general", author: "pingbot", clientID: "f", text: "@pingbot myself", attachment: nil, time: 5),
+        ]
+        let plan = CommitPlan(posts: posts, known: known)
+        func hook(_ id: String, _ events: Set<WebhookEvent>, bot: String? = "pingbot") -> Webhook {
+            Webhook(id: id, url: "", circle: nil, events: events, secrets: [], bot: bot, createdBy: "", createdAt: 0)
+        }
+        let webhooks = [
+            hook("only-mentions", [.mention]), hook("all", Set(WebhookEvent.allCases)), hook("posts", [.post]),
+            hook("no-bot", Set(WebhookEvent.allCases), bot: nil),
+        ]
+        let deliveries = plan.webhookDeliveries(webhooks, now: 9).map { "\($0.webhook) \($0.circle)/\($0.seq) \($0.event.rawValue)" }
+        #expect(deliveries == [
+            // "@pingbot ping": a mention for those that ask, a post for the rest.
+            "only-mentions general/1 mention", "all general/1 mention", "posts general/1 post", "no-bot general/1 post",
+            "all general/2 post", "posts general/2 post", "no-bot general/2 post",
+            // A post in the bot's direct message.
+            "only-mentions dm.1/1 mention", "all dm.1/1 mention", "posts dm.1/1 post", "no-bot dm.1/1 post",
+            // An edit that adds the mention.
+            "only-mentions general/3 mention", "all general/3 mention", "no-bot general/3 edit",
+            // A reaction in the direct message is not a mention; the bot's own post reaches only the bot-less one.
+            "all dm.1/2 reaction", "no-bot dm.1/2 reaction", "no-bot general/4 post",
+        ])
+    }
+
     @Test("a bot's own entries are not delivered to its subscription")
     func botsDoNotHearThemselves() {
         var known = CommitPlan.Known()

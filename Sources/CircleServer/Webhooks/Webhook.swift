@@ -12,6 +12,10 @@ public enum WebhookEvent: String, Sendable, Hashable, Codable, CaseIterable, Com
     case delete
     /// A reaction added or taken back.
     case reaction
+    /// For a subscription with a ``Webhook/bot``: a post or edit whose text mentions the bot, or a
+    /// post in a direct message the bot is in. Such an entry is delivered once, as `mention`, in
+    /// place of its own event.
+    case mention
 
     /// The event a stored entry is, by its change.
     init(_ entry: CirclePost) {
@@ -81,10 +85,16 @@ public struct Webhook: Sendable, Hashable {
         self.createdAt = createdAt
     }
 
-    /// Whether this subscription wants `entry`.
-    func wants(_ entry: CirclePost) -> Bool {
-        self.status == .active && self.events.contains(WebhookEvent(entry)) && (self.circle.map { BinaryText($0) == BinaryText(entry.circle) } ?? true)
-            && (self.bot.map { BinaryText($0) != BinaryText(entry.author) } ?? true)
+    /// The event this subscription is told `entry` as, if any: `mention` when it asks for those
+    /// and `addressesBot` says the entry is meant for its bot, else the entry's own event if it
+    /// asks for that. Never the bot's own entries.
+    func event(for entry: CirclePost, addressesBot: (String) -> Bool) -> WebhookEvent? {
+        guard self.status == .active, self.circle.map({ BinaryText($0) == BinaryText(entry.circle) }) ?? true,
+            self.bot.map({ BinaryText($0) != BinaryText(entry.author) }) ?? true
+        else { return nil }
+        if self.events.contains(.mention), let bot = self.bot, addressesBot(bot) { return .mention }
+        let own = WebhookEvent(entry)
+        return self.events.contains(own) ? own : nil
     }
 
     /// The events as stored: names joined by commas, in a fixed order.
@@ -226,22 +236,41 @@ struct DeliveryRecord {
     var statements: Int { (self.released.isEmpty ? 0 : 1) + self.attempts.count + self.attempts.filter { $0.attempt.disables != nil }.count }
 }
 
+/// An entry and a user it mentions.
+private struct MentionedKey: Hashable {
+    var circle: BinaryText
+    var seq: Int64
+    var user: BinaryText
+}
+
 extension CommitPlan {
     /// The webhook deliveries of the batch: one for each entry it stores and each active
     /// subscription that wants it, in the order of the entries. Both stores write them in the
     /// batch's transaction, so a stored entry always has its deliveries.
     func webhookDeliveries(_ webhooks: [Webhook], now: Int64) -> [WebhookDelivery] {
         guard !webhooks.isEmpty else { return [] }
+        // Who each entry mentions (resolved as the mentions table has them) and who is in its
+        // circle when that is a direct message: what makes it a `mention` for a bot.
+        var mentioned = Set<MentionedKey>()
+        for mention in self.mentionWrites {
+            mentioned.insert(MentionedKey(circle: BinaryText(mention.circle), seq: mention.seq, user: BinaryText(mention.user)))
+        }
         var deliveries: [WebhookDelivery] = []
         for entry in self.inserts {
-            for webhook in webhooks where webhook.wants(entry) {
+            let direct = entry.isPost ? self.directMembers[BinaryText(entry.circle)] : nil
+            func addressesBot(_ bot: String) -> Bool {
+                mentioned.contains(MentionedKey(circle: BinaryText(entry.circle), seq: entry.seq, user: BinaryText(bot)))
+                    || (direct?.contains { BinaryText($0) == BinaryText(bot) } ?? false)
+            }
+            for webhook in webhooks {
+                guard let event = webhook.event(for: entry, addressesBot: addressesBot) else { continue }
                 deliveries.append(
                     WebhookDelivery(
                         id: WebhookDelivery.id(webhook: webhook.id, circle: entry.circle, seq: entry.seq),
                         webhook: webhook.id,
                         circle: entry.circle,
                         seq: entry.seq,
-                        event: WebhookEvent(entry),
+                        event: event,
                         createdAt: entry.time,
                         nextAttemptAt: now
                     )
