@@ -113,10 +113,12 @@ struct ErasureLiveTests {
 
             // Who may: not bo (403); nobody unknown (404).
             let boToken = try await server.token("bo")
-            #expect(try await server.http("POST", HTTPAPI.Path.adminUserErase("eve"), token: boToken).status == 403)
+            let notAdmin = try await server.http("POST", HTTPAPI.Path.adminUserErase("eve"), token: boToken)
+            #expect(notAdmin.status == 403 && notAdmin.body.contains("only admins do this"), "\(notAdmin)")
             #expect(try await server.http("POST", HTTPAPI.Path.adminUserErase("nobody"), token: admin).status == 404)
             #expect(try await server.http("POST", HTTPAPI.Path.adminUserErase("eve") + "?account=shred", token: admin).status == 400)
-            #expect(try await server.http("GET", HTTPAPI.Path.adminAudit, token: boToken).status == 403)
+            let notAdminAudit = try await server.http("GET", HTTPAPI.Path.adminAudit, token: boToken)
+            #expect(notAdminAudit.status == 403 && notAdminAudit.body.contains("only admins do this"), "\(notAdminAudit)")
             try await canary.check("before the erase")
             // The scan below finds her text and photo before the erase (it is not vacuous).
             #expect(try await self.rows(containing: ["secret", photoID], in: store, server: server).count >= 3)
@@ -170,6 +172,34 @@ struct ErasureLiveTests {
             #expect(again.status == 200 && again.body.contains(#""posts":0"#), "\(again.body)")
             #expect(try await store.posts(in: "news", after: 0, limit: 100).count == 9)
             #expect(try await store.auditLog(before: nil, limit: 10).count == 2)
+        }
+    }
+
+    @Test("bad input to the erase and audit routes: 400 with a reason, 401 without a token; the canary is served throughout")
+    func badInput() async throws {
+        try await self.withServer(.sqlite) { server, canary, admin, _ in
+            for (path, reason) in [
+                (HTTPAPI.Path.adminAudit + "?limit=0", "limit is an integer from 1 to 200"),
+                (HTTPAPI.Path.adminAudit + "?limit=201", "limit is an integer from 1 to 200"),
+                (HTTPAPI.Path.adminAudit + "?limit=abc", "limit is an integer from 1 to 200"),
+                (HTTPAPI.Path.adminAudit + "?before=0", "before is an integer from 1 to 9223372036854775807"),
+                (HTTPAPI.Path.adminAudit + "?before=99999999999999999999", "before is an integer from 1 to 9223372036854775807"),
+            ] {
+                let answer = try await server.http("GET", path, token: admin)
+                #expect(answer.status == 400 && answer.body.contains(reason), "\(path): \(answer)")
+            }
+            let badName = try await server.http("POST", HTTPAPI.Path.adminUsers + "/a%20b/erase", token: admin)
+            #expect(badName.status == 400 && badName.body.contains("is not a valid user name"), "\(badName)")
+            let longName = try await server.http("POST", HTTPAPI.Path.adminUserErase(String(repeating: "x", count: 5000)), token: admin)
+            #expect(longName.status == 400 || longName.status == 414 || longName.status == 431, "\(longName.status)")
+            // Without credentials (raw HTTP: URLSession would send the setup's session cookie).
+            let anonymous = try await server.rawHTTP("POST \(HTTPAPI.Path.adminUserErase("eve")) HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            #expect(anonymous.hasPrefix("HTTP/1.1 401"), "\(anonymous)")
+            let anonymousAudit = try await server.rawHTTP("GET \(HTTPAPI.Path.adminAudit) HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            #expect(anonymousAudit.hasPrefix("HTTP/1.1 401"), "\(anonymousAudit)")
+            // Nothing was erased by any of them.
+            #expect(try await server.http("GET", HTTPAPI.Path.adminAudit, token: admin).body.contains(#""entries":[]"#))
+            try await canary.check("after bad erase and audit requests")
         }
     }
 
