@@ -55,7 +55,7 @@ struct Erasure: Sendable {
                 batch.map {
                     NewPost(
                         circle: $0.circle, author: admin, clientID: "erase:\(user):\($0.seq)", text: nil, attachment: nil, time: Identity.now, change: .delete,
-                        target: $0.seq, moderated: true
+                        target: $0.seq, moderated: true, byAPIKey: true
                     )
                 }
             )
@@ -74,7 +74,9 @@ struct Erasure: Sendable {
                 batch.map {
                     NewPost(
                         circle: $0.circle, author: user, clientID: "erase:\(user):\($0.post):\($0.emoji)", text: nil, attachment: nil, time: Identity.now,
-                        change: .unreact, target: $0.post, emoji: $0.emoji
+                        change: .unreact, target: $0.post, emoji: $0.emoji,
+                        // Written for the server, not by the person: a read-only circle takes it.
+                        byAPIKey: true
                     )
                 }
             )
