@@ -57,6 +57,11 @@ enum FuzzTarget: String, CaseIterable {
     /// scheme the policy allows, a 65-byte uncompressed key, a 16-byte auth secret, and the same
     /// subscription when its JSON is parsed again.
     case pushSubscription = "push-subscription"
+    /// A circle export's `circle.jsonl` (``CircleExportFormat/Reader``), split at newlines, each
+    /// line read in turn until one is refused. A file it accepts must keep its promises: a header
+    /// first, then exactly the members, media and entries it announces, entries with seqs 1, 2,
+    /// 3, … whose changes and replies name earlier posts.
+    case circleExport = "circle-export"
 
     func run(_ bytes: [UInt8]) {
         switch self {
@@ -83,7 +88,41 @@ enum FuzzTarget: String, CaseIterable {
             Self.publishHookReply(bytes)
         case .pushSubscription:
             Self.pushSubscription(bytes)
+        case .circleExport:
+            Self.circleExport(bytes)
         }
+    }
+
+    private static func circleExport(_ bytes: [UInt8]) {
+        var reader = CircleExportFormat.Reader()
+        var counts = (members: 0, media: 0, entries: Int64(0))
+        var posts = Set<Int64>()
+        do throws(CircleExportFormat.LineError) {
+            for line in bytes.split(separator: 0x0A, omittingEmptySubsequences: false) {
+                switch try reader.read(line) {
+                case .header:
+                    precondition(reader.line == 1, "a header after line 1")
+                case .member:
+                    precondition(counts.media == 0 && counts.entries == 0, "a member after media or entries")
+                    counts.members += 1
+                case .media:
+                    precondition(counts.entries == 0, "media after entries")
+                    counts.media += 1
+                case .entry(let entry):
+                    counts.entries += 1
+                    precondition(entry.seq == counts.entries, "seq \(entry.seq) accepted as entry \(counts.entries)")
+                    if let target = entry.target { precondition(posts.contains(target), "a change of no earlier post") }
+                    if let reply = entry.replyTo { precondition(posts.contains(reply), "a reply to no earlier post") }
+                    if entry.change == nil { posts.insert(entry.seq) }
+                }
+            }
+            try reader.finish()
+        } catch {
+            precondition(error.line >= 1 && !error.reason.isEmpty, "an error without its line")
+            return
+        }
+        let header = reader.header!
+        precondition(counts.members == header.members && counts.media == header.media && counts.entries == header.entries, "counts differ from the header")
     }
 
     private static func searchQuery(_ bytes: [UInt8]) {

@@ -9,7 +9,7 @@ struct AdminCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "admin",
         abstract: "Manage people, invites, webhooks and API keys (admins; sign in first with circle login).",
-        subcommands: [Invite.self, Invites.self, RevokeInvite.self, Users.self, SetUser.self, Bot.self, WebhookCommand.self, PublishHookCommand.self, ReadOnly.self, Disconnect.self, APIKeyCommand.self]
+        subcommands: [Invite.self, Invites.self, RevokeInvite.self, Users.self, SetUser.self, Bot.self, WebhookCommand.self, PublishHookCommand.self, ReadOnly.self, Disconnect.self, APIKeyCommand.self, EraseUser.self, Audit.self]
     )
 
     /// Where and as whom an admin command acts.

@@ -41,7 +41,7 @@ struct CircleCommand: AsyncParsableCommand {
             ServeCommand.self, TokenCommand.self, ChatCommand.self, SendCommand.self, TailCommand.self, SearchCommand.self, CirclesCommand.self,
             UploadCommand.self,
             DownloadCommand.self, WSCommand.self, BenchCommand.self, DiscoverCommand.self, LoginCommand.self, LogoutCommand.self,
-            AdminCommand.self, BackupCommand.self, RestoreCommand.self,
+            AdminCommand.self, BackupCommand.self, RestoreCommand.self, ExportCommand.self, ImportCommand.self,
         ]
     )
 

@@ -300,6 +300,12 @@ final class MutedStore: SharedCircleStore {
         try await self.base.finishPushes(results, node: node)
     }
     func queuedPushes() async throws -> Int { try await self.base.queuedPushes() }
+    func livePosts(by author: String, limit: Int) async throws -> [EntryRef] { try await self.base.livePosts(by: author, limit: limit) }
+    func reactions(by user: String, limit: Int) async throws -> [ReactionRef] { try await self.base.reactions(by: user, limit: limit) }
+    func eraseAccountData(of user: String, removeAccount: Bool, audit: AuditEntry) async throws -> ErasedFiles {
+        try await self.base.eraseAccountData(of: user, removeAccount: removeAccount, audit: audit)
+    }
+    func auditLog(before: Int64?, limit: Int) async throws -> [AuditEntry] { try await self.base.auditLog(before: before, limit: limit) }
     func createCircle(name: String, owner: String, isPrivate: Bool, createdAt: Int64) async throws -> CircleInfo {
         try await self.base.createCircle(name: name, owner: owner, isPrivate: isPrivate, createdAt: createdAt)
     }

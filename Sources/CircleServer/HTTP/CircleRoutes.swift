@@ -67,6 +67,7 @@ struct CircleRoutes: Sendable {
         WebhookRoutes(services: services).add(authenticated: keyed)
         PublishHookRoutes(services: services).add(authenticated: keyed)
         ModerationRoutes(services: services).add(authenticated: keyed)
+        ErasureRoutes(services: services).add(authenticated: keyed)
         APIKeyRoutes(services: services).add(authenticated: keyed)
         PushRoutes(services: services).add(authenticated: authenticated)
         MessageRoutes(services: services).add(authenticated: keyed)

@@ -236,7 +236,7 @@ public enum DataBackup {
 
     /// A new directory beside `destination` to write into; `destination` must not exist or be
     /// an empty directory.
-    private static func stage(_ destination: String) throws(Failure) -> String {
+    static func stage(_ destination: String) throws(Failure) -> String {
         var isDirectory: ObjCBool = false
         if FileManager.default.fileExists(atPath: destination, isDirectory: &isDirectory) {
             guard isDirectory.boolValue else { throw Failure(.refused, "\(destination) is a file; give the path of a new (or empty) directory") }
@@ -254,7 +254,7 @@ public enum DataBackup {
     }
 
     /// Renames the finished `staging` to `destination` (replacing an empty directory).
-    private static func publish(_ staging: String, as destination: String) throws(Failure) {
+    static func publish(_ staging: String, as destination: String) throws(Failure) {
         Self.syncDirectory(staging)
         if FileManager.default.fileExists(atPath: destination) {
             // An empty directory (checked in `stage`): rename(2) replaces it.
@@ -281,7 +281,7 @@ public enum DataBackup {
 
     /// Copies `source` to `target` (mode 0600, synced), creating its directories, and
     /// describes the copy as it was read.
-    private static func copyFile(_ source: String, to target: String, as name: String) throws(Failure) -> Manifest.File {
+    static func copyFile(_ source: String, to target: String, as name: String) throws(Failure) -> Manifest.File {
         let directory = (target as NSString).deletingLastPathComponent
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
@@ -318,7 +318,7 @@ public enum DataBackup {
         return Manifest.File(path: name, bytes: bytes, sha256: hexString(hasher.finalize()))
     }
 
-    private static func writeWhole(_ data: Data, to path: String) throws(Failure) {
+    static func writeWhole(_ data: Data, to path: String) throws(Failure) {
         let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw Failure(.io, "cannot write \(path): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
@@ -341,7 +341,7 @@ public enum DataBackup {
     }
 
     /// Size and SHA-256 of a file.
-    private static func describe(_ path: String, as name: String, missing: Failure.Kind = .io) throws(Failure) -> Manifest.File {
+    static func describe(_ path: String, as name: String, missing: Failure.Kind = .io) throws(Failure) -> Manifest.File {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw Failure(missing, "cannot read \(path): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
@@ -362,7 +362,7 @@ public enum DataBackup {
     }
 
     /// The regular files under `root`, relative and `/`-separated, sorted; none if it does not exist.
-    private static func regularFiles(under root: String) throws(Failure) -> [String] {
+    static func regularFiles(under root: String) throws(Failure) -> [String] {
         guard FileManager.default.fileExists(atPath: root) else { return [] }
         guard let enumerator = FileManager.default.enumerator(atPath: root) else {
             throw Failure(.io, "cannot list \(root)")
@@ -377,14 +377,14 @@ public enum DataBackup {
         return files.sorted()
     }
 
-    private static func syncDirectory(_ path: String) {
+    static func syncDirectory(_ path: String) {
         let fd = open(path.isEmpty ? "." : path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { return }
         _ = fsync(fd)
         close(fd)
     }
 
-    private static func reason(_ error: any Error) -> String {
+    static func reason(_ error: any Error) -> String {
         if let posix = (error as NSError).userInfo[NSUnderlyingErrorKey] as? NSError {
             return String(cString: strerror(Int32(posix.code)))
         }

@@ -416,6 +416,19 @@ extension PostgresStore {
             )
             """,
         ],
+        // Audit log (as SQLite's step of that summary).
+        [
+            """
+            CREATE TABLE audit_log (
+                id bigserial PRIMARY KEY,
+                time bigint NOT NULL,
+                actor text COLLATE "C" NOT NULL,
+                action text NOT NULL,
+                subject text COLLATE "C" NOT NULL,
+                detail text NOT NULL
+            )
+            """
+        ],
     ]
 
     /// The schema version this build writes and understands.

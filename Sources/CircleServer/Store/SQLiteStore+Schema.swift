@@ -450,6 +450,22 @@ extension SQLiteStore {
                 """,
             ]
         ),
+        Migration(
+            summary: "audit log",
+            statements: [
+                // Who erased whom, and when (ErasureStore); kept when the account is removed.
+                """
+                CREATE TABLE audit_log (
+                    id INTEGER PRIMARY KEY,
+                    time INTEGER NOT NULL,
+                    actor TEXT NOT NULL,
+                    action TEXT NOT NULL,
+                    subject TEXT NOT NULL,
+                    detail TEXT NOT NULL
+                ) STRICT
+                """
+            ]
+        ),
     ]
 
     /// The schema version this build writes and understands.

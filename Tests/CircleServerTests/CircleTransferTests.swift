@@ -1,0 +1,252 @@
+import CircleWire
+import Crypto
+import Foundation
+import Testing
+
+@testable import CircleServer
+
+/// Export and import of one circle (``CircleTransfer``, docs/OPERATIONS.md): a round trip from
+/// one store to another keeps every entry, member and media byte; a damaged or unfit export is
+/// refused with a clear error and nothing written.
+@Suite struct CircleTransferTests {
+    /// One direction of a round trip: the store exported from and the one imported into.
+    struct Pair: Sendable, CustomTestStringConvertible {
+        var source: StoreKind
+        var target: StoreKind
+        var testDescription: String { "\(self.source.rawValue) → \(self.target.rawValue)" }
+    }
+
+    static let pairs = [Pair(source: .sqlite, target: .sqlite), Pair(source: .sqlite, target: .postgres), Pair(source: .postgres, target: .sqlite)]
+
+    let contract = StoreContractTests()
+
+    func temporaryDirectory(_ label: String) throws -> String {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("circle-transfer-\(label)-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        return path
+    }
+
+    static let photo: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A] + Array("a tiny png body".utf8)
+    static var photoID: String { SHA256.hash(data: Self.photo).map { String(format: "%02x", $0) }.joined() }
+
+    func account(_ store: any CircleStore, _ name: String) async throws {
+        _ = try await store.createAccount(Account(name: name, createdAt: 1), passwordHash: nil, invite: nil, now: 1)
+    }
+
+    /// A circle with posts, an edit, a reply, reactions (one taken back), a deleted post with an
+    /// edit before it, a photo, a mention, a read marker, a notification level, read-only.
+    func fill(_ store: any CircleStore, data: String) async throws {
+        for name in ["ann", "ben", "cat"] { try await self.account(store, name) }
+        _ = try await store.createCircle(name: "team", owner: "ann", isPrivate: true, createdAt: 5)
+        try await store.addMember("ben", to: "team")
+        try await store.addMember("cat", to: "team")
+        try FileManager.default.createDirectory(atPath: data + "/media", withIntermediateDirectories: true)
+        try Data(Self.photo).write(to: URL(fileURLWithPath: data + "/media/" + Self.photoID))
+        _ = try await store.completeUpload(id: "", media: MediaInfo(id: Self.photoID, size: Int64(Self.photo.count), contentType: "image/png", createdAt: 7), uploader: "ben")
+        let t: Int64 = 1_700_000_000_000
+        let entries = [
+            NewPost(circle: "team", author: "ann", clientID: "a1", text: "hello @ben", attachment: nil, time: t),
+            NewPost(circle: "team", author: "ben", clientID: "b1", text: "a photo", attachment: Self.photoID, time: t + 1, replyTo: 1),
+            NewPost(circle: "team", author: "ann", clientID: "a2", text: "hello @ben, edited", attachment: nil, time: t + 2, change: .edit, target: 1),
+            NewPost(circle: "team", author: "cat", clientID: "c1", text: nil, attachment: nil, time: t + 3, change: .react, target: 2, emoji: "👍"),
+            NewPost(circle: "team", author: "ben", clientID: "b2", text: nil, attachment: nil, time: t + 4, change: .react, target: 2, emoji: "🎉"),
+            NewPost(circle: "team", author: "ben", clientID: "b3", text: nil, attachment: nil, time: t + 5, change: .unreact, target: 2, emoji: "🎉"),
+            NewPost(circle: "team", author: "cat", clientID: "c2", text: "oops", attachment: nil, time: t + 6),
+            NewPost(circle: "team", author: "cat", clientID: "c3", text: "oops!", attachment: nil, time: t + 7, change: .edit, target: 7),
+            NewPost(circle: "team", author: "cat", clientID: "c4", text: nil, attachment: nil, time: t + 8, change: .delete, target: 7),
+            NewPost(circle: "team", author: "ann", clientID: "a3", text: "last", attachment: nil, time: t + 9),
+        ]
+        let outcomes = try await store.commit(entries)
+        #expect(self.contract.storedSeqs(outcomes) == Array(1...10).map { Int64($0) })
+        _ = try await store.markRead("ben", in: "team", upTo: 4)
+        try await store.setNotificationLevel(.mentions, of: "cat", in: "team")
+        try await store.setReadOnly("team", true, by: "ann", at: 9)
+    }
+
+    /// Everything a reader can learn of the circle in `store`.
+    func snapshot(_ store: any CircleStore) async throws -> [String] {
+        var lines: [String] = []
+        let circle = try #require(try await store.circle(named: "team"))
+        lines.append("circle \(circle.owner) \(circle.isPrivate) \(circle.createdAt) \(circle.lastSeq)")
+        lines.append("readOnly \(try await store.readOnlyCircles().contains("team"))")
+        for member in try await store.members(of: "team") {
+            let view = try #require(try await store.circles(visibleTo: member, named: "team").first)
+            lines.append("member \(member) read \(view.readSeq) unread \(view.unread) mentions \(view.mentions) notify \(String(describing: view.notify))")
+        }
+        for post in try await store.posts(in: "team", after: 0, limit: 100) { lines.append("entry \(post)") }
+        for post in try await store.history(in: "team", before: nil, after: nil, limit: 100, viewer: "ben") { lines.append("history \(post)") }
+        lines.append("uploader \(try await store.isUploader("ben", of: Self.photoID))")
+        lines.append("media \(String(describing: try await store.media(id: Self.photoID)))")
+        return lines
+    }
+
+    @Test(arguments: Self.pairs) func aRoundTripKeepsEveryEntryMemberAndMediaByte(_ pair: Pair) async throws {
+        let sourceData = try self.temporaryDirectory("source")
+        let targetData = try self.temporaryDirectory("target")
+        let export = try self.temporaryDirectory("export") + "/team"
+        defer {
+            for path in [sourceData, targetData, (export as NSString).deletingLastPathComponent] { try? FileManager.default.removeItem(atPath: path) }
+        }
+        let before = try await self.contract.withStore(pair.source) { store in
+            try await self.fill(store, data: sourceData)
+            let summary = try await CircleTransfer.export(circle: "team", store: store, dataDirectory: sourceData, to: export)
+            #expect(summary.entries == 10 && summary.members == 3 && summary.media == 1)
+            return try await self.snapshot(store)
+        }
+        // The header names the format, its version, the circle and the counts.
+        let history = try String(contentsOfFile: export + "/circle.jsonl", encoding: .utf8)
+        let header = try JSONDecoder().decode(CircleExportFormat.Header.self, from: Data(history.split(separator: "\n")[0].utf8))
+        #expect(header.format == "circle-export" && header.version == 1 && header.circle == "team" && header.entries == 10 && header.members == 3 && header.media == 1)
+        let lineCount = history.split(separator: "\n").count
+        #expect(lineCount == 15, "a header, 3 members, 1 photo, 10 entries")
+        let after = try await self.contract.withStore(pair.target) { store in
+            for name in ["ann", "ben", "cat"] { try await self.account(store, name) }
+            let summary = try await CircleTransfer.importCircle(from: export, store: store, dataDirectory: targetData)
+            #expect(summary.entries == 10 && summary.members == 3 && summary.media == 1)
+            let snapshot = try await self.snapshot(store)
+            // The imported circle goes on like any other: the next entry is seq 11.
+            let next = try await store.commit([NewPost(circle: "team", author: "ann", clientID: "a4", text: "after", attachment: nil, time: 1_800_000_000_000)])
+            #expect(self.contract.storedSeqs(next) == [11])
+            return snapshot
+        }
+        #expect(after == before)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: targetData + "/media/" + Self.photoID)) == Data(Self.photo))
+    }
+
+    /// Exports `team` from a filled SQLite store; returns the export's directory.
+    func exported() async throws -> String {
+        let data = try self.temporaryDirectory("source")
+        defer { try? FileManager.default.removeItem(atPath: data) }
+        let export = try self.temporaryDirectory("export") + "/team"
+        try await self.contract.withStore(.sqlite) { store in
+            try await self.fill(store, data: data)
+            _ = try await CircleTransfer.export(circle: "team", store: store, dataDirectory: data, to: export)
+        }
+        return export
+    }
+
+    /// Imports `export` into a fresh store of `kind` with the three accounts; the failure, and
+    /// whether the store then holds the circle or any media row.
+    func importFailure(_ export: String, kind: StoreKind = .sqlite, accounts: [String] = ["ann", "ben", "cat"], existing: Bool = false) async throws -> CircleTransfer.Failure {
+        let data = try self.temporaryDirectory("target")
+        defer { try? FileManager.default.removeItem(atPath: data) }
+        return try await self.contract.withStore(kind) { store in
+            for name in accounts { try await self.account(store, name) }
+            if existing { _ = try await store.createCircle(name: "team", owner: "zed", isPrivate: false, createdAt: 1) }
+            let failure = try await #require(throws: CircleTransfer.Failure.self) {
+                try await CircleTransfer.importCircle(from: export, store: store, dataDirectory: data)
+            }
+            // Nothing written.
+            if !existing { #expect(try await store.circle(named: "team") == nil) }
+            #expect(try await store.media(id: Self.photoID) == nil)
+            #expect(!FileManager.default.fileExists(atPath: data + "/media/" + Self.photoID))
+            return failure
+        }
+    }
+
+    /// Rewrites line `number` (from 1) of the export's history and fixes the manifest's checksum.
+    func rewrite(_ export: String, line number: Int, fixManifest: Bool = true, _ change: (String) -> String) throws {
+        let path = export + "/circle.jsonl"
+        var lines = try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        lines[number - 1] = change(lines[number - 1])
+        let data = Data(lines.joined(separator: "\n").utf8)
+        try data.write(to: URL(fileURLWithPath: path))
+        guard fixManifest else { return }
+        var manifest = try JSONDecoder().decode(CircleTransfer.Manifest.self, from: Data(contentsOf: URL(fileURLWithPath: export + "/manifest.json")))
+        let index = try #require(manifest.files.firstIndex { $0.path == "circle.jsonl" })
+        manifest.files[index].bytes = Int64(data.count)
+        manifest.files[index].sha256 = SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined()
+        try JSONEncoder().encode(manifest).write(to: URL(fileURLWithPath: export + "/manifest.json"))
+    }
+
+    @Test(arguments: [StoreKind.sqlite, .postgres]) func anExistingCircleIsAConflict(_ kind: StoreKind) async throws {
+        let export = try await self.exported()
+        defer { try? FileManager.default.removeItem(atPath: (export as NSString).deletingLastPathComponent) }
+        let failure = try await self.importFailure(export, kind: kind, existing: true)
+        #expect(failure.kind == .conflict)
+        #expect(failure.message == "circle \"team\" exists on this server; nothing was imported")
+    }
+
+    @Test(arguments: [StoreKind.sqlite, .postgres]) func peopleWithoutAnAccountAreRefused(_ kind: StoreKind) async throws {
+        let export = try await self.exported()
+        defer { try? FileManager.default.removeItem(atPath: (export as NSString).deletingLastPathComponent) }
+        let failure = try await self.importFailure(export, kind: kind, accounts: ["ann"])
+        #expect(failure.kind == .refused)
+        #expect(failure.message == "2 people named in the export have no account here (ben, cat); create them first; nothing was imported")
+    }
+
+    @Test func badJSONIsRefusedWithItsLine() async throws {
+        let export = try await self.exported()
+        defer { try? FileManager.default.removeItem(atPath: (export as NSString).deletingLastPathComponent) }
+        try self.rewrite(export, line: 7) { String($0.dropLast()) }
+        let failure = try await self.importFailure(export)
+        #expect(failure.kind == .corrupt)
+        #expect(failure.message == "circle.jsonl line 7: bad JSON: not JSON")
+    }
+
+    @Test func aChecksumMismatchIsRefused() async throws {
+        let export = try await self.exported()
+        defer { try? FileManager.default.removeItem(atPath: (export as NSString).deletingLastPathComponent) }
+        try self.rewrite(export, line: 15, fixManifest: false) { $0.replacingOccurrences(of: "last", with: "LAST") }
+        let failure = try await self.importFailure(export)
+        #expect(failure.kind == .corrupt)
+        #expect(failure.message.hasPrefix("checksum mismatch: circle.jsonl has "))
+        // A changed photo too.
+        let photo = try #require(FileManager.default.contentsOfDirectory(atPath: export + "/media").first)
+        try Data("not the photo".utf8).write(to: URL(fileURLWithPath: export + "/media/" + photo))
+        #expect(try await self.importFailure(export).message.hasPrefix("checksum mismatch: "))
+    }
+
+    @Test func seqsOutOfOrderAreRefusedWithTheLine() async throws {
+        let export = try await self.exported()
+        defer { try? FileManager.default.removeItem(atPath: (export as NSString).deletingLastPathComponent) }
+        // Line 6 is entry 1 (header, three members, one photo).
+        try self.rewrite(export, line: 8) { $0.replacingOccurrences(of: "\"seq\":3", with: "\"seq\":4") }
+        let failure = try await self.importFailure(export)
+        #expect(failure.message == "circle.jsonl line 8: seq 4 out of order: 3 was expected")
+    }
+
+    @Test func anUnknownFormatVersionIsRefused() async throws {
+        let export = try await self.exported()
+        defer { try? FileManager.default.removeItem(atPath: (export as NSString).deletingLastPathComponent) }
+        try self.rewrite(export, line: 1) { $0.replacingOccurrences(of: "\"version\":1", with: "\"version\":2") }
+        let failure = try await self.importFailure(export)
+        #expect(failure.message == "circle.jsonl line 1: format version 2 is not one this server reads (it reads 1)")
+    }
+
+    @Test func aChangeOfADeletedPostIsRefused() async throws {
+        let export = try await self.exported()
+        defer { try? FileManager.default.removeItem(atPath: (export as NSString).deletingLastPathComponent) }
+        // Entry 10 (line 15) becomes a reaction to post 7, deleted by entry 9.
+        try self.rewrite(export, line: 15) { $0.replacingOccurrences(of: "\"text\":\"last\"", with: "\"change\":\"react\",\"emoji\":\"x\",\"target\":7") }
+        let failure = try await self.importFailure(export)
+        #expect(failure.message == "circle.jsonl line 15: react of post 7, deleted before")
+    }
+
+    @Test func theReaderRefusesEachBrokenRuleWithItsLine() throws {
+        func check(_ lines: [String]) -> String? {
+            var reader = CircleExportFormat.Reader()
+            do {
+                for line in lines { _ = try reader.read(Array(line.utf8)) }
+                try reader.finish()
+                return nil
+            } catch {
+                return String(describing: error)
+            }
+        }
+        let header = #"{"format":"circle-export","version":1,"circle":"c","owner":"ann","private":false,"createdAt":1,"readOnly":false,"members":1,"media":0,"entries":2,"circleVersion":"0","exportedAt":1}"#
+        let member = #"{"type":"member","name":"ann","readSeq":0}"#
+        let post = #"{"type":"entry","seq":1,"author":"ann","id":"x","time":1,"text":"hi","deleted":false,"mentionsEveryone":false}"#
+        let edit = #"{"type":"entry","seq":2,"author":"ann","id":"y","time":2,"text":"ho","change":"edit","target":1,"deleted":false,"mentionsEveryone":false}"#
+        #expect(check([header, member, post, edit]) == nil)
+        #expect(check([header, member, post]) == "circle.jsonl line 3: the file ends early: the header announces 1 members, 0 media and 2 entries; there are 1, 0 and 1")
+        #expect(check([header, post]) == #"circle.jsonl line 2: a "member" line was expected here, not "entry""#)
+        #expect(check([header, member, edit]) == "circle.jsonl line 3: seq 2 out of order: 1 was expected")
+        #expect(check([header, member, post, edit, post]) == "circle.jsonl line 5: a line after the 2 entries the header announces")
+        #expect(check([header, member, post, edit.replacingOccurrences(of: "\"target\":1", with: "\"target\":2")]) == "circle.jsonl line 4: target 2 is not an earlier post")
+        #expect(check([header, member, post.replacingOccurrences(of: "\"text\":\"hi\"", with: "\"attachment\":\"ab\"")]) == "circle.jsonl line 3: attachment ab is not among the media lines")
+        #expect(check([header.replacingOccurrences(of: "\"circle\":\"c\"", with: "\"circle\":\"C D\"")]) == #"circle.jsonl line 1: "C D" is not a valid circle name"#)
+        #expect(check([#"{"hello":1}"#]) == #"circle.jsonl line 1: not a circle-export header: no "format""#)
+        #expect(check([]) == "circle.jsonl line 1: the file is empty")
+    }
+}
