@@ -25,7 +25,9 @@ extension PostgresStore {
     public func backfillSearchIndex(batchSize: Int = SearchBackfill.batchSize) async throws -> SearchBackfillProgress {
         let limit = Int64(max(1, batchSize))
         let logger = self.logger
-        let progress = try await self.operation("index old posts for search") {
+        // Background work, not a request: a batch of 500 on a busy database may take longer than a
+        // request's bound, and one given up on would still hold the row lock the retry waits for.
+        let progress = try await self.operation("index old posts for search", limit: .seconds(120)) {
             try await self.client.withTransaction(logger: logger) { connection -> SearchBackfillProgress in
                 var state: (Bool, String, Int64, Int64)?
                 let rows = try await connection.query(

@@ -66,7 +66,13 @@ extension SQLiteStore {
 
     public func claimPushes(node: String, now: Int64, lease: Int64, limit: Int) async throws -> [PendingPush] {
         try await self.exclusiveWithoutSync("claim pushes") { connection in
-            try await Self.transaction(on: connection, logger: self.logger) {
+            // A look without the write lock first: a dispatcher polling an empty outbox must not
+            // keep the database's one writer's lock from the commits and everyone else's writes.
+            let due = try await connection.query(
+                "SELECT 1 FROM pushes WHERE next_attempt_at <= ?1 AND (lease_until IS NULL OR lease_until < ?1) LIMIT 1", [.integer(Int(now))]
+            )
+            if due.isEmpty { return [] }
+            return try await Self.transaction(on: connection, logger: self.logger) {
                 let rows = try await connection.query(
                     """
                     UPDATE pushes SET lease_node = ?1, lease_until = ?2

@@ -35,43 +35,51 @@ extension SQLiteStore {
                 if state.column("done")?.integer == 1 { return SearchBackfillProgress(indexed: indexed, done: true) }
                 let rows = try await connection.query(
                     """
-                    SELECT p.circle, p.seq, p.change IS NULL AND p.deleted = 0 AND p.text IS NOT NULL AND p.text <> '' AS searchable,
-                        p.search_id AS id, coalesce(d.trigrams, 0) AS trigrams
-                    FROM posts AS p LEFT JOIN search_docs AS d ON d.id = p.search_id
-                    WHERE (p.circle, p.seq) > (?1, ?2) ORDER BY p.circle, p.seq LIMIT ?3
+                    SELECT p.circle, p.seq FROM posts AS p WHERE (p.circle, p.seq) > (?1, ?2) ORDER BY p.circle, p.seq LIMIT ?3
                     """,
                     [.text(state.column("circle")?.string ?? ""), .integer(state.column("seq")?.integer ?? 0), .integer(SQLiteInt64(max(1, batchSize)))]
                 )
-                for row in rows where row.column("searchable")?.integer == 1 && row.column("trigrams")?.integer == 0 {
-                    // The text goes from `posts` to the index inside SQLite: the very bytes the post
-                    // writer reads back to remove it (sqlite-nio's text would stop at a NUL).
-                    guard let circle = row.column("circle")?.string, let seq = row.column("seq")?.integer else { continue }
-                    let tables: [String]
-                    let id: Int
-                    if let indexed = row.column("id")?.integer {
-                        // In the word index already, not in the trigram index.
-                        id = indexed
-                        tables = ["search_trigrams"]
-                        _ = try await connection.query("UPDATE search_docs SET trigrams = 1 WHERE id = ?1", [.integer(id)])
-                    } else {
-                        guard
-                            let added = try await connection.query(
-                                "INSERT INTO search_docs (circle, seq, trigrams) VALUES (?1, ?2, 1) RETURNING id", [.text(circle), .integer(seq)]
-                            ).first?.column("id")?.integer
-                        else { continue }
-                        id = added
-                        tables = ["search_words", "search_trigrams"]
-                        _ = try await connection.query(
-                            "UPDATE posts SET search_id = ?3 WHERE circle = ?1 AND seq = ?2", [.text(circle), .integer(seq), .integer(id)]
-                        )
+                // The batch's posts that the index lacks, indexed set by set inside SQLite (a handful
+                // of statements per batch, not a few per post: each statement is a hop to the
+                // store's threads). Their search ids go in a table of this connection's own: a post
+                // with none gets the next free one; a post indexed before step 12 keeps its own and
+                // gets its substrings only. The text goes from `posts` to the index inside SQLite:
+                // the very bytes the post writer reads back to remove it (sqlite-nio's text would
+                // stop at a NUL).
+                if let last = rows.last, let lastCircle = last.column("circle")?.string, let lastSeq = last.column("seq")?.integer {
+                    _ = try await connection.query(
+                        "CREATE TEMP TABLE IF NOT EXISTS search_backfill_batch (id INTEGER PRIMARY KEY, circle TEXT NOT NULL, seq INTEGER NOT NULL, words INTEGER NOT NULL)"
+                    )
+                    _ = try await connection.query("DELETE FROM search_backfill_batch")
+                    _ = try await connection.query(
+                        """
+                        INSERT INTO search_backfill_batch (id, circle, seq, words)
+                        SELECT coalesce(p.search_id, (SELECT coalesce(max(id), 0) FROM search_docs) + row_number() OVER (ORDER BY p.circle, p.seq)),
+                            p.circle, p.seq, p.search_id IS NULL
+                        FROM posts AS p LEFT JOIN search_docs AS d ON d.id = p.search_id
+                        WHERE (p.circle, p.seq) > (?1, ?2) AND (p.circle, p.seq) <= (?3, ?4)
+                            AND p.change IS NULL AND p.deleted = 0 AND p.text IS NOT NULL AND p.text <> '' AND coalesce(d.trigrams, 0) = 0
+                        """,
+                        [.text(state.column("circle")?.string ?? ""), .integer(state.column("seq")?.integer ?? 0), .text(lastCircle), .integer(lastSeq)]
+                    )
+                    for statement in [
+                        "INSERT INTO search_docs (id, circle, seq, trigrams) SELECT id, circle, seq, 1 FROM search_backfill_batch WHERE words = 1",
+                        "UPDATE search_docs SET trigrams = 1 WHERE id IN (SELECT id FROM search_backfill_batch WHERE words = 0)",
+                        "UPDATE posts SET search_id = b.id FROM search_backfill_batch AS b WHERE posts.circle = b.circle AND posts.seq = b.seq AND b.words = 1",
+                        """
+                        INSERT INTO search_words (rowid, text)
+                        SELECT b.id, p.text FROM search_backfill_batch AS b JOIN posts AS p ON p.circle = b.circle AND p.seq = b.seq WHERE b.words = 1
+                        """,
+                        """
+                        INSERT INTO search_trigrams (rowid, text)
+                        SELECT b.id, p.text FROM search_backfill_batch AS b JOIN posts AS p ON p.circle = b.circle AND p.seq = b.seq
+                        """,
+                    ] {
+                        _ = try await connection.query(statement)
                     }
-                    for table in tables {
-                        _ = try await connection.query(
-                            "INSERT INTO \(table) (rowid, text) SELECT ?1, text FROM posts WHERE circle = ?2 AND seq = ?3",
-                            [.integer(id), .text(circle), .integer(seq)]
-                        )
-                    }
-                    indexed += 1
+                    let added = try await connection.query("SELECT count(*) AS n FROM search_backfill_batch").first?.column("n")?.integer ?? 0
+                    indexed += Int64(added)
+                    _ = try await connection.query("DELETE FROM search_backfill_batch")
                 }
                 let done = rows.count < max(1, batchSize)
                 let last = rows.last
