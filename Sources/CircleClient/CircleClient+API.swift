@@ -80,6 +80,22 @@ extension CircleClient {
         try await self.api.call(.PUT, HTTPAPI.Path.notify(circle), body: HTTPAPI.NotificationSetting(level: level), as: HTTPAPI.Circle.self)
     }
 
+    /// What `circle` keeps (docs/OPERATIONS.md, "Retention"): `days` and `keep` are `nil` for no such limit.
+    public func retention(of circle: String) async throws -> HTTPAPI.RetentionSetting {
+        try await self.api.call(.GET, HTTPAPI.Path.retention(circle), as: HTTPAPI.RetentionSetting.self)
+    }
+
+    /// Sets what `circle` keeps: entries older than `days` days and beyond the newest `keep`
+    /// are removed in the background; both `nil` keeps everything. The circle's owner, an admin,
+    /// or an API key with `manage`.
+    ///
+    /// - Throws: ``CircleClientError`` `bad_request` for a value out of range (days 1–36,500,
+    ///   keep 1–1,000,000,000), `forbidden` for anyone else.
+    @discardableResult
+    public func setRetention(days: Int64?, keep: Int64?, in circle: String) async throws -> HTTPAPI.RetentionSetting {
+        try await self.api.call(.PUT, HTTPAPI.Path.retention(circle), body: HTTPAPI.RetentionSetting(days: days, keep: keep), as: HTTPAPI.RetentionSetting.self)
+    }
+
     /// One circle.
     ///
     /// - Throws: ``CircleClientError`` `not_found`, or `forbidden` for a private circle this user is not a member of.

@@ -313,6 +313,15 @@ public final class CircleServer: Service, Sendable {
             group.addTask { await services.push.run() }
             group.addTask { await services.publishHooks.run() }
             group.addTask {
+                await RetentionSweeper(
+                    store: services.store,
+                    media: MediaFiles(dataDirectory: services.configuration.dataDirectory),
+                    interval: services.configuration.retentionInterval,
+                    logger: services.logger,
+                    removed: { services.metrics.retentionRemoved.increment(by: $0) }
+                ).run()
+            }
+            group.addTask {
                 // An upgraded database's older posts, indexed in the background; like the other
                 // children, it returns only when cancelled (the first to return ends them all).
                 await SearchBackfill.run(services.store, logger: services.logger) { progress in

@@ -21,6 +21,7 @@ public enum HTTPAPI {
         public static func circle(_ name: String) -> String { "/v1/circles/\(escaped(name))" }
         public static func messages(_ circle: String) -> String { "/v1/circles/\(escaped(circle))/messages" }
         public static func notify(_ circle: String) -> String { "/v1/circles/\(escaped(circle))/notify" }
+        public static func retention(_ circle: String) -> String { "/v1/circles/\(escaped(circle))/retention" }
         public static func members(_ circle: String) -> String { "/v1/circles/\(escaped(circle))/members" }
         public static func member(_ user: String, of circle: String) -> String {
             "/v1/circles/\(escaped(circle))/members/\(escaped(user))"
@@ -118,6 +119,26 @@ public enum HTTPAPI {
     public struct NotificationSetting: Codable, Sendable, Hashable {
         public var level: NotificationLevel?
         public init(level: NotificationLevel?) { self.level = level }
+    }
+
+    /// `GET` and `PUT /v1/circles/{name}/retention`: entries older than `days`, and beyond the
+    /// newest `keep`, are removed in the background; `null` (or absent) for no such limit, both
+    /// for none (docs/OPERATIONS.md, "Retention"). Answers carry both keys, `null` included.
+    public struct RetentionSetting: Codable, Sendable, Hashable {
+        public var days: Int64?
+        public var keep: Int64?
+        public init(days: Int64?, keep: Int64?) {
+            self.days = days
+            self.keep = keep
+        }
+
+        private enum CodingKeys: String, CodingKey { case days, keep }
+
+        public func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(self.days, forKey: .days)
+            try container.encode(self.keep, forKey: .keep)
+        }
     }
 
     /// `POST /v1/circles/{name}/members`.

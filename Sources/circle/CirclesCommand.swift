@@ -1,5 +1,6 @@
 import ArgumentParser
 import CircleClient
+import CircleWire
 import Foundation
 
 struct CirclesCommand: AsyncParsableCommand {
@@ -16,7 +17,7 @@ struct CirclesCommand: AsyncParsableCommand {
               circle circle add-member team bob --user alice
               circle circle list --user bob
             """,
-        subcommands: [Create.self, List.self, AddMember.self, RemoveMember.self]
+        subcommands: [Create.self, List.self, AddMember.self, RemoveMember.self, Retention.self]
     )
 
     /// Runs the SDK calls of a subcommand; a refusal prints `refusal(server's message)` and exits 1.
@@ -138,6 +139,56 @@ struct CirclesCommand: AsyncParsableCommand {
                 try await api.removeMember(user, from: circle)
                 Console.line("\(user) is no longer a member of \(circle)")
             }
+        }
+    }
+
+    struct Retention: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Show or set what a circle keeps (its owner or an admin sets it).",
+            discussion: """
+                Without options, prints the circle's policy. With --days or --keep (or both), \
+                entries older than that many days, and beyond the newest that many, are removed \
+                in the background (posts, changes, their photos); what remains keeps its numbers. \
+                --off keeps everything again. Prints "keeps everything" or "keeps N days" and/or \
+                "keeps the newest N entries".
+
+                Exit status: 0 done; 1 refused (no such circle, not yours, a value out of range); \
+                2 the server could not be reached; 4 the token was refused; 64 usage.
+
+                Examples:
+                  circle circle retention general --days 90 --user alice
+                  circle circle retention support --keep 10000 --user alice
+                  circle circle retention general --off --user alice
+                """
+        )
+        @Argument(help: "The circle.") var circle: String
+        @Option(help: "Remove entries older than this many days (1–36500).") var days: Int64?
+        @Option(help: "Keep only the newest this many entries (1–1000000000).") var keep: Int64?
+        @Flag(help: "Keep everything (remove the policy).") var off = false
+        @OptionGroup var client: ClientOptions
+
+        func validate() throws {
+            if self.off, self.days != nil || self.keep != nil { throw ValidationError("--off goes without --days and --keep") }
+        }
+
+        func run() async throws {
+            let (circle, days, keep, off) = (self.circle, self.days, self.keep, self.off)
+            try await CirclesCommand.call("retention", self.client, circle: circle, refusal: { "the retention of \(circle) was not changed: \($0)" }) { api in
+                let setting: HTTPAPI.RetentionSetting
+                if off || days != nil || keep != nil {
+                    setting = try await api.setRetention(days: days, keep: keep, in: circle)
+                } else {
+                    setting = try await api.retention(of: circle)
+                }
+                Console.line("\(circle) \(Self.describe(setting))")
+            }
+        }
+
+        static func describe(_ setting: HTTPAPI.RetentionSetting) -> String {
+            var parts: [String] = []
+            if let days = setting.days { parts.append("keeps \(days) day\(days == 1 ? "" : "s")") }
+            if let keep = setting.keep { parts.append("keeps the newest \(keep) entr\(keep == 1 ? "y" : "ies")") }
+            return parts.isEmpty ? "keeps everything" : parts.joined(separator: " and ")
         }
     }
 }

@@ -151,6 +151,9 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "How often to check whether memory freed after a burst can go back to the kernel (malloc_trim), e.g. 1s; off never trims.")
     var heapTrimInterval: String = "1s"
 
+    @Option(help: "How often circles with a retention policy lose the entries that are due, e.g. 1h or 10m (at least 1s).")
+    var retentionInterval: String = "1h"
+
     @Option(help: "Event-loop threads that serve connections, 1 to 1024. Default: one per CPU this process may run on (its CPU affinity and cgroup limit).")
     var eventLoops: Int?
 
@@ -238,6 +241,9 @@ struct ServeCommand: AsyncParsableCommand {
         } else {
             throw ValidationError("--heap-trim-interval must be off or a duration of at least 100ms, such as 1s")
         }
+        guard let retentionInterval = parseDuration(self.retentionInterval), retentionInterval >= .seconds(1) else {
+            throw ValidationError("--retention-interval must be a duration of at least 1s, such as 1h or 10m, not \"\(self.retentionInterval)\"")
+        }
         // Before anything uses NIO's singleton event-loop group (the server, the stores): it is
         // made once, with the count suggested at its first use. NIO's own variable
         // (NIO_SINGLETON_GROUP_LOOP_COUNT) is still honoured when --event-loops is not given.
@@ -290,6 +296,7 @@ struct ServeCommand: AsyncParsableCommand {
             corsOrigin: self.corsOrigin ?? ProcessInfo.processInfo.environment["CIRCLE_CORS_ORIGIN"],
             nodePollInterval: pollInterval,
             heapTrimInterval: heapTrimInterval,
+            retentionInterval: retentionInterval,
             identity: IdentityConfiguration(publicURL: self.effectivePublicURL)
         )
         try self.issuers.apply(to: &configuration)

@@ -40,6 +40,29 @@ struct CLIThroughSDKTests {
         await server.stop()
     }
 
+    @Test("circle retention: prints the policy, sets days and keep, --off; a bad value and not the owner exit 1 with the server's message")
+    func retention() async throws {
+        let server = TestServer(dev: true)
+        defer { server.remove() }
+        try await server.start()
+        let noKey = ["--data", "/nonexistent/circle-data"]
+        #expect(try await self.run(["circle", "create", "team", "--user", "alice"], server: server, keys: noKey).status == 0)
+        let shown = try await self.run(["circle", "retention", "team", "--user", "bob"], server: server, keys: noKey)
+        #expect(shown.status == 0 && shown.stdout == "team keeps everything\n", "\(shown)")
+        let set = try await self.run(["circle", "retention", "team", "--days", "90", "--keep", "1", "--user", "alice"], server: server, keys: noKey)
+        #expect(set.status == 0 && set.stdout == "team keeps 90 days and keeps the newest 1 entry\n", "\(set)")
+        let notOwner = try await self.run(["circle", "retention", "team", "--keep", "5", "--user", "bob"], server: server, keys: noKey)
+        #expect(notOwner.status == 1)
+        #expect(notOwner.stderr.contains("the retention of team was not changed: only the owner (alice) or an admin sets a circle's retention"), "\(notOwner.stderr)")
+        let bad = try await self.run(["circle", "retention", "team", "--days", "0", "--user", "alice"], server: server, keys: noKey)
+        #expect(bad.status == 1 && bad.stderr.contains("\"days\" is from 1 to 36500, not 0"), "\(bad.stderr)")
+        let usage = try await self.run(["circle", "retention", "team", "--off", "--days", "3", "--user", "alice"], server: server, keys: noKey)
+        #expect(usage.status == 64, "\(usage)")
+        let off = try await self.run(["circle", "retention", "team", "--off", "--user", "alice"], server: server, keys: noKey)
+        #expect(off.status == 0 && off.stdout == "team keeps everything\n", "\(off)")
+        await server.stop()
+    }
+
     @Test("a --user without the key against a server that hands out no development tokens is exit 4")
     func noDevelopmentTokens() async throws {
         let server = TestServer()

@@ -306,6 +306,11 @@ final class MutedStore: SharedCircleStore {
         try await self.base.eraseAccountData(of: user, removeAccount: removeAccount, audit: audit)
     }
     func auditLog(before: Int64?, limit: Int) async throws -> [AuditEntry] { try await self.base.auditLog(before: before, limit: limit) }
+    func retentionPolicy(of circle: String) async throws -> RetentionPolicy? { try await self.base.retentionPolicy(of: circle) }
+    func setRetentionPolicy(_ policy: RetentionPolicy?, of circle: String) async throws { try await self.base.setRetentionPolicy(policy, of: circle) }
+    func retentionPolicies() async throws -> [String: RetentionPolicy] { try await self.base.retentionPolicies() }
+    func oldestEntries(in circle: String, limit: Int) async throws -> [RetainedEntry] { try await self.base.oldestEntries(in: circle, limit: limit) }
+    func trimEntries(in circle: String, through seq: Int64) async throws -> TrimmedEntries { try await self.base.trimEntries(in: circle, through: seq) }
     func createCircle(name: String, owner: String, isPrivate: Bool, createdAt: Int64) async throws -> CircleInfo {
         try await self.base.createCircle(name: name, owner: owner, isPrivate: isPrivate, createdAt: createdAt)
     }

@@ -106,6 +106,7 @@ struct SessionStateTests {
         case .ack(let id, let seq, _, let duplicate): return "ack \(id)\(seq.map { " seq \($0)" } ?? "")\(duplicate ? " duplicate" : "")"
         case .error(let id, let code, _): return "error \(id ?? "-") \(code.rawValue)"
         case .left(let circle, let user): return "left \(circle) \(user)"
+        case .gap(let circle, let from, let to): return "gap \(circle) \(from)...\(to)"
         case .history(let id, _, let posts, let more, _): return "history \(id) \(posts.map(\.seq)) more \(more)"
         default: return "\(message)"
         }
@@ -156,6 +157,25 @@ struct SessionStateTests {
             == ["replay 3", "replay 4", "flush", "read general after 4 limit 2"])
         #expect(Self.describe(state.replayRead(circle: "general", after: 4, .success([Self.post(5)]))) == ["replay 5", "flush", "flush"])
         #expect(Self.describe(state.hubEvent(Self.live(6))) == ["write live 6"])
+    }
+
+    @Test("entries a retention policy removed: the replay says gap for them, then goes on after them")
+    func replayAcrossRemovedEntries() {
+        var state = Self.makeState { $0.replayPage = 2 }
+        #expect(Self.joinConfirmed(&state, since: 2, lastSeq: 9).last == "read general after 2 limit 2")
+        // The store's oldest entry is 7 now (1…6 removed).
+        #expect(Self.describe(state.replayRead(circle: "general", after: 2, .success([Self.post(7), Self.post(8)])))
+            == ["send gap general 3...6", "replay 7", "replay 8", "flush", "read general after 8 limit 2"])
+        #expect(Self.describe(state.replayRead(circle: "general", after: 8, .success([Self.post(9)]))) == ["replay 9", "flush", "flush"])
+        #expect(Self.describe(state.hubEvent(Self.live(10))) == ["write live 10"])
+        // Nothing left at all (every entry removed): nothing to say until the next entry, whose
+        // hole starts a replay that finds it.
+        var empty = Self.makeState()
+        _ = Self.joinConfirmed(&empty, since: 2, lastSeq: 6)
+        #expect(Self.describe(empty.replayRead(circle: "general", after: 2, .success([]))) == ["flush", "flush"])
+        #expect(Self.describe(empty.hubEvent(Self.live(7))) == ["read general after 2 limit 256"])
+        #expect(Self.describe(empty.replayRead(circle: "general", after: 2, .success([Self.post(7)])))
+            == ["send gap general 3...6", "replay 7", "flush", "flush"])
     }
 
     @Test("a replay page is one write of its posts in order, without the ones already sent")

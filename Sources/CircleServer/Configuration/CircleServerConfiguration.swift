@@ -101,6 +101,10 @@ public struct CircleServerConfiguration: Sendable {
     /// mounts Circle decides; `circle serve` sets one second. No effect where the allocator is
     /// not glibc.
     public var heapTrimInterval: Duration?
+    /// How often circles with a retention policy lose their entries that are due
+    /// (``RetentionSweeper``; docs/OPERATIONS.md, "Retention"); the first sweep runs within a
+    /// minute of the start.
+    public var retentionInterval: Duration
     /// Accounts, sessions, sign-in: the public URL, session lifetimes, password rules.
     public var identity: IdentityConfiguration
 
@@ -224,6 +228,7 @@ public struct CircleServerConfiguration: Sendable {
         corsOrigin: String? = nil,
         nodePollInterval: Duration = .seconds(1),
         heapTrimInterval: Duration? = nil,
+        retentionInterval: Duration = .seconds(3600),
         identity: IdentityConfiguration = .init(),
         webhooks: WebhookSettings = .init()
     ) {
@@ -243,6 +248,7 @@ public struct CircleServerConfiguration: Sendable {
         self.corsOrigin = corsOrigin
         self.nodePollInterval = nodePollInterval
         self.heapTrimInterval = heapTrimInterval
+        self.retentionInterval = retentionInterval
         self.identity = identity
         self.webhooks = webhooks
     }

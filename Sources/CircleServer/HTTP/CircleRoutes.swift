@@ -72,6 +72,7 @@ struct CircleRoutes: Sendable {
         PushRoutes(services: services).add(authenticated: authenticated)
         MessageRoutes(services: services).add(authenticated: keyed)
         self.addCircles(to: keyed)
+        self.addRetention(to: keyed)
         SearchRoutes(search: SearchAnswer(store: services.store)).add(authenticated: keyed)
         MediaRoutes(media: self.media).add(to: authenticated)
     }
@@ -216,7 +217,7 @@ struct CircleRoutes: Sendable {
 
     /// Whether `principal` may add and remove members of `circle`: its owner, an admin, or an
     /// API key with `manage` (or, `removing`, with `moderate`).
-    private func managesMembers(of circle: CircleInfo, principal: AuthenticatedUser, removing: Bool = false) async throws -> Bool {
+    func managesMembers(of circle: CircleInfo, principal: AuthenticatedUser, removing: Bool = false) async throws -> Bool {
         if circle.owner == principal.name { return true }
         if let scopes = principal.apiKeyScopes {
             return scopes.contains(.manage) || (removing && scopes.contains(.moderate))
@@ -227,7 +228,7 @@ struct CircleRoutes: Sendable {
 
     /// The circle of the `{name}` in the path, if the user may see it: 404 when there is none,
     /// 403 when it is private and the user is not a member.
-    private func visibleCircle(
+    func visibleCircle(
         _ context: some CircleRequestContext,
         principal: AuthenticatedUser,
         managing: Bool = false,

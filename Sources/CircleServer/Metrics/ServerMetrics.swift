@@ -33,6 +33,8 @@ final class ServerMetrics: Sendable {
     let nodeSignalsReceived: CoreMetrics.Counter
     let nodeReads: CoreMetrics.Counter
     let heapTrims: CoreMetrics.Counter
+    /// Entries removed by retention policies.
+    let retentionRemoved: CoreMetrics.Counter
     /// Posts the search backfill has indexed (those stored before the index existed).
     let searchBackfillIndexed: CoreMetrics.Meter
     /// 1 once the search index holds every post, 0 while the backfill runs.
@@ -70,6 +72,7 @@ final class ServerMetrics: Sendable {
         self.nodeSignalsReceived = CoreMetrics.Counter(label: "circle_node_signals_received_total", factory: factory)
         self.nodeReads = CoreMetrics.Counter(label: "circle_node_reads_total", factory: factory)
         self.heapTrims = CoreMetrics.Counter(label: "circle_heap_trims_total", factory: factory)
+        self.retentionRemoved = CoreMetrics.Counter(label: "circle_retention_removed_entries_total", factory: factory)
     }
 
     /// Counts an error reply or refusal by its code.

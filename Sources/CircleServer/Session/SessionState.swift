@@ -310,6 +310,12 @@ struct SessionState {
         case .success(let posts):
             var page: [CirclePost] = []
             page.reserveCapacity(posts.count)
+            if let first = posts.first, first.seq > membership.lastSent + 1 {
+                // The store keeps no entry between: a retention policy removed them
+                // (RetentionSweeper), the only way entries leave a circle. Say so, go on after.
+                actions.append(.send(.gap(circle: circle, from: membership.lastSent + 1, to: first.seq - 1)))
+                membership.lastSent = first.seq - 1
+            }
             for post in posts where post.seq == membership.lastSent + 1 {
                 page.append(post)
                 membership.lastSent = post.seq

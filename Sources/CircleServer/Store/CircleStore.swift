@@ -191,7 +191,7 @@ public struct StoreError: Error, Sendable, Hashable, CustomStringConvertible {
 /// - Per circle, stored posts get sequence numbers 1, 2, 3, … in commit order, without gaps.
 /// - (circle, author, clientID) is unique: committing it again yields `.duplicate` with the
 ///   original post, also within one batch and across restarts.
-public protocol CircleStore: IdentityStore, WebhookStore, APIKeyStore, PublishHookStore, ModerationStore, PushStore, ErasureStore {
+public protocol CircleStore: IdentityStore, WebhookStore, APIKeyStore, PublishHookStore, ModerationStore, PushStore, ErasureStore, RetentionStore {
     /// Creates the schema or migrates it to the current version.
     func migrate() async throws
 

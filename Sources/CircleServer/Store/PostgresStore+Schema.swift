@@ -429,6 +429,16 @@ extension PostgresStore {
             )
             """
         ],
+        // Retention policies (as SQLite's step of that summary).
+        [
+            """
+            CREATE TABLE retention_policies (
+                circle text COLLATE "C" PRIMARY KEY REFERENCES circles (name) ON DELETE CASCADE,
+                max_age_days bigint,
+                keep_newest bigint
+            )
+            """
+        ],
     ]
 
     /// The schema version this build writes and understands.

@@ -466,6 +466,20 @@ extension SQLiteStore {
                 """
             ]
         ),
+        Migration(
+            summary: "retention policies",
+            statements: [
+                // A circle's retention (RetentionStore): entries older than `max_age_days`, and
+                // beyond the newest `keep_newest`, are removed in the background; NULL: no limit.
+                """
+                CREATE TABLE retention_policies (
+                    circle TEXT NOT NULL PRIMARY KEY REFERENCES circles (name) ON DELETE CASCADE,
+                    max_age_days INTEGER,
+                    keep_newest INTEGER
+                ) STRICT
+                """
+            ]
+        ),
     ]
 
     /// The schema version this build writes and understands.

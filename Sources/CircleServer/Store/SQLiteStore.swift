@@ -658,7 +658,7 @@ public final class SQLiteStore: CircleStore {
         return Int64(value)
     }
 
-    private static func optionalInteger(_ row: SQLiteRow, _ column: String) throws -> Int64? {
+    static func optionalInteger(_ row: SQLiteRow, _ column: String) throws -> Int64? {
         switch row.column(column) {
         case .null:
             return nil
