@@ -125,6 +125,25 @@ import Testing
         return export
     }
 
+    /// A circle whose retention removed its first entries is refused with a sentence, and
+    /// nothing is left at the destination.
+    @Test func aCircleTrimmedByRetentionIsNotExported() async throws {
+        let data = try self.temporaryDirectory("source")
+        defer { try? FileManager.default.removeItem(atPath: data) }
+        let export = try self.temporaryDirectory("export") + "/team"
+        try await self.contract.withStore(.sqlite) { store in
+            try await self.fill(store, data: data)
+            let oldest = try #require(try await store.oldestEntries(in: "team", limit: 1).first)
+            #expect(try await store.trimEntries(in: "team", through: oldest.seq).entries == 1)
+            let failure = try await #require(throws: CircleTransfer.Failure.self) {
+                try await CircleTransfer.export(circle: "team", store: store, dataDirectory: data, to: export)
+            }
+            #expect(failure.kind == .refused)
+            #expect(failure.message.contains("its retention policy removed entries 1 to 1"), "\(failure.message)")
+            #expect(!FileManager.default.fileExists(atPath: export))
+        }
+    }
+
     /// Imports `export` into a fresh store of `kind` with the three accounts; the failure, and
     /// whether the store then holds the circle or any media row.
     func importFailure(_ export: String, kind: StoreKind = .sqlite, accounts: [String] = ["ann", "ben", "cat"], existing: Bool = false) async throws -> CircleTransfer.Failure {

@@ -29,7 +29,8 @@ public enum CircleTransfer {
             case conflict
             /// The export is damaged or not in the format: a line, a checksum, a missing file.
             case corrupt
-            /// The circle is a direct message, or people it names have no account on the target.
+            /// The circle is a direct message, its retention policy removed its first entries
+            /// (export), or people it names have no account on the target.
             case refused
             /// The destination is not empty, the data directory holds no database, or the
             /// PostgreSQL URL is not one.
@@ -121,6 +122,14 @@ public enum CircleTransfer {
                     let page = try await store.posts(in: circle.name, after: after, limit: Self.batchSize)
                     guard !page.isEmpty else { break }
                     for post in page where post.seq <= circle.lastSeq {
+                        if after == 0, post.seq > 1 {
+                            // Format 1 holds a circle from its first entry on, and an import
+                            // commits them again from seq 1.
+                            throw Failure(
+                                .refused,
+                                "circle \(circle.name) begins at entry \(post.seq): its retention policy removed entries 1 to \(post.seq - 1), and an export holds a circle from entry 1 on"
+                            )
+                        }
                         guard post.seq == after + 1 else { throw Failure(.io, "the store returned seq \(post.seq) after \(after)") }
                         if let attachment = post.attachment, post.change == nil, seenMedia.insert(attachment).inserted { mediaIDs.append(attachment) }
                         try entries.append(try line(CircleExportFormat.Entry(post)))
