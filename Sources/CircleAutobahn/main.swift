@@ -124,7 +124,7 @@ struct CircleAutobahn {
     }
 
     /// Section 9 sends messages of up to 16 MiB; leave room for them.
-    static let maxMessageSize = 16 * 1024 * 1024 + 1024
+    static let maxMessageSize = WebSocketConfiguration.defaultMaxMessageSize + 1024
 
     /// The permessage-deflate offer for one case.
     ///

@@ -248,14 +248,14 @@ public final class CircleClient: Sendable {
     /// the cache; docs/CLIENT.md, "Offline reading"). Not connected, it answers from the offline
     /// cache when the client keeps one (`more` then says whether the cache holds older posts; a
     /// circle with nothing cached gives an empty page); without a cache it throws `not_connected`.
-    public func history(of circle: String, before: Int64? = nil, limit: Int = 50) async throws -> (posts: [CirclePost], more: Bool) {
+    public func history(of circle: String, before: Int64? = nil, limit: Int = HistoryPaging.defaultLimit) async throws -> (posts: [CirclePost], more: Bool) {
         let page = try await self.historyPage(of: circle, before: before, limit: limit)
         return (page.posts, page.more)
     }
 
     /// ``history(of:before:limit:)`` with the stream position the page reflects
     /// (``CircleHistoryPage/lastSeq``), to follow on from with ``messages(in:after:)``.
-    public func historyPage(of circle: String, before: Int64? = nil, limit: Int = 50) async throws -> CircleHistoryPage {
+    public func historyPage(of circle: String, before: Int64? = nil, limit: Int = HistoryPaging.defaultLimit) async throws -> CircleHistoryPage {
         let page = try await self.core.history(circle, before: before, after: nil, limit: limit)
         return CircleHistoryPage(posts: page.posts, more: page.more, lastSeq: page.lastSeq)
     }
@@ -273,7 +273,7 @@ public final class CircleClient: Sendable {
     ///     if !page.more { break }
     /// }
     /// ```
-    public func history(of circle: String, after: Int64, limit: Int = 50) async throws -> (posts: [CirclePost], more: Bool) {
+    public func history(of circle: String, after: Int64, limit: Int = HistoryPaging.defaultLimit) async throws -> (posts: [CirclePost], more: Bool) {
         let page = try await self.core.history(circle, before: nil, after: after, limit: limit)
         return (page.posts, page.more)
     }

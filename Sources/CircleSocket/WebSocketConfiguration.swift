@@ -38,12 +38,15 @@ public struct WebSocketConfiguration: Sendable {
     /// Inbound messages buffered before reading from the socket pauses (backpressure).
     public var inboundBufferLimit: Int
 
+    /// The largest message either side takes unless told otherwise: 16 MiB.
+    public static let defaultMaxMessageSize = 16 * 1024 * 1024
+
     public init(
         headers: HTTPHeaders = [:],
         subprotocols: [String] = [],
         connectTimeout: TimeAmount = .seconds(10),
         closeTimeout: TimeAmount = .seconds(5),
-        maxMessageSize: Int = 16 * 1024 * 1024,
+        maxMessageSize: Int = WebSocketConfiguration.defaultMaxMessageSize,
         maxFrameSize: Int? = nil,
         fragmentSize: Int? = nil,
         tls: WebSocketTLSConfiguration = .init(),

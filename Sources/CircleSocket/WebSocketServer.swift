@@ -30,7 +30,7 @@ public struct WebSocketServerConfiguration: Sendable {
         tls: TLSConfiguration? = nil,
         subprotocols: [String] = [],
         compression: Bool = true,
-        maxMessageSize: Int = 16 * 1024 * 1024,
+        maxMessageSize: Int = WebSocketConfiguration.defaultMaxMessageSize,
         closeTimeout: TimeAmount = .seconds(5),
         inboundBufferLimit: Int = 64
     ) {

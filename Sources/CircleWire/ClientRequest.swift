@@ -80,7 +80,7 @@ public struct CircleRequest: Sendable, Hashable, Codable {
     public var before: Int64?
     /// `history`: posts with a sequence number above this one (oldest first page).
     public var after: Int64?
-    /// `history`: page size (1...200, default 50).
+    /// `history`: page size (``HistoryPaging/limits``, default ``HistoryPaging/defaultLimit``).
     public var limit: Int?
     /// `join`: do not announce this connection to the circle (no `joined`/`left` for it), for
     /// one-shot clients such as `circle send`. Absent means `false`.
@@ -388,7 +388,7 @@ extension CircleRequest {
             guard let seq else { return "\"read\" needs \"seq\"" }
             if seq < 0 { return "\"seq\" must not be negative" }
         case .history:
-            if let limit, !(1...200).contains(limit) { return "\"limit\" must be between 1 and 200" }
+            if let limit, let problem = HistoryPaging.problem(limit: limit) { return "\"limit\" \(problem)" }
             if self.before != nil && self.after != nil { return "give \"before\" or \"after\", not both" }
             if (self.before ?? 0) < 0 || (self.after ?? 0) < 0 { return "\"before\" and \"after\" must not be negative" }
         case .join:
@@ -405,5 +405,17 @@ extension CircleRequest {
     /// Whether `text` is exactly one emoji (``CircleEmoji/normalized(_:)`` says which).
     public static func isEmoji(_ text: String) -> Bool {
         CircleEmoji.normalized(text) != nil
+    }
+}
+
+/// History paging, the same for the WebSocket's `history`, `GET /v1/circles/{name}/messages`,
+/// the SDK and the CLI: pages of 1 to 200 posts, 50 when not given.
+public enum HistoryPaging {
+    public static let limits = 1...200
+    public static let defaultLimit = 50
+
+    /// What is wrong with a page size, after its name (`"limit" must be …`); `nil` when it is good.
+    public static func problem(limit: Int) -> String? {
+        Self.limits.contains(limit) ? nil : "must be between \(Self.limits.lowerBound) and \(Self.limits.upperBound)"
     }
 }

@@ -90,7 +90,7 @@ struct ChatCommand: AsyncParsableCommand {
         // Newest page first, then the stream from where the page ends: a post committed between
         // the two is not lost (nor an entry the page reflects shown twice).
         var shownUpTo: Int64?
-        if let page = try? await client.historyPage(of: self.circle, limit: 50) {
+        if let page = try? await client.historyPage(of: self.circle, limit: HistoryPaging.defaultLimit) {
             await screen.addHistory(page.posts, more: page.more)
             shownUpTo = page.lastSeq ?? page.posts.last?.seq
             if let seq = await screen.unmarkedRead() { _ = try? await client.markRead(self.circle, upTo: seq) }
@@ -163,7 +163,7 @@ struct ChatCommand: AsyncParsableCommand {
                     }
                 }
             case .older:
-                if let oldest = await screen.oldestSeq, let page = try? await client.history(of: self.circle, before: oldest, limit: 50) {
+                if let oldest = await screen.oldestSeq, let page = try? await client.history(of: self.circle, before: oldest, limit: HistoryPaging.defaultLimit) {
                     await screen.addHistory(page.posts, more: page.more)
                 }
             case .typing:

@@ -70,32 +70,35 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("TLS private key (PEM). Env: CIRCLE_TLS_KEY.", valueName: "file"))
     var tlsKey: String?
 
+    /// The limits' defaults are the server's own (one place: ``CircleServerConfiguration/Limits``).
+    static let defaults = CircleServerConfiguration.Limits()
+
     @Option(help: "Largest post text in bytes (too_large), 1 to 1 GiB.")
-    var maxPostBytes: Int = 8 * 1024
+    var maxPostBytes: Int = Self.defaults.maxPostBytes
 
     @Option(help: "Largest media upload in bytes (HTTP 413 too_large), 1 to 1 TiB.")
-    var maxMediaBytes: Int64 = 25 * 1024 * 1024
+    var maxMediaBytes: Int64 = Self.defaults.maxMediaBytes
 
     @Option(help: "Delete uploads left unfinished for this long, e.g. 24h.")
     var uploadExpiry: String = "24h"
 
     @Option(help: "Largest WebSocket message in bytes (close 1009), 1 to 1 GiB.")
-    var maxMessageBytes: Int = 64 * 1024
+    var maxMessageBytes: Int = Self.defaults.maxMessageBytes
 
     @Option(help: "Posts per second per connection (rate_limited), more than 0 and at most 1,000,000.")
-    var postsPerSecond: Double = 20
+    var postsPerSecond: Double = Self.defaults.postsPerSecond
 
     @Option(help: "Post burst per connection, 1 to 1,000,000.")
-    var postBurst: Double = 40
+    var postBurst: Double = Self.defaults.postBurst
 
     @Option(help: "Outbound bytes queued per connection before it is closed as a slow consumer (1013), 1 to 1 GiB.")
-    var outboundQueueBytes: Int = 1024 * 1024
+    var outboundQueueBytes: Int = Self.defaults.outboundQueueBytes
 
     @Option(help: "Open WebSocket connections per user (HTTP 429 beyond), 1 to 1,000,000.")
-    var maxConnectionsPerUser: Int = 16
+    var maxConnectionsPerUser: Int = Self.defaults.maxConnectionsPerUser
 
     @Option(help: "Send joined/left events only in circles with at most this many connected members, 0 to 1,000,000.")
-    var presenceLimit: Int = 200
+    var presenceLimit: Int = Self.defaults.presenceLimit
 
     @Option(help: "Close connections silent for this long (4002), e.g. 75s.")
     var idleTimeout: String = "75s"

@@ -1,6 +1,7 @@
 import ArgumentParser
 import CircleClient
 import CircleServer
+import CircleWire
 import Foundation
 
 struct TailCommand: AsyncParsableCommand {
@@ -90,7 +91,7 @@ struct TailCommand: AsyncParsableCommand {
     }
 
     private func page(_ client: CircleClient, after: Int64) async throws -> (posts: [CirclePost], more: Bool) {
-        try await client.history(of: self.circle, after: after, limit: 200)
+        try await client.history(of: self.circle, after: after, limit: HistoryPaging.limits.upperBound)
     }
 
     private func print(_ post: CirclePost) {

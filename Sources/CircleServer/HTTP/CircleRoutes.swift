@@ -258,8 +258,8 @@ struct CircleRoutes: Sendable {
         guard let before = integer("before"), let after = integer("after"), let limitValue = integer("limit") else {
             throw APIError(.badRequest, .badRequest, "before, after and limit are non-negative integers")
         }
-        let limit = Int(limitValue ?? 50)
-        guard (1...200).contains(limit) else { throw APIError(.badRequest, .badRequest, "limit is between 1 and 200") }
+        let limit = Int(clamping: limitValue ?? Int64(HistoryPaging.defaultLimit))
+        if let problem = HistoryPaging.problem(limit: limit) { throw APIError(.badRequest, .badRequest, "limit \(problem)") }
         guard before == nil || after == nil else { throw APIError(.badRequest, .badRequest, "give before or after, not both") }
         let page = try await self.services.store.historyPage(in: circle, before: before, after: after, limit: limit, viewer: viewer)
         return .json(.ok, HTTPAPI.MessagePage(posts: page.posts, more: page.more, lastSeq: page.lastSeq))

@@ -365,7 +365,7 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, Sessi
     private func readHistory(_ request: CircleRequest) {
         let circle = request.circle
         let user = self.user.name
-        let limit = request.limit ?? 50
+        let limit = request.limit ?? HistoryPaging.defaultLimit
         let store = self.services.store
         self.onLoop({ () async throws -> HistoryAnswer in
             guard let info = try await store.circle(named: circle) else { return .notFound }

@@ -26,7 +26,7 @@ enum WebSocketSessionInstaller {
             let deflate = try parameters.map {
                 try PerMessageDeflate(parameters: $0, isClient: false, compressionLevel: 6, minimumCompressedSize: services.configuration.compressionMinimumBytes)
             }
-            try sync.addHandler(EchoHandler(maxMessageSize: 16 * 1024 * 1024, deflate: deflate))
+            try sync.addHandler(EchoHandler(maxMessageSize: WebSocketConfiguration.defaultMaxMessageSize, deflate: deflate))
         case .chat(let user):
             do {
                 let deflate = try services.configuration.compression
