@@ -233,6 +233,18 @@ def run(port: int, service: PushService) -> None:
         fail(f"carol (level none) got {len(service.to('carol'))} pushes")
     print("push-test: a 500 was retried until the push service took the push; nothing for posts without a mention, the author's own, or a level of none")
 
+    # Level all: carol now wants every post of the lobby, a post with no mention included.
+    status, body = http_json("PUT", port, "/v1/circles/lobby/notify", carol, {"level": "all"})
+    if status != 200:
+        fail(f"carol's level all: {status} {body}")
+    seq = post(alice, "the lobby opens at nine", "a1")
+    wait_for(lambda: len(service.to("carol")) >= 1, "carol's push at level all")
+    payload = check_push(service.to("carol")[0], carol_device, vapid_key, origin)
+    expected = {"kind": "post", "circle": "lobby", "seq": seq, "author": "alice", "text": "the lobby opens at nine"}
+    if payload != expected:
+        fail(f"carol's push at level all is {payload}, not {expected}")
+    print("push-test: at level all, a post without a mention was pushed as kind post")
+
     # 6. 410: the subscription goes.
     with service.lock:
         service.script["/push/bob"] = [410]

@@ -133,4 +133,30 @@ extension StoreContractTests {
             #expect(claimed.map(\.kind) == [.dm])
         }
     }
+
+    /// Level `all` in a circle pushes every post to who chose it: in a private circle only to
+    /// members (a removed member who chose `all` gets nothing); never to the author; a mention
+    /// comes once, as a mention.
+    @Test(arguments: StoreKind.allCases) func levelAllPushesEveryPostOfACircle(_ kind: StoreKind) async throws {
+        try await self.withStore(kind) { store in
+            _ = try await store.createCircle(name: "den", owner: "alice", isPrivate: true, createdAt: 1)
+            _ = try await store.createCircle(name: "lobby", owner: "alice", isPrivate: false, createdAt: 1)
+            for user in ["bob", "carol"] { try await store.addMember(user, to: "den") }
+            for user in ["alice", "bob", "carol", "erin"] {
+                try await store.putPushSubscription(self.pushSubscription(user, user), maxPerUser: 10)
+            }
+            for user in ["alice", "bob", "carol"] { try await store.setNotificationLevel(.all, of: user, in: "den") }
+            // erin reads the public lobby without being a member; carol leaves den.
+            try await store.setNotificationLevel(.all, of: "erin", in: "lobby")
+            try await store.removeMember("carol", from: "den")
+            _ = try await self.commit(store, self.newPost("den", id: "d1", text: "deploy at five"))
+            _ = try await self.commit(store, self.newPost("den", id: "d2", text: "@bob ok?"))
+            _ = try await self.commit(store, self.newPost("lobby", id: "l1", text: "welcome"))
+            _ = try await self.commit(store, self.change("den", .react, 1, by: "bob", id: "r1", emoji: "👍"))
+            let claimed = try await store.claimPushes(node: "n", now: Identity.now + 1000, lease: 1000, limit: 20)
+            let described = claimed.map { "\($0.circle)/\($0.seq)/\($0.subscription.user)/\($0.kind.rawValue)" }.sorted()
+            #expect(described == ["den/1/bob/post", "den/2/bob/mention", "lobby/1/erin/post"])
+        }
+    }
 }
+

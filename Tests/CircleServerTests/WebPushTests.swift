@@ -193,4 +193,38 @@ import Testing
         quiet[MemberKey(circle: "dm.x", user: "carol")] = .init(level: .mentions, endpoints: ["c1"])
         #expect(!plan.pushWrites(subscribers: quiet).contains { $0.user == "carol" })
     }
+
+    /// Level `all` in a circle: every post is pushed (kind `post`) to those the store found
+    /// wanting it; a mention of them in the post is pushed once, as a mention; never the author;
+    /// change entries and DMs are not asked about.
+    @Test func planPushesEveryPostAtLevelAll() {
+        var known = CommitPlan.Known()
+        known.circles[BinaryText("lobby")] = CommitPlan.Circle(lastSeq: 0, owner: "alice", isPrivate: false)
+        known.circles[BinaryText("dm.x")] = CommitPlan.Circle(lastSeq: 0, owner: "alice", isPrivate: true, direct: ["alice", "bob"])
+        known.mentionable.insert(MemberKey(circle: "lobby", user: "bob"))
+        let posts = [
+            NewPost(circle: "lobby", author: "alice", clientID: "1", text: "morning", attachment: nil, time: 1),
+            NewPost(circle: "lobby", author: "alice", clientID: "2", text: "@bob look", attachment: nil, time: 1),
+            NewPost(circle: "lobby", author: "erin", clientID: "3", text: "mine", attachment: nil, time: 1),
+            NewPost(circle: "dm.x", author: "alice", clientID: "4", text: "psst", attachment: nil, time: 1),
+        ]
+        let plan = CommitPlan(posts: posts, known: known)
+        #expect(plan.circlesForEveryPost() == ["lobby"])
+        let everyPost = ["lobby": ["bob", "erin"]]
+        #expect(Set(plan.pushCandidates(everyPost: everyPost).map { "\($0.circle)/\($0.user)" }) == ["lobby/bob", "lobby/erin", "dm.x/bob"])
+        let subscribers: [MemberKey: CommitPlan.PushTarget] = [
+            MemberKey(circle: "lobby", user: "bob"): .init(level: .all, endpoints: ["b1"]),
+            MemberKey(circle: "lobby", user: "erin"): .init(level: .all, endpoints: ["e1"]),
+            MemberKey(circle: "dm.x", user: "bob"): .init(level: nil, endpoints: ["b1"]),
+        ]
+        let writes = plan.pushWrites(subscribers: subscribers, everyPost: everyPost).map { "\($0.circle)/\($0.seq)/\($0.user)/\($0.kind.rawValue)" }
+        #expect(writes == ["lobby/2/bob/mention", "lobby/1/bob/post", "lobby/1/erin/post", "lobby/2/erin/post", "lobby/3/bob/post", "dm.x/1/bob/dm"])
+        // Without `all` (the store found nobody): only the mention.
+        #expect(plan.pushWrites(subscribers: subscribers).map { "\($0.circle)/\($0.seq)/\($0.user)" } == ["lobby/2/bob", "dm.x/1/bob"])
+        // A level of `mentions` read for someone listed: no `post` push.
+        var mentionsOnly = subscribers
+        mentionsOnly[MemberKey(circle: "lobby", user: "erin")] = .init(level: .mentions, endpoints: ["e1"])
+        #expect(!plan.pushWrites(subscribers: mentionsOnly, everyPost: everyPost).contains { $0.user == "erin" })
+    }
 }
+

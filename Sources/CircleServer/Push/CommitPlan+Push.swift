@@ -7,15 +7,30 @@ import CircleWire
 ///   unless their level in the circle is `none` (`mentions` and `all` both want mentions);
 /// - a post in a direct message is pushed to each other member whose level there is `all` (the
 ///   default for DMs); one who is mentioned too gets one push, of kind `mention`;
+/// - a post in a circle is pushed to each person whose level there is `all` (a member, for a
+///   private circle: the store reads them, ``circlesForEveryPost()``), as kind `post`, unless a
+///   mention of them in it was pushed;
 /// - never to the author; only to people with at least one push subscription (the store reads
 ///   which of ``pushCandidates()`` have one into ``Known/pushSubscribers``).
 ///
 /// Bounded: the candidates of one entry are its mentions (`@everyone` names at most
-/// ``StoreLimits/maxEveryoneMentions`` members) and a DM's members (at most 9).
+/// ``StoreLimits/maxEveryoneMentions`` members), a DM's members (at most 9), and the people who
+/// chose `all` in its circle and have a push subscription (as many as want every post).
 extension CommitPlan {
+    /// The circles (not direct messages) the batch posted in: the store reads who chose `all`
+    /// in each, and may be pushed to there, for ``pushCandidates(everyPost:)``.
+    func circlesForEveryPost() -> [String] {
+        var seen = Set<BinaryText>()
+        return self.inserts.compactMap { entry in
+            guard entry.change == nil, self.directMembers[BinaryText(entry.circle)] == nil, seen.insert(BinaryText(entry.circle)).inserted else { return nil }
+            return entry.circle
+        }
+    }
+
     /// The people the batch's pushes could go to, once each per circle: the store looks up which
-    /// of them have a push subscription, and their level there.
-    func pushCandidates() -> [(circle: String, user: String)] {
+    /// of them have a push subscription, and their level there. `everyPost`: per circle of
+    /// ``circlesForEveryPost()``, who chose `all` there (and may read it).
+    func pushCandidates(everyPost: [String: [String]] = [:]) -> [(circle: String, user: String)] {
         var seen = Set<MemberKey>()
         var candidates: [(circle: String, user: String)] = []
         func add(_ circle: String, _ user: String) {
@@ -25,7 +40,7 @@ extension CommitPlan {
             add(mention.circle, mention.user)
         }
         for entry in self.inserts where entry.change == nil {
-            for member in self.directMembers[BinaryText(entry.circle)] ?? [] where BinaryText(member) != BinaryText(entry.author) {
+            for member in self.directMembers[BinaryText(entry.circle)] ?? everyPost[entry.circle] ?? [] where BinaryText(member) != BinaryText(entry.author) {
                 add(entry.circle, member)
             }
         }
@@ -41,7 +56,7 @@ extension CommitPlan {
 
     /// The pushes to queue (one per subscription), given ``Known/pushSubscribers``: one per person per post (a mention
     /// wins over a DM's post), in the order the entries were committed.
-    func pushWrites(subscribers: [MemberKey: PushTarget]) -> [PushWrite] {
+    func pushWrites(subscribers: [MemberKey: PushTarget], everyPost: [String: [String]] = [:]) -> [PushWrite] {
         guard !subscribers.isEmpty else { return [] }
         var writes: [PushWrite] = []
         var queued = Set<PushKey>()
@@ -67,11 +82,11 @@ extension CommitPlan {
             queue(key, seq: mention.post, kind: .mention)
         }
         for entry in self.inserts where entry.change == nil {
-            guard let members = self.directMembers[BinaryText(entry.circle)] else { continue }
-            for member in members where BinaryText(member) != BinaryText(entry.author) {
+            let direct = self.directMembers[BinaryText(entry.circle)]
+            for member in direct ?? everyPost[entry.circle] ?? [] where BinaryText(member) != BinaryText(entry.author) {
                 let key = MemberKey(circle: entry.circle, user: member)
-                guard level(key, direct: true) == .all, queued.insert(PushKey(member: key, seq: entry.seq)).inserted else { continue }
-                queue(key, seq: entry.seq, kind: .dm)
+                guard level(key, direct: direct != nil) == .all, queued.insert(PushKey(member: key, seq: entry.seq)).inserted else { continue }
+                queue(key, seq: entry.seq, kind: direct != nil ? .dm : .post)
             }
         }
         return writes

@@ -118,6 +118,8 @@ enum PushKind: String, Sendable, Hashable, Codable {
     case mention
     /// A post in a direct message the recipient is in.
     case dm
+    /// A post in a circle where the recipient's level is `all`.
+    case post
 }
 
 /// One push a commit queued (``CommitPlan/pushWrites(subscribers:)``): the subscription at

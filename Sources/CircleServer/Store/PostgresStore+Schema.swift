@@ -429,8 +429,9 @@ extension PostgresStore {
             )
             """
         ],
-        // Retention policies (as SQLite's step of that summary).
+        // Retention policies, who wants every post of a circle (as SQLite's step of that summary).
         [
+            "CREATE INDEX notification_levels_by_circle ON notification_levels (circle, level)",
             """
             CREATE TABLE retention_policies (
                 circle text COLLATE "C" PRIMARY KEY REFERENCES circles (name) ON DELETE CASCADE,

@@ -607,8 +607,23 @@ public final class PostgresStore: CircleStore {
                 try await connection.run(InsertDeliveries(deliveries: deliveries), logger: logger)
             }
         }
-        // … and pushes (CommitPlan+Push): who of the candidates has a subscription, at what level.
-        let candidates = plan.pushCandidates()
+        // … and pushes (CommitPlan+Push): who wants every post of the circles posted in, then
+        // who of the candidates has a subscription, at what level.
+        var everyPost: [String: [String]] = [:]
+        let circles = plan.circlesForEveryPost()
+        if !circles.isEmpty {
+            let rows = try await connection.query(
+                """
+                SELECT n.circle, n.user_name FROM notification_levels n JOIN circles c ON c.name = n.circle
+                WHERE n.circle = ANY(\(circles)::text[]) AND n.level = 'all'
+                  AND EXISTS (SELECT 1 FROM push_subscriptions s WHERE s.user_name = n.user_name)
+                  AND (NOT c.private OR EXISTS (SELECT 1 FROM members m WHERE m.circle = n.circle AND m.user_name = n.user_name))
+                """,
+                logger: logger
+            )
+            for try await (circle, user) in rows.decode((String, String).self) { everyPost[circle, default: []].append(user) }
+        }
+        let candidates = plan.pushCandidates(everyPost: everyPost)
         if !candidates.isEmpty {
             var subscribers: [MemberKey: CommitPlan.PushTarget] = [:]
             let rows = try await connection.query(
@@ -627,7 +642,7 @@ public final class PostgresStore: CircleStore {
                 target.level = level.flatMap(NotificationLevel.init(rawValue:))
                 subscribers[key] = target
             }
-            let pushes = plan.pushWrites(subscribers: subscribers)
+            let pushes = plan.pushWrites(subscribers: subscribers, everyPost: everyPost)
             if !pushes.isEmpty {
                 let now = Int64(Date().timeIntervalSince1970 * 1000)
                 try await connection.query(

@@ -305,8 +305,18 @@ final class SQLitePostWriter: @unchecked Sendable {
                 try self.bind(insert, 4, mention.seq)
                 try self.run(insert, "record a mention")
             }
-            // … and pushes (CommitPlan+Push): who of the candidates has a subscription, at what level.
-            let candidates = plan.pushCandidates()
+            // … and pushes (CommitPlan+Push): who wants every post of the circles posted in, then
+            // who of the candidates has a subscription, at what level.
+            var everyPost: [String: [String]] = [:]
+            for circle in plan.circlesForEveryPost() {
+                let lookup = statements[.everyPost]
+                defer { self.reset(lookup) }
+                try self.bind(lookup, 1, circle)
+                while try self.step(lookup, "look up who wants every post") {
+                    everyPost[circle, default: []].append(self.columnText(lookup, 0) ?? "")
+                }
+            }
+            let candidates = plan.pushCandidates(everyPost: everyPost)
             if !candidates.isEmpty {
                 var subscribers: [MemberKey: CommitPlan.PushTarget] = [:]
                 let lookup = statements[.pushTarget]
@@ -322,7 +332,7 @@ final class SQLitePostWriter: @unchecked Sendable {
                     if !target.endpoints.isEmpty { subscribers[MemberKey(circle: circle, user: user)] = target }
                 }
                 let now = Int64(Date().timeIntervalSince1970 * 1000)
-                for push in plan.pushWrites(subscribers: subscribers) {
+                for push in plan.pushWrites(subscribers: subscribers, everyPost: everyPost) {
                     let insert = statements[.insertPush]
                     defer { self.reset(insert) }
                     try self.bind(insert, 1, push.endpoint)
@@ -567,7 +577,7 @@ final class SQLitePostWriter: @unchecked Sendable {
         case insert, updatePost, clearEdits, deleteReactions, deleteReaction, putReaction, updateLastSeq
         case activeWebhooks, insertDelivery
         case isAdmin, mentionable, everyone, insertMention
-        case pushTarget, insertPush
+        case everyPost, pushTarget, insertPush
         case searchFind, searchNextID, searchAddDoc, searchRemoveDoc, searchAddWords, searchAddTrigrams, searchRemoveWords, searchRemoveTrigrams
 
         /// The columns ``SQLitePostWriter/entry(_:)`` reads, in its order.
@@ -612,6 +622,15 @@ final class SQLitePostWriter: @unchecked Sendable {
                         AND (EXISTS (SELECT 1 FROM accounts WHERE name = ?2) OR EXISTS (SELECT 1 FROM posts WHERE circle = ?1 AND author = ?2)))
                 """
             case .everyone: "SELECT user FROM members WHERE circle = ?1 ORDER BY user LIMIT ?2"
+            case .everyPost:
+                // Who chose `all` in circle ?1 and may be pushed to there: someone with a push
+                // subscription who may read it (a member, for a private circle).
+                """
+                SELECT n.user FROM notification_levels AS n JOIN circles AS c ON c.name = n.circle
+                WHERE n.circle = ?1 AND n.level = 'all'
+                  AND EXISTS (SELECT 1 FROM push_subscriptions AS s WHERE s.user = n.user)
+                  AND (c.private = 0 OR EXISTS (SELECT 1 FROM members AS m WHERE m.circle = n.circle AND m.user = n.user))
+                """
             case .pushTarget:
                 "SELECT s.endpoint, n.level FROM push_subscriptions s LEFT JOIN notification_levels n ON n.circle = ?1 AND n.user = s.user WHERE s.user = ?2"
             case .insertPush:

@@ -467,8 +467,10 @@ extension SQLiteStore {
             ]
         ),
         Migration(
-            summary: "retention policies",
+            summary: "retention policies, who wants every post of a circle",
             statements: [
+                // A commit finds who chose `all` in a circle it posts in (CommitPlan+Push) here.
+                "CREATE INDEX notification_levels_by_circle ON notification_levels (circle, level)",
                 // A circle's retention (RetentionStore): entries older than `max_age_days`, and
                 // beyond the newest `keep_newest`, are removed in the background; NULL: no limit.
                 """
