@@ -209,7 +209,8 @@ import Testing
             NewPost(circle: "dm.x", author: "alice", clientID: "4", text: "psst", attachment: nil, time: 1),
         ]
         let plan = CommitPlan(posts: posts, known: known)
-        #expect(plan.circlesForEveryPost() == ["lobby"])
+        #expect(plan.circlesForEveryPost().map(\.circle) == ["lobby"])
+        #expect(plan.circlesForEveryPost().map(\.isPrivate) == [false])
         let everyPost = ["lobby": ["bob", "erin"]]
         #expect(Set(plan.pushCandidates(everyPost: everyPost).map { "\($0.circle)/\($0.user)" }) == ["lobby/bob", "lobby/erin", "dm.x/bob"])
         let subscribers: [MemberKey: CommitPlan.PushTarget] = [

@@ -19,11 +19,12 @@ import CircleWire
 extension CommitPlan {
     /// The circles (not direct messages) the batch posted in: the store reads who chose `all`
     /// in each, and may be pushed to there, for ``pushCandidates(everyPost:)``.
-    func circlesForEveryPost() -> [String] {
+    func circlesForEveryPost() -> [(circle: String, isPrivate: Bool)] {
         var seen = Set<BinaryText>()
         return self.inserts.compactMap { entry in
-            guard entry.change == nil, self.directMembers[BinaryText(entry.circle)] == nil, seen.insert(BinaryText(entry.circle)).inserted else { return nil }
-            return entry.circle
+            let name = BinaryText(entry.circle)
+            guard entry.change == nil, self.directMembers[name] == nil, seen.insert(name).inserted else { return nil }
+            return (entry.circle, self.privateCircles.contains(name))
         }
     }
 

@@ -194,6 +194,8 @@ struct CommitPlan: Sendable {
     private(set) var newLastSeqs: [(circle: String, lastSeq: Int64)] = []
     /// The members of the batch's circles that are direct messages (for ``pushCandidates()``).
     private(set) var directMembers: [BinaryText: [String]] = [:]
+    /// The batch's circles that are private (for ``circlesForEveryPost()``).
+    private(set) var privateCircles: Set<BinaryText> = []
 
     // MARK: Reading
 
@@ -593,6 +595,7 @@ struct CommitPlan: Sendable {
         self.deletedPosts = updated.filter(deletedSet.contains) + inserted.filter(deletedSet.contains)
         self.mentionWrites = mentionWrites
         self.directMembers = known.circles.compactMapValues(\.direct)
+        self.privateCircles = Set(known.circles.filter(\.value.isPrivate).keys)
         self.reactionWrites = reactionOrder.map { reaction in
             let stored = reactionFinal[reaction] ?? nil
             return (reaction, stored?.seq, stored?.firstSeq)

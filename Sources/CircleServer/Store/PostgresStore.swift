@@ -610,7 +610,7 @@ public final class PostgresStore: CircleStore {
         // … and pushes (CommitPlan+Push): who wants every post of the circles posted in, then
         // who of the candidates has a subscription, at what level.
         var everyPost: [String: [String]] = [:]
-        let circles = plan.circlesForEveryPost()
+        let circles = plan.circlesForEveryPost().map(\.circle)
         if !circles.isEmpty {
             let rows = try await connection.query(
                 """

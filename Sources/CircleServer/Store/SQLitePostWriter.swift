@@ -308,13 +308,24 @@ final class SQLitePostWriter: @unchecked Sendable {
             // … and pushes (CommitPlan+Push): who wants every post of the circles posted in, then
             // who of the candidates has a subscription, at what level.
             var everyPost: [String: [String]] = [:]
-            for circle in plan.circlesForEveryPost() {
-                let lookup = statements[.everyPost]
-                defer { self.reset(lookup) }
-                try self.bind(lookup, 1, circle)
-                while try self.step(lookup, "look up who wants every post") {
-                    everyPost[circle, default: []].append(self.columnText(lookup, 0) ?? "")
+            for (circle, isPrivate) in plan.circlesForEveryPost() {
+                var users: [String] = []
+                do {
+                    let lookup = statements[.everyPost]
+                    defer { self.reset(lookup) }
+                    try self.bind(lookup, 1, circle)
+                    while try self.step(lookup, "look up who wants every post") { users.append(self.columnText(lookup, 0) ?? "") }
                 }
+                if isPrivate {
+                    let member = statements[.isMember]
+                    users = try users.filter { user in
+                        defer { self.reset(member) }
+                        try self.bind(member, 1, circle)
+                        try self.bind(member, 2, user)
+                        return try self.step(member, "look up a member")
+                    }
+                }
+                if !users.isEmpty { everyPost[circle] = users }
             }
             let candidates = plan.pushCandidates(everyPost: everyPost)
             if !candidates.isEmpty {
@@ -577,7 +588,7 @@ final class SQLitePostWriter: @unchecked Sendable {
         case insert, updatePost, clearEdits, deleteReactions, deleteReaction, putReaction, updateLastSeq
         case activeWebhooks, insertDelivery
         case isAdmin, mentionable, everyone, insertMention
-        case everyPost, pushTarget, insertPush
+        case everyPost, isMember, pushTarget, insertPush
         case searchFind, searchNextID, searchAddDoc, searchRemoveDoc, searchAddWords, searchAddTrigrams, searchRemoveWords, searchRemoveTrigrams
 
         /// The columns ``SQLitePostWriter/entry(_:)`` reads, in its order.
@@ -623,14 +634,13 @@ final class SQLitePostWriter: @unchecked Sendable {
                 """
             case .everyone: "SELECT user FROM members WHERE circle = ?1 ORDER BY user LIMIT ?2"
             case .everyPost:
-                // Who chose `all` in circle ?1 and may be pushed to there: someone with a push
-                // subscription who may read it (a member, for a private circle).
-                """
-                SELECT n.user FROM notification_levels AS n JOIN circles AS c ON c.name = n.circle
-                WHERE n.circle = ?1 AND n.level = 'all'
-                  AND EXISTS (SELECT 1 FROM push_subscriptions AS s WHERE s.user = n.user)
-                  AND (c.private = 0 OR EXISTS (SELECT 1 FROM members AS m WHERE m.circle = n.circle AND m.user = n.user))
-                """
+                // Who chose `all` in circle ?1 (a private circle's are then checked with
+                // `isMember`; the push lookup drops those without a subscription). Statements
+                // without a join: this writer's SQLite re-prepared one that joined
+                // notification_levels with push_subscriptions or members at every commit
+                // (sqlite3_stmt_status REPREPARE), parsing it anew each time.
+                "SELECT user FROM notification_levels WHERE circle = ?1 AND level = 'all'"
+            case .isMember: "SELECT 1 FROM members WHERE circle = ?1 AND user = ?2"
             case .pushTarget:
                 "SELECT s.endpoint, n.level FROM push_subscriptions s LEFT JOIN notification_levels n ON n.circle = ?1 AND n.user = s.user WHERE s.user = ?2"
             case .insertPush:
