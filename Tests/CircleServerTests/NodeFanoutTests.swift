@@ -320,6 +320,7 @@ final class MutedStore: SharedCircleStore {
         try await self.base.setNotificationLevel(level, of: user, in: circle)
     }
     func addMember(_ user: String, to circle: String) async throws { try await self.base.addMember(user, to: circle) }
+    func setSystemEntries(_ enabled: Bool, in circle: String) async throws { try await self.base.setSystemEntries(enabled, in: circle) }
     func removeMember(_ user: String, from circle: String) async throws { try await self.base.removeMember(user, from: circle) }
     func isMember(_ user: String, of circle: String) async throws -> Bool { try await self.base.isMember(user, of: circle) }
     func members(of circle: String) async throws -> [String] { try await self.base.members(of: circle) }

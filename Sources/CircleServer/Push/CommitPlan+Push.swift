@@ -24,7 +24,7 @@ extension CommitPlan {
         for mention in self.mentionWrites {
             add(mention.circle, mention.user)
         }
-        for entry in self.inserts where entry.change == nil {
+        for entry in self.inserts where entry.isPost {
             for member in self.directMembers[BinaryText(entry.circle)] ?? [] where BinaryText(member) != BinaryText(entry.author) {
                 add(entry.circle, member)
             }
@@ -66,7 +66,7 @@ extension CommitPlan {
             else { continue }
             queue(key, seq: mention.post, kind: .mention)
         }
-        for entry in self.inserts where entry.change == nil {
+        for entry in self.inserts where entry.isPost {
             guard let members = self.directMembers[BinaryText(entry.circle)] else { continue }
             for member in members where BinaryText(member) != BinaryText(entry.author) {
                 let key = MemberKey(circle: entry.circle, user: member)

@@ -429,6 +429,11 @@ extension PostgresStore {
             )
             """
         ],
+        // System entries (as SQLite's step of that summary).
+        [
+            "ALTER TABLE posts ADD COLUMN event text, ADD COLUMN member text COLLATE \"C\"",
+            "ALTER TABLE circles ADD COLUMN system_entries boolean NOT NULL DEFAULT true",
+        ],
     ]
 
     /// The schema version this build writes and understands.
