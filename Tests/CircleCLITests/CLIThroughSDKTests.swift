@@ -30,7 +30,8 @@ struct CLIThroughSDKTests {
         #expect(added.status == 0, "\(added.stderr)")
         #expect(added.stdout == "bob is a member of team\n")
         let listed = try await self.run(["circle", "list", "--user", "bob"], server: server, keys: noKey)
-        #expect(listed.stdout == "team\tprivate\towner alice\tnewest #0\t0 unread\n", "\(listed.stdout)")
+        // Newest #1: the system entry "alice added bob" (not unread).
+        #expect(listed.stdout == "team\tprivate\towner alice\tnewest #1\t0 unread\n", "\(listed.stdout)")
         let notOwner = try await self.run(["circle", "add-member", "team", "carol", "--user", "bob"], server: server, keys: noKey)
         #expect(notOwner.status == 1)
         #expect(notOwner.stderr.contains("carol was not added to team: only the owner (alice) or an admin adds members"), "\(notOwner.stderr)")

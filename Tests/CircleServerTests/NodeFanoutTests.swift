@@ -202,7 +202,7 @@ import Testing
         for index in 1...20 {
             #expect(try await ann.request { .post("p\(index)", to: "quiet", id: $0) }.errorCode == nil)
         }
-        #expect(try await Self.posts(20, on: bob, in: "quiet") == Array(1...20))
+        #expect(try await Self.posts(20, on: bob, in: "quiet") == Array(2...21))  // 1: the system entry "ann added bob"
         // B learned of them only by reading the store; A sent no signal.
         let metrics = try await nodes.b.http("GET", "/metrics").body
         #expect(Self.counter("circle_node_reads_total", in: metrics) >= 1, "\(metrics)")

@@ -8,11 +8,12 @@ import Testing
 /// delivered live, replayed by `since`, not a post to change; the per-circle switch.
 @Suite("System entries on a live server", .serialized)
 struct SystemEntriesLiveTests {
-    /// The next post event `client` receives (bounded by the client's own read timeout).
-    static func nextEntry(_ client: TestClient) async throws -> CirclePost {
+    /// The next post event `client` receives with a seq above `after` (bounded by the client's
+    /// own read timeout).
+    static func nextEntry(_ client: TestClient, after: Int64 = 0) async throws -> CirclePost {
         while true {
             guard let message = try await client.next() else { throw TestFailure("the connection ended before an entry came") }
-            if let post = message.post { return post }
+            if let post = message.post, post.seq > after { return post }
         }
     }
 
@@ -30,7 +31,8 @@ struct SystemEntriesLiveTests {
 
         let added = try await server.http("POST", "/v1/circles/team/members", token: annToken, json: #"{"user":"bo"}"#)
         #expect(added.status == 200)
-        let entry = try await Self.nextEntry(ann)
+        // Past ann's own post (its event comes too): the system entry.
+        let entry = try await Self.nextEntry(ann, after: 1)
         #expect(entry.seq == 2)
         #expect(entry.event == .added)
         #expect(entry.member == "bo")
@@ -40,7 +42,7 @@ struct SystemEntriesLiveTests {
         // Adding again changes nothing and writes no entry (the next entry is the removal, seq 3).
         #expect(try await server.http("POST", "/v1/circles/team/members", token: annToken, json: #"{"user":"bo"}"#).status == 200)
         #expect(try await server.http("DELETE", "/v1/circles/team/members/bo", token: annToken).status == 200)
-        let removed = try await Self.nextEntry(ann)
+        let removed = try await Self.nextEntry(ann, after: 2)
         #expect(removed.seq == 3)
         #expect(removed.event == .removed)
         #expect(removed.member == "bo")
