@@ -14,7 +14,10 @@ the `standardwebhooks` package (the Standard Webhooks reference library for Pyth
 5. A subscription to 127.0.0.1 is refused by a server without --allow-private-outbound.
 6. The example bot (examples/bots/ping_bot.py, standard library and standardwebhooks only)
    answers "@pingbot ping": its JSON reply becomes the bot's post in the circle, once.
-7. Two nodes on one PostgreSQL (a throwaway one from scripts/postgres-test-server): posts to
+7. A subscription with a bot and the events member and mention: adding a member brings one
+   verified `member` delivery (the system entry: added, the member, who added them), a post
+   that mentions the bot one `mention` delivery, and nothing else.
+8. Two nodes on one PostgreSQL (a throwaway one from scripts/postgres-test-server): posts to
    both, the receiver slow, one node SIGKILLed mid-stream; every acknowledged post arrives, in
    order, each under one webhook-id, sent by whichever node holds its lease.
 
