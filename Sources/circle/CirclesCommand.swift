@@ -16,7 +16,7 @@ struct CirclesCommand: AsyncParsableCommand {
               circle circle add-member team bob --user alice
               circle circle list --user bob
             """,
-        subcommands: [Create.self, List.self, AddMember.self, RemoveMember.self]
+        subcommands: [Create.self, List.self, AddMember.self, RemoveMember.self, SystemEntries.self]
     )
 
     /// Runs the SDK calls of a subcommand; a refusal prints `refusal(server's message)` and exits 1.
@@ -137,6 +137,35 @@ struct CirclesCommand: AsyncParsableCommand {
             try await CirclesCommand.call("remove-member", self.client, circle: circle, refusal: { "\(user) was not removed from \(circle): \($0)" }) { api in
                 try await api.removeMember(user, from: circle)
                 Console.line("\(user) is no longer a member of \(circle)")
+            }
+        }
+    }
+
+    struct SystemEntries: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "system-entries",
+            abstract: "Turn a circle's system entries (members added, removed, left) on or off.",
+            discussion: """
+                Exit status: 0 done; 1 refused (no such circle, or not yours); 2 the server could \
+                not be reached; 4 the token was refused; 64 usage.
+
+                Example:
+                  circle circle system-entries team off --user alice
+                """
+        )
+        @Argument(help: "The circle.") var circle: String
+        @Argument(help: "on or off.") var setting: String
+        @OptionGroup var client: ClientOptions
+
+        func validate() throws {
+            guard ["on", "off"].contains(self.setting) else { throw ValidationError("the setting is on or off, not \"\(self.setting)\"") }
+        }
+
+        func run() async throws {
+            let (circle, enabled) = (self.circle, self.setting == "on")
+            try await CirclesCommand.call("system-entries", self.client, circle: circle, refusal: { "system entries of \(circle) were not changed: \($0)" }) { api in
+                let changed = try await api.setSystemEntries(enabled, in: circle)
+                Console.line("system entries of \(circle): \(changed.systemEntries ? "on" : "off")")
             }
         }
     }
