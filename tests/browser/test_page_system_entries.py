@@ -43,3 +43,34 @@ def test_members_added_and_removed_show_as_quiet_lines(server, new_page):
     open_circle(alice, "den")
     wait_until(lambda: system_lines(alice) == [[2, "alice added bob"], [3, "bob left"]], what="the lines after a reload")
     assert console_errors(alice) == []
+
+
+def test_the_owner_turns_system_entries_off_in_the_members_sheet(server, new_page):
+    server.create_circle("den", "alice", private=True)
+    alice = new_page()
+    sign_in(alice, server.port, "alice")
+    open_circle(alice, "den")
+    alice.find_element(By.ID, "membersbtn").click()
+    box = alice.find_element(By.ID, "systementries")
+    wait_until(box.is_displayed, what="the switch shown")
+    assert box.is_selected()
+    box.click()
+
+    def switched_off():
+        _, _, listed = server.http("GET", "/v1/circles/den", "alice")
+        return listed["systemEntries"] is False
+    wait_until(switched_off, what="system entries off on the server")
+    alice.find_element(By.ID, "sheetclose").click()
+    server.add_member("den", "alice", "bob")
+    post(alice, "after")
+    wait_until(lambda: alice.find_elements(By.CSS_SELECTOR, '#list .post[data-seq="1"]'), what="the post stored as seq 1")
+    assert system_lines(alice) == []
+    # Someone who does not manage the circle sees no switch.
+    server.add_member("den", "alice", "cy")
+    cy = new_page()
+    sign_in(cy, server.port, "cy")
+    open_circle(cy, "den")
+    cy.find_element(By.ID, "membersbtn").click()
+    wait_until(lambda: cy.find_elements(By.CSS_SELECTOR, '#sheet li[data-user="cy"]'), what="the members listed for cy")
+    assert not cy.find_elements(By.ID, "systementries")
+    assert console_errors(alice) == [] and console_errors(cy) == []

@@ -3290,6 +3290,24 @@ async function openMembers() {
         who.input.focus();
       } catch (failure) { error.textContent = failure.message; }
     }, who.row, add));
+    // The circle's system entries ("alice added bob") in the conversation: on unless turned off.
+    const label = el("label", "check");
+    const box = input("checkbox", { id: "systementries" });
+    box.checked = !circleInfo(circle) || circleInfo(circle).systemEntries !== false;
+    box.addEventListener("change", async () => {
+      error.textContent = "";
+      try {
+        const answer = await api(`/v1/circles/${encodeURIComponent(circle)}/system-entries`, { method: "PUT", body: JSON.stringify({ enabled: box.checked }) });
+        const info = circleInfo(circle);
+        if (info) info.systemEntries = answer.systemEntries;
+        box.checked = answer.systemEntries;
+      } catch (failure) {
+        box.checked = !box.checked;
+        error.textContent = failure.message;
+      }
+    });
+    label.append(box, " Show members added, removed and leaving in the conversation");
+    content.push(label);
   }
   openSheet("Members of #" + circle, "members", ...content);
   await loadPeople();   // people who joined since the page loaded can be chosen too
