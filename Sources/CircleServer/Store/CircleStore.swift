@@ -265,7 +265,12 @@ public protocol CircleStore: IdentityStore, WebhookStore, APIKeyStore, PublishHo
     ///   it, and its reactions;
     /// - `react`: not on a deleted post; a new emoji beyond ``StoreLimits/maxReactionsPerPost``
     ///   distinct ones is `.tooManyReactions`; reacting again with the same emoji changes nothing
-    ///   but is still stored as an entry; `unreact` likewise removes one if present.
+    ///   but is still stored as an entry; `unreact` likewise removes one if present;
+    /// - an `event` (a membership change) adds (`added`) or removes (`removed`, `left`) its
+    ///   `member` in the same transaction and is stored as a system entry when the circle has
+    ///   them on; one that would change nothing, or whose circle has them off, stores no entry
+    ///   (`.applied`); a `recordOnly` one (an import) is stored and changes no membership. No
+    ///   change or reply may target a system entry (`.rejected(.noSuchPost)`).
     /// A rejected entry stores nothing and uses no `seq`.
     func commit(_ posts: [NewPost]) async throws -> [PostOutcome]
     /// Where the commit loop should run (its task's executor preference): a store that commits

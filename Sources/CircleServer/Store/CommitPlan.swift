@@ -110,13 +110,19 @@ struct MentionWrite: Hashable, Sendable {
 /// Stores use it in three steps, all inside the batch's transaction (after locking the circles,
 /// where the store has to):
 /// 1. read the batch's circles (``circleNames(_:)``) and the entries with its keys (``keys(_:)``)
-///    into a ``Known``;
+///    into a ``Known``, and the memberships its system entries change (``membersToRead(_:)``);
 /// 2. read the entries the batch names as targets and reply targets (``targetsToRead(_:known:)``),
 ///    then the reactions its `react`/`unreact` entries need (``reactionsToRead(_:known:)``);
 ///    and who the texts' mentions may name (``adminsToRead(_:known:)``, then
 ///    ``mentionsToRead(_:known:)``);
-/// 3. plan, and write what the plan says: ``inserts``, ``postUpdates``, ``deletedPosts``,
-///    ``reactionWrites``, ``mentionWrites`` and ``newLastSeqs``, in that order.
+/// 3. plan, and write what the plan says: ``inserts``, ``memberWrites``, ``postUpdates``,
+///    ``deletedPosts``, ``reactionWrites``, ``mentionWrites`` and ``newLastSeqs``, in that order.
+///
+/// System entries (``NewPost/event``): adding a member who is one, or removing someone who is
+/// not, is ``PostOutcome/applied`` and writes nothing; otherwise the membership change is one of
+/// ``memberWrites``, and the entry is stored (with the next `seq`, no text) only when the circle
+/// has system entries on. A system entry is not a post (``CirclePost/isPost``): no change or
+/// reply may target it, it mentions no one and is not indexed.
 ///
 /// Mentions: a post's or an edit's text is read with ``MentionParser``; a `@name` resolves when
 /// the user is a member of the circle, or, in a public circle, is not banned and has an account
