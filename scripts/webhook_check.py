@@ -14,7 +14,10 @@ the `standardwebhooks` package (the Standard Webhooks reference library for Pyth
 5. A subscription to 127.0.0.1 is refused by a server without --allow-private-outbound.
 6. The example bot (examples/bots/ping_bot.py, standard library and standardwebhooks only)
    answers "@pingbot ping": its JSON reply becomes the bot's post in the circle, once.
-7. Two nodes on one PostgreSQL (a throwaway one from scripts/postgres-test-server): posts to
+7. A subscription with a bot and the events member and mention: adding a member brings one
+   verified `member` delivery (the system entry: added, the member, who added them), a post
+   that mentions the bot one `mention` delivery, and nothing else.
+8. Two nodes on one PostgreSQL (a throwaway one from scripts/postgres-test-server): posts to
    both, the receiver slow, one node SIGKILLed mid-stream; every acknowledged post arrives, in
    order, each under one webhook-id, sent by whichever node holds its lease.
 
@@ -212,6 +215,39 @@ def ping_bot(binary: str, port: int, admin: str, servers: list) -> None:
     print("webhook-test: the example ping bot (standard library + standardwebhooks) answered each @pingbot ping once, as pingbot")
 
 
+def member_and_mention(port: int, admin: str, binary: str) -> None:
+    """A `member` delivery when a member is added, a `mention` one when a post mentions the bot
+    of a subscription with `bot` set: both verified by standardwebhooks."""
+    receiver = Receiver()
+    try:
+        status, body = http_json("POST", port, "/v1/admin/bots", admin, {"name": "membot", "displayName": "Members"})
+        if status != 201:
+            fail(f"making the bot: {status} {body}")
+        status, hook = http_json("POST", port, "/v1/admin/webhooks", admin,
+                                 {"url": receiver.url(), "circle": "general", "events": ["member", "mention"], "bot": "membot"})
+        if status != 201 or hook.get("events") != ["member", "mention"]:
+            fail(f"subscribing to member and mention: {status} {hook}")
+        receiver.secrets = [hook["secret"]]
+        status, body = http_json("POST", port, "/v1/circles/general/members", admin, {"user": "zoe"})
+        if status != 200:
+            fail(f"adding zoe: {status} {body}")
+        wait_for(lambda: receiver.seqs("member"), "the member delivery")
+        seqs = send(binary, port, admin, "general", ["@membot are you there?"])
+        wait_for(lambda: seqs[0] in receiver.seqs("mention"), "the mention delivery")
+        receiver.check_clean()
+        with receiver.lock:
+            member = next(d for d in receiver.accepted if d["type"] == "member")
+            types = [d["type"] for d in receiver.accepted]
+        entry = member["data"]["entry"]
+        if (entry.get("event"), entry.get("member"), entry.get("author")) != ("added", "zoe", "ada"):
+            fail(f"the member delivery's entry: {entry}")
+        if types != ["member", "mention"]:
+            fail(f"the subscription got {types}, not one member and one mention")
+        print("webhook-test: a member added and a mention of a subscription's bot delivered as member and mention, verified")
+    finally:
+        receiver.httpd.shutdown()
+
+
 def two_nodes(binary: str, work: Path, receiver: Receiver, servers: list) -> None:
     out = subprocess.run([str(ROOT / "scripts" / "postgres-test-server"), "start", "--watch", str(os.getpid())], check=True,
                          stdout=subprocess.PIPE, text=True, timeout=300).stdout
@@ -379,6 +415,7 @@ def main() -> None:
         print("webhook-test: loopback, private and link-local endpoints refused without --allow-private-outbound")
 
         ping_bot(binary, port, admin, servers)
+        member_and_mention(port, admin, binary)
 
         two_nodes(binary, work, receiver, servers)
         print("webhook-test: OK")

@@ -125,6 +125,15 @@ extension CircleClient {
         try await self.api.call(.DELETE, HTTPAPI.Path.member(user, of: circle), as: HTTPAPI.MemberList.self).members
     }
 
+    /// Turns the circle's system entries (members added, removed, left; PROTOCOL.md "System
+    /// entries") off or on: its owner, an admin, or an API key with `manage`.
+    ///
+    /// - Returns: the circle afterwards (``HTTPAPI/Circle/systemEntries``).
+    @discardableResult
+    public func setSystemEntries(_ enabled: Bool, in circle: String) async throws -> HTTPAPI.Circle {
+        try await self.api.call(.PUT, HTTPAPI.Path.systemEntries(circle), body: HTTPAPI.SystemEntries(enabled: enabled), as: HTTPAPI.Circle.self)
+    }
+
     /// Asks a server started with `--dev` for a development token (`GET /v1/dev/token`). For
     /// development only: such a server hands anyone a token for any name.
     ///

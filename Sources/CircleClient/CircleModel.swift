@@ -329,7 +329,7 @@ public final class CircleModel {
         if hasOlder != self.hasOlder { self.hasOlder = hasOlder }
         let me = self.timeline.viewer
         let unread = self.timeline.posts.reduce(0) { count, post in
-            count + (post.seq > self.readSeq && !post.deleted && post.author != me ? 1 : 0)
+            count + (post.seq > self.readSeq && post.isPost && !post.deleted && post.author != me ? 1 : 0)
         }
         if unread != self.unread { self.unread = unread }
     }

@@ -113,7 +113,7 @@ enum FuzzTarget: String, CaseIterable {
                     precondition(entry.seq == counts.entries, "seq \(entry.seq) accepted as entry \(counts.entries)")
                     if let target = entry.target { precondition(posts.contains(target), "a change of no earlier post") }
                     if let reply = entry.replyTo { precondition(posts.contains(reply), "a reply to no earlier post") }
-                    if entry.change == nil { posts.insert(entry.seq) }
+                    if entry.change == nil, entry.event == nil { posts.insert(entry.seq) }
                 }
             }
             try reader.finish()

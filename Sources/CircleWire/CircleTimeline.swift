@@ -19,7 +19,8 @@ public struct CircleTimeline: Sendable, Hashable {
             for index in self.posts.indices { self.posts[index] = self.seen(by: self.viewer, self.posts[index]) }
         }
     }
-    /// Posts (no change entries) in seq order, in their current state.
+    /// Posts and system entries (``CirclePost/isSystem``; no change entries) in seq order, in
+    /// their current state.
     public private(set) var posts: [CirclePost] = []
     /// The highest entry seq applied (posts and changes).
     public private(set) var lastSeq: Int64 = 0
@@ -60,7 +61,8 @@ public struct CircleTimeline: Sendable, Hashable {
             self.insert(entry)
             return .added(entry)
         }
-        guard let target = entry.target, let index = self.index(of: target) else { return .none }
+        // A change applies to a post, never to a system entry (the server refuses those).
+        guard let target = entry.target, let index = self.index(of: target), self.posts[index].isPost else { return .none }
         var post = self.posts[index]
         switch change {
         case .edit:

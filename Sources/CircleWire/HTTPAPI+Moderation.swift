@@ -17,4 +17,13 @@ extension HTTPAPI {
             self.readOnly = readOnly
         }
     }
+
+    /// `PUT /v1/circles/{name}/system-entries`: whether the circle records membership changes as
+    /// system entries (on by default). The answer is the circle (``Circle``).
+    public struct SystemEntries: Codable, Sendable, Hashable {
+        public var enabled: Bool
+        public init(enabled: Bool) {
+            self.enabled = enabled
+        }
+    }
 }

@@ -23,6 +23,7 @@ public enum HTTPAPI {
         public static func notify(_ circle: String) -> String { "/v1/circles/\(escaped(circle))/notify" }
         public static func retention(_ circle: String) -> String { "/v1/circles/\(escaped(circle))/retention" }
         public static func members(_ circle: String) -> String { "/v1/circles/\(escaped(circle))/members" }
+        public static func systemEntries(_ circle: String) -> String { "/v1/circles/\(escaped(circle))/system-entries" }
         public static func member(_ user: String, of circle: String) -> String {
             "/v1/circles/\(escaped(circle))/members/\(escaped(user))"
         }

@@ -140,7 +140,9 @@ extension CirclePost {
         if self.deleted { out.field("deleted", true) }
         if let edited = self.edited { out.field("edited", edited) }
         if let emoji = self.emoji { out.field("emoji", emoji) }
+        if let event = self.event { out.field("event", event.rawValue) }
         out.field("id", self.id)
+        if let member = self.member { out.field("member", member) }
         if let mentions = self.mentions {
             out.key("mentions")
             out.raw("[")
@@ -200,6 +202,7 @@ extension CircleSummary {
         out.field("private", self.private)
         out.field("readOnly", self.readOnly)
         out.field("readSeq", self.readSeq)
+        out.field("systemEntries", self.systemEntries)
         out.field("unread", self.unread)
         out.close()
     }

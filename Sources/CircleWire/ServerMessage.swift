@@ -18,6 +18,19 @@ public enum CircleChange: String, Sendable, Hashable, Codable, CaseIterable {
     case unreact
 }
 
+/// What a system entry records: a change to a circle's membership, written by the server in the
+/// stream (PROTOCOL.md §4, "System entries"). The entry's `author` is who did it, `member` whom
+/// it concerns. (A circle's creation writes none: its first post stays `seq` 1, and `owner` and
+/// `createdAt` say who made it and when.)
+public enum CircleSystemEvent: String, Sendable, Hashable, Codable, CaseIterable {
+    /// `author` added `member`.
+    case added
+    /// `author` removed `member`.
+    case removed
+    /// `member` (the `author`) left.
+    case left
+}
+
 /// The reactions with one emoji on a post, in a post's current state (history pages).
 public struct CircleReaction: Sendable, Hashable, Codable {
     public var emoji: String
@@ -44,8 +57,8 @@ public struct CircleReaction: Sendable, Hashable, Codable {
     }
 }
 
-/// One entry of a circle's ordered stream as clients see it: a post, or (with `change` set) a
-/// change to an earlier post.
+/// One entry of a circle's ordered stream as clients see it: a post, (with `change` set) a
+/// change to an earlier post, or (with `event` set) a system entry.
 ///
 /// A post (no `change`) carries its *current* state wherever it is served: edited text with
 /// `edited`, or a tombstone (`deleted`, no `text` or `attachment`) once deleted. History pages
@@ -86,6 +99,11 @@ public struct CirclePost: Sendable, Hashable, Codable {
     /// A post (or an edit) whose `@here` or `@everyone` (by the circle's owner or an admin)
     /// mentions every member.
     public var mentionsEveryone: Bool
+    /// A system entry: the membership change it records (no `text`; not a post: it is not
+    /// unread, mentions no one, and no change or reply may target it).
+    public var event: CircleSystemEvent?
+    /// A system entry's member: who was added, removed or left.
+    public var member: String?
 
     public init(
         circle: String,
@@ -103,7 +121,9 @@ public struct CirclePost: Sendable, Hashable, Codable {
         deleted: Bool = false,
         reactions: [CircleReaction]? = nil,
         mentions: [String]? = nil,
-        mentionsEveryone: Bool = false
+        mentionsEveryone: Bool = false,
+        event: CircleSystemEvent? = nil,
+        member: String? = nil
     ) {
         self.circle = circle
         self.seq = seq
@@ -121,6 +141,8 @@ public struct CirclePost: Sendable, Hashable, Codable {
         self.reactions = reactions
         self.mentions = mentions
         self.mentionsEveryone = mentionsEveryone
+        self.event = event
+        self.member = member
     }
 
     /// Whether the entry mentions `user`, by name or as one of everyone.
@@ -129,7 +151,7 @@ public struct CirclePost: Sendable, Hashable, Codable {
     }
 
     private enum CodingKeys: String, CodingKey {
-        case circle, seq, author, text, attachment, time, id, change, target, emoji, replyTo, edited, deleted, reactions, mentions, mentionsEveryone
+        case circle, seq, author, text, attachment, time, id, change, target, emoji, replyTo, edited, deleted, reactions, mentions, mentionsEveryone, event, member
     }
 
     public init(from decoder: any Decoder) throws {
@@ -150,6 +172,8 @@ public struct CirclePost: Sendable, Hashable, Codable {
         self.reactions = try container.decodeIfPresent([CircleReaction].self, forKey: .reactions)
         self.mentions = try container.decodeIfPresent([String].self, forKey: .mentions)
         self.mentionsEveryone = try container.decodeIfPresent(Bool.self, forKey: .mentionsEveryone) ?? false
+        self.event = try container.decodeIfPresent(CircleSystemEvent.self, forKey: .event)
+        self.member = try container.decodeIfPresent(String.self, forKey: .member)
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -170,10 +194,27 @@ public struct CirclePost: Sendable, Hashable, Codable {
         try container.encodeIfPresent(self.reactions, forKey: .reactions)
         try container.encodeIfPresent(self.mentions, forKey: .mentions)
         if self.mentionsEveryone { try container.encode(true, forKey: .mentionsEveryone) }
+        try container.encodeIfPresent(self.event, forKey: .event)
+        try container.encodeIfPresent(self.member, forKey: .member)
     }
 
-    /// Whether this entry is a post of its own (not a change to another).
-    public var isPost: Bool { self.change == nil }
+    /// Whether this entry is a post of its own (not a change to another, not a system entry).
+    public var isPost: Bool { self.change == nil && self.event == nil }
+
+    /// Whether this is a system entry (``event`` is set).
+    public var isSystem: Bool { self.event != nil }
+
+    /// A system entry in words, as apps show it: "ann added bob", "ann removed bob", "bob left";
+    /// `nil` for other entries.
+    public var systemText: String? {
+        guard let event = self.event else { return nil }
+        let member = self.member ?? "someone"
+        switch event {
+        case .added: return "\(self.author) added \(member)"
+        case .removed: return "\(self.author) removed \(member)"
+        case .left: return "\(member) left"
+        }
+    }
 }
 
 /// A circle in the list a user sees (`GET /v1/circles` and the `circles` request), with where
@@ -202,6 +243,9 @@ public struct CircleSummary: Sendable, Hashable, Codable {
     /// Members may not post here: only its owner, admins and apps (an admin's
     /// `PUT /v1/circles/{name}/read-only`); a member's post gets `read_only`.
     public var readOnly: Bool
+    /// The server writes system entries here (member added, removed, left): on unless the owner,
+    /// an admin or an API key with `manage` turned them off (`PUT /v1/circles/{name}/system-entries`).
+    public var systemEntries: Bool
 
     /// Where servers stop counting `unread`: that value means "that many or more".
     public static let unreadCountLimit: Int64 = 1000
@@ -212,8 +256,9 @@ public struct CircleSummary: Sendable, Hashable, Codable {
     }
 
     public init(name: String, owner: String, private: Bool, createdAt: Int64, lastSeq: Int64, readSeq: Int64 = 0, unread: Int64 = 0, mentions: Int64 = 0,
-        direct: [String]? = nil, notify: NotificationLevel? = nil, readOnly: Bool = false
+        direct: [String]? = nil, notify: NotificationLevel? = nil, readOnly: Bool = false, systemEntries: Bool = true
     ) {
+        self.systemEntries = systemEntries
         self.name = name
         self.owner = owner
         self.private = `private`
@@ -242,6 +287,7 @@ public struct CircleSummary: Sendable, Hashable, Codable {
         let level = try container.decodeIfPresent(String.self, forKey: .notify).flatMap(NotificationLevel.init(rawValue:))
         self.notify = level ?? NotificationLevel.defaultLevel(direct: self.direct != nil)
         self.readOnly = try container.decodeIfPresent(Bool.self, forKey: .readOnly) ?? false
+        self.systemEntries = try container.decodeIfPresent(Bool.self, forKey: .systemEntries) ?? true
     }
 }
 

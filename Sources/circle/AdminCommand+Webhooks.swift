@@ -17,12 +17,12 @@ extension AdminCommand {
             @OptionGroup var options: Options
             @Argument(help: "The endpoint: https://… (or http://).") var url: String
             @Option(name: .customLong("circle"), help: "Only this circle's entries (default: every circle).") var circle: String?
-            @Option(name: .customLong("event"), help: "post, edit, delete, reaction or mention (mention: needs --bot; repeat for several; default: all).") var events: [String] = []
+            @Option(name: .customLong("event"), help: "post, edit, delete, reaction, member or mention (mention: needs --bot; repeat for several; default: all).") var events: [String] = []
             @Option(help: "A bot account: the endpoint's JSON replies ({\"text\": …}) become its posts.") var bot: String?
 
             func validate() throws {
-                for event in self.events where !["post", "edit", "delete", "reaction", "mention"].contains(event) {
-                    throw ValidationError("--event is post, edit, delete, reaction or mention, not \"\(event)\"")
+                for event in self.events where !["post", "edit", "delete", "reaction", "member", "mention"].contains(event) {
+                    throw ValidationError("--event is post, edit, delete, reaction, member or mention, not \"\(event)\"")
                 }
             }
 

@@ -236,6 +236,8 @@ actor ChatScreen {
         /// Who the post mentions (resolved by the server), and whether it mentions everyone.
         var mentions: [String] = []
         var mentionsEveryone = false
+        /// A system entry in words ("ann added bob"): shown as a quiet line of its own.
+        var system: String?
     }
 
     /// A line that is not a post (someone joined or left, a command's answer), shown after the
@@ -284,7 +286,7 @@ actor ChatScreen {
     func addHistory(_ page: [CirclePost], more: Bool) {
         // A history page gives posts as they are now, reactions included.
         self.timeline.merge(page)
-        for post in page where post.change == nil {
+        for post in page where post.change == nil {  // posts and system entries
             if let current = self.timeline.post(post.seq) { self.posts[post.seq] = Self.line(current) }
         }
         self.lastEntry = max(self.lastEntry, self.timeline.lastSeq)
@@ -308,7 +310,7 @@ actor ChatScreen {
                     self.notes.append(Note(afterSeq: entry.seq, order: self.nextNote(), text: text))
                     self.trimNotes()
                 }
-            } else {
+            } else if entry.isPost {
                 self.pending.removeAll { $0.id == entry.id }
                 self.typing[entry.author] = nil
             }
@@ -528,7 +530,7 @@ actor ChatScreen {
     private func changeCommand(_ name: String, arguments: String) -> Command? {
         let words = arguments.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
         func seq(_ word: String) -> Int64? { Int64(word.hasPrefix("#") ? String(word.dropFirst()) : word) }
-        let ownLast = self.posts.filter { $0.value.author == self.user && !$0.value.deleted }.keys.max()
+        let ownLast = self.posts.filter { $0.value.author == self.user && !$0.value.deleted && $0.value.system == nil }.keys.max()
         switch name {
         case "edit":
             guard !arguments.isEmpty else {
@@ -556,7 +558,7 @@ actor ChatScreen {
                 self.note("/react EMOJI [SEQ], for example /react 👍 or /react 🎉 12")
                 return nil
             }
-            let last = self.posts.filter { !$0.value.deleted }.keys.max()
+            let last = self.posts.filter { !$0.value.deleted && $0.value.system == nil }.keys.max()
             guard let target = words.count == 2 ? seq(words[1]) : last else {
                 self.note(words.count == 2 ? "/react EMOJI [SEQ]: SEQ is a post number" : "there is no post here to react to")
                 return nil
@@ -630,6 +632,7 @@ actor ChatScreen {
         line.reactions = (post.reactions ?? []).map { (emoji: $0.emoji, users: $0.users) }
         line.mentions = post.mentions ?? []
         line.mentionsEveryone = post.mentionsEveryone
+        line.system = post.systemText
         return line
     }
 
@@ -669,6 +672,13 @@ actor ChatScreen {
         if let first = seqs.first { addNotes(through: first - 1) }
         for seq in seqs {
             guard var post = self.posts[seq] else { continue }
+            if let system = post.system {
+                let text = "#\(seq) \(Self.clock(post.time)) — \(system)"
+                rows.append(Row(plain: text, styled: self.style(text, "2")))
+                previous = nil
+                addNotes(through: seq)
+                continue
+            }
             if post.deleted {
                 let text = "#\(seq) \(Self.clock(post.time)) \(self.shown(post.author)): message deleted"
                 rows.append(Row(plain: text, styled: self.style(text, "2")))

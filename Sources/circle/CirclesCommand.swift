@@ -17,7 +17,7 @@ struct CirclesCommand: AsyncParsableCommand {
               circle circle add-member team bob --user alice
               circle circle list --user bob
             """,
-        subcommands: [Create.self, List.self, AddMember.self, RemoveMember.self, Retention.self]
+        subcommands: [Create.self, List.self, AddMember.self, RemoveMember.self, Retention.self, SystemEntries.self]
     )
 
     /// Runs the SDK calls of a subcommand; a refusal prints `refusal(server's message)` and exits 1.
@@ -189,6 +189,33 @@ struct CirclesCommand: AsyncParsableCommand {
             if let days = setting.days { parts.append("keeps \(days) day\(days == 1 ? "" : "s")") }
             if let keep = setting.keep { parts.append("keeps the newest \(keep) entr\(keep == 1 ? "y" : "ies")") }
             return parts.isEmpty ? "keeps everything" : parts.joined(separator: " and ")
+        }
+    struct SystemEntries: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "system-entries",
+            abstract: "Turn a circle's system entries (members added, removed, left) on or off.",
+            discussion: """
+                Exit status: 0 done; 1 refused (no such circle, or not yours); 2 the server could \
+                not be reached; 4 the token was refused; 64 usage.
+
+                Example:
+                  circle circle system-entries team off --user alice
+                """
+        )
+        @Argument(help: "The circle.") var circle: String
+        @Argument(help: "on or off.") var setting: String
+        @OptionGroup var client: ClientOptions
+
+        func validate() throws {
+            guard ["on", "off"].contains(self.setting) else { throw ValidationError("the setting is on or off, not \"\(self.setting)\"") }
+        }
+
+        func run() async throws {
+            let (circle, enabled) = (self.circle, self.setting == "on")
+            try await CirclesCommand.call("system-entries", self.client, circle: circle, refusal: { "system entries of \(circle) were not changed: \($0)" }) { api in
+                let changed = try await api.setSystemEntries(enabled, in: circle)
+                Console.line("system entries of \(circle): \(changed.systemEntries ? "on" : "off")")
+            }
         }
     }
 }

@@ -42,13 +42,15 @@ enum EntryFormat {
     }
 
     /// One line of `circle tail`: `#SEQ HH:MM:SS author: text` for a post (with `(edited)`,
-    /// `(reply to #N)`, reaction counts), `#SEQ HH:MM:SS ann reacted 👍 to #12` for a change.
+    /// `(reply to #N)`, reaction counts), `#SEQ HH:MM:SS ann reacted 👍 to #12` for a change,
+    /// `#SEQ HH:MM:SS — ann added bob` for a system entry.
     static func tailLine(_ entry: CirclePost) -> String {
         let date = Date(timeIntervalSince1970: Double(entry.time) / 1000)
         let formatter = DateFormatter()
         formatter.dateFormat = "HH:mm:ss"
         let prefix = "#\(entry.seq) \(formatter.string(from: date)) "
         if let change = self.change(entry) { return prefix + change }
+        if let system = entry.systemText { return prefix + "— " + system }
         var author = entry.author
         if let replyTo = entry.replyTo { author += " (reply to #\(replyTo))" }
         if entry.edited != nil, !entry.deleted { author += " (edited)" }

@@ -369,6 +369,9 @@ extension ChatTmuxTests {
         try self.startChat("bob", user: "bob", server: server)
         try await self.waitForScreen("alice") { $0.contains("general — alice — connected") }
         try await self.waitForScreen("bob") { $0.contains("general — bob — connected") }
+        // The system entry of bob's addition: a line of its own, on both screens.
+        try await self.waitForScreen("alice") { $0.contains("#1") && $0.contains("— alice added bob") }
+        try await self.waitForScreen("bob") { $0.contains("— alice added bob") }
         try self.tmux(["send-keys", "-t", "bob", "hi there", "Enter"])
         try await self.waitForScreen("alice") { $0.contains("bob: hi there") }
 

@@ -274,7 +274,7 @@ struct FirstHourTests {
 
         let commands: [[String]] = [
             [], ["serve"], ["token"], ["chat"], ["send"], ["tail"], ["search"], ["circle"], ["circle", "create"], ["circle", "list"], ["circle", "add-member"],
-            ["circle", "remove-member"], ["circle", "retention"], ["upload"], ["download"], ["ws"], ["bench"], ["bench", "client"], ["bench", "recovery"],
+            ["circle", "remove-member"], ["circle", "retention"], ["circle", "system-entries"], ["upload"], ["download"], ["ws"], ["bench"], ["bench", "client"], ["bench", "recovery"],
         ]
         for command in commands {
             let help = try await self.run(command + ["--help"])

@@ -109,4 +109,36 @@ struct TailChangesTests {
         #expect(listed.stdout.contains("log\tpublic\towner alice\tnewest #9\t3 unread"), "\(listed.stdout)")
         await server.stop()
     }
+
+    @Test("tail prints system entries as lines of their own: live with --follow, and in the backlog")
+    func systemEntries() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        try await server.start()
+        try await server.createCircle("club", owner: "alice")
+        #expect(try await self.run(["send", "club", "--user", "alice", "hello"], server: server).status == 0)
+        let text = try CircleProcess(["tail", "club", "--follow", "--user", "carol", "--server", server.wsURL, "--jwt-secret", testSecret])
+        try await text.waitForStdout("alice: hello")
+        // Live once a post shows that the follower is subscribed.
+        #expect(try await self.run(["send", "club", "--user", "bob", "ready"], server: server).status == 0)
+        try await text.waitForStdout("bob: ready")
+        let alice = try await server.token("alice")
+        #expect(try await server.http("POST", "/v1/circles/club/members", token: alice, json: #"{"user":"dan"}"#).status == 200)
+        try await text.waitForStdout("— alice added dan")
+        #expect(try await server.http("DELETE", "/v1/circles/club/members/dan", token: try await server.token("dan")).status == 200)
+        try await text.waitForStdout("— dan left")
+        text.interrupt()
+
+        let backlog = try await self.run(["tail", "club", "--since", "0", "--user", "carol"], server: server)
+        #expect(backlog.status == 0, "\(backlog.stderr)")
+        let lines = backlog.stdout.split(separator: "\n").map { line in
+            let parts = line.split(separator: " ", maxSplits: 2)
+            return parts.count == 3 ? "\(parts[0]) \(parts[2])" : String(line)
+        }
+        #expect(lines == ["#1 alice: hello", "#2 bob: ready", "#3 — alice added dan", "#4 — dan left"], "\(backlog.stdout)")
+        // Not unread: carol has two unread posts, newest #4.
+        let listed = try await self.run(["circle", "list", "--user", "carol"], server: server)
+        #expect(listed.stdout.contains("club\tpublic\towner alice\tnewest #4\t2 unread"), "\(listed.stdout)")
+        await server.stop()
+    }
 }

@@ -44,7 +44,7 @@ struct TransferCommandsTests {
 
         let upload = try await self.run(["upload", file.path, "--circle", "team", "--caption", "the view", "--user", "alice", "--metrics"], server: server)
         #expect(upload.status == 0, "\(upload.stderr)")
-        #expect(upload.stdout == "#1 \(file.sha256)\n")
+        #expect(upload.stdout == "#2 \(file.sha256)\n")  // 1: the system entry "alice added bob"
         #expect(upload.stderr.contains("upload: 100% (200000/200000 bytes)"))
         #expect(upload.stderr.contains("PATCH /v1/media/uploads/"))
         let (_, page) = try await server.http("GET", "/v1/circles/team/messages", token: try await server.token("alice"))

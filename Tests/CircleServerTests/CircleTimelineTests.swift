@@ -25,6 +25,19 @@ struct CircleTimelineTests {
         post(12, "bo"),
     ]
 
+    @Test func keepsSystemEntriesInOrderAndNeverChangesThem() {
+        var timeline = CircleTimeline(viewer: "ann")
+        let added = CirclePost(circle: "c", seq: 2, author: "ann", text: nil, attachment: nil, time: 20, id: "s2", event: .added, member: "bo")
+        for entry in [Self.post(3), added, Self.post(1)] { timeline.apply(entry) }
+        #expect(timeline.posts.map(\.seq) == [1, 2, 3])
+        #expect(timeline.posts[1].isSystem && !timeline.posts[1].isPost)
+        #expect(timeline.posts[1].systemText == "ann added bo")
+        #expect(timeline.apply(Self.change(4, .edit, 2, text: "x")) == .none)
+        #expect(timeline.apply(Self.change(5, .delete, 2)) == .none)
+        #expect(timeline.post(2) == added)
+        #expect(timeline.apply(added) == .none)
+    }
+
     @Test func appliesEveryChange() {
         var timeline = CircleTimeline(viewer: "ann")
         for entry in Self.stream { timeline.apply(entry) }

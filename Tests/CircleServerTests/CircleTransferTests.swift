@@ -55,9 +55,12 @@ import Testing
             NewPost(circle: "team", author: "cat", clientID: "c3", text: "oops!", attachment: nil, time: t + 7, change: .edit, target: 7),
             NewPost(circle: "team", author: "cat", clientID: "c4", text: nil, attachment: nil, time: t + 8, change: .delete, target: 7),
             NewPost(circle: "team", author: "ann", clientID: "a3", text: "last", attachment: nil, time: t + 9),
+            // System entries: dan added, then removed (the member lines end without him).
+            NewPost(circle: "team", author: "ann", clientID: "s1", text: nil, attachment: nil, time: t + 10, event: .added, member: "dan"),
+            NewPost(circle: "team", author: "ann", clientID: "s2", text: nil, attachment: nil, time: t + 11, event: .removed, member: "dan"),
         ]
         let outcomes = try await store.commit(entries)
-        #expect(self.contract.storedSeqs(outcomes) == Array(1...10).map { Int64($0) })
+        #expect(self.contract.storedSeqs(outcomes) == Array(1...12).map { Int64($0) })
         _ = try await store.markRead("ben", in: "team", upTo: 4)
         try await store.setNotificationLevel(.mentions, of: "cat", in: "team")
         try await store.setReadOnly("team", true, by: "ann", at: 9)
@@ -90,23 +93,24 @@ import Testing
         let before = try await self.contract.withStore(pair.source) { store in
             try await self.fill(store, data: sourceData)
             let summary = try await CircleTransfer.export(circle: "team", store: store, dataDirectory: sourceData, to: export)
-            #expect(summary.entries == 10 && summary.members == 3 && summary.media == 1)
+            #expect(summary.entries == 12 && summary.members == 3 && summary.media == 1)
             return try await self.snapshot(store)
         }
         // The header names the format, its version, the circle and the counts.
         let history = try String(contentsOfFile: export + "/circle.jsonl", encoding: .utf8)
         let header = try JSONDecoder().decode(CircleExportFormat.Header.self, from: Data(history.split(separator: "\n")[0].utf8))
-        #expect(header.format == "circle-export" && header.version == 1 && header.circle == "team" && header.entries == 10 && header.members == 3 && header.media == 1)
+        #expect(header.format == "circle-export" && header.version == 1 && header.circle == "team" && header.entries == 12 && header.members == 3 && header.media == 1)
         let lineCount = history.split(separator: "\n").count
-        #expect(lineCount == 15, "a header, 3 members, 1 photo, 10 entries")
+        #expect(lineCount == 17, "a header, 3 members, 1 photo, 12 entries")
+        #expect(history.contains(#""event":"removed""#) && history.contains(#""member":"dan""#))
         let after = try await self.contract.withStore(pair.target) { store in
             for name in ["ann", "ben", "cat"] { try await self.account(store, name) }
             let summary = try await CircleTransfer.importCircle(from: export, store: store, dataDirectory: targetData)
-            #expect(summary.entries == 10 && summary.members == 3 && summary.media == 1)
+            #expect(summary.entries == 12 && summary.members == 3 && summary.media == 1)
             let snapshot = try await self.snapshot(store)
-            // The imported circle goes on like any other: the next entry is seq 11.
+            // The imported circle goes on like any other: the next entry is seq 13.
             let next = try await store.commit([NewPost(circle: "team", author: "ann", clientID: "a4", text: "after", attachment: nil, time: 1_800_000_000_000)])
-            #expect(self.contract.storedSeqs(next) == [11])
+            #expect(self.contract.storedSeqs(next) == [13])
             return snapshot
         }
         #expect(after == before)

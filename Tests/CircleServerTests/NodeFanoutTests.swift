@@ -158,6 +158,29 @@ import Testing
         await nodes.stop()
     }
 
+    @Test("a member added through node A: the system entry reaches a subscriber on node B, in order with the posts")
+    func systemEntriesAcrossNodes() async throws {
+        let nodes = try await Nodes()
+        try await nodes.a.createCircle("hall", owner: "ann")
+        let bob = try await TestClient.connect(nodes.b, user: "bob")
+        try await bob.request { .join("hall", id: $0) }
+        let ann = try await TestClient.connect(nodes.a, user: "ann")
+        try await ann.request { .join("hall", id: $0) }
+        #expect(try await ann.request { .post("before", to: "hall", id: $0) }.ackSeq == 1)
+        let add = try await nodes.a.http("POST", "/v1/circles/hall/members", token: try await nodes.a.token("ann"), json: #"{"user":"cy"}"#)
+        #expect(add.status == 200, "\(add.body)")
+        #expect(try await ann.request { .post("after", to: "hall", id: $0) }.ackSeq == 3)
+        var entries: [CirclePost] = []
+        while entries.count < 3, let message = try await bob.next(timeout: .seconds(20)) {
+            if case .post(let post) = message, post.circle == "hall" { entries.append(post) }
+        }
+        #expect(entries.map(\.seq) == [1, 2, 3])
+        #expect(entries.map(\.systemText) == [nil, "ann added cy", nil])
+        await bob.close()
+        await ann.close()
+        await nodes.stop()
+    }
+
     @Test("typing and presence on one node are heard on the other; a removed member loses the circle everywhere")
     func ephemeralAndRevocationAcrossNodes() async throws {
         let nodes = try await Nodes()
@@ -202,7 +225,7 @@ import Testing
         for index in 1...20 {
             #expect(try await ann.request { .post("p\(index)", to: "quiet", id: $0) }.errorCode == nil)
         }
-        #expect(try await Self.posts(20, on: bob, in: "quiet") == Array(1...20))
+        #expect(try await Self.posts(20, on: bob, in: "quiet") == Array(2...21))  // 1: the system entry "ann added bob"
         // B learned of them only by reading the store; A sent no signal.
         let metrics = try await nodes.b.http("GET", "/metrics").body
         #expect(Self.counter("circle_node_reads_total", in: metrics) >= 1, "\(metrics)")
@@ -325,6 +348,7 @@ final class MutedStore: SharedCircleStore {
         try await self.base.setNotificationLevel(level, of: user, in: circle)
     }
     func addMember(_ user: String, to circle: String) async throws { try await self.base.addMember(user, to: circle) }
+    func setSystemEntries(_ enabled: Bool, in circle: String) async throws { try await self.base.setSystemEntries(enabled, in: circle) }
     func removeMember(_ user: String, from circle: String) async throws { try await self.base.removeMember(user, from: circle) }
     func isMember(_ user: String, of circle: String) async throws -> Bool { try await self.base.isMember(user, of: circle) }
     func members(of circle: String) async throws -> [String] { try await self.base.members(of: circle) }

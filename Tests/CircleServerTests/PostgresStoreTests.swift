@@ -160,8 +160,8 @@ import Testing
                 case .rejected(let code, _):
                     #expect(code == .tooManyReactions)
                     refused.insert(user)
-                case .noSuchCircle:
-                    Issue.record("no circle")
+                case .noSuchCircle, .applied:
+                    Issue.record("no circle, or not a reaction: \(outcome)")
                 }
             }
             #expect(stored.count == StoreLimits.maxReactionsPerPost)

@@ -84,7 +84,7 @@ struct PushLiveTests {
             #expect(call.headers.contains { $0.key.lowercased() == "ttl" })
             let plaintext = try Self.decrypt(call.body, receiver: key, auth: auth)
             let payload = try JSONDecoder().decode(PushPayload.self, from: Data(plaintext))
-            #expect(payload == PushPayload(kind: "mention", circle: "den", seq: 1, author: "alice", text: "hi @bob", direct: nil))
+            #expect(payload == PushPayload(kind: "mention", circle: "den", seq: 2, author: "alice", text: "hi @bob", direct: nil))  // 1: "alice added bob"
             try await canary.check("after a push")
         }
     }

@@ -338,15 +338,16 @@ struct ServerLiveTests {
         #expect(added.status == 200)
         #expect(added.body.contains("bob"))
         let bob = try await TestClient.connect(server, user: "bob")
-        #expect(try await bob.request { .join("secret", id: $0) }.ackSeq == 0)
-        #expect(try await bob.request { .post("in", to: "secret", id: $0) }.ackSeq == 1)
+        // Seq 1 is the system entry "alice added bob".
+        #expect(try await bob.request { .join("secret", id: $0) }.ackSeq == 1)
+        #expect(try await bob.request { .post("in", to: "secret", id: $0) }.ackSeq == 2)
         // A member may pipeline them: the held post goes through once the join is confirmed.
         let carolToken = try await server.token("alice")
         let alice = try await TestClient(url: server.wsURL, token: carolToken)
         try await alice.send(.join("secret", id: "aj"))
         try await alice.send(.post("pipelined", to: "secret", id: "ap"))
-        #expect(try await alice.reply(to: "aj").reply.ackSeq == 1)
-        #expect(try await alice.reply(to: "ap").reply.ackSeq == 2)
+        #expect(try await alice.reply(to: "aj").reply.ackSeq == 2)
+        #expect(try await alice.reply(to: "ap").reply.ackSeq == 3)
 
         let bobsList = try await server.http("GET", "/v1/circles", token: try await server.token("bob"))
         #expect(bobsList.body.contains("secret"))
@@ -611,7 +612,7 @@ struct ServerEdgeCaseTests {
         let annToken = try await server.token("ann")
         #expect(try await server.http("POST", "/v1/circles/inner/members", token: annToken, json: #"{"user":"ben"}"#).status == 200)
         let ben = try await TestClient.connect(server, user: "ben")
-        #expect(try await ben.request { .join("inner", id: $0) }.ackSeq == 0)
+        #expect(try await ben.request { .join("inner", id: $0) }.ackSeq == 1)  // the system entry "ann added ben"
         #expect(try await server.http("DELETE", "/v1/circles/inner/members/ben", token: annToken).status == 200)
         var sawLeft = false
         while let message = try await ben.next(timeout: .seconds(5)) {

@@ -8,7 +8,7 @@ import Testing
 /// ``WebhookStore``'s guarantees, on both stores: the outbox is written with the entries, each
 /// queue goes in order, a lease is held by one node.
 extension StoreContractTests {
-    private func hook(_ id: String, circle: String? = nil, events: Set<WebhookEvent> = Set(WebhookEvent.allCases)) -> Webhook {
+    func hook(_ id: String, circle: String? = nil, events: Set<WebhookEvent> = Set(WebhookEvent.allCases)) -> Webhook {
         Webhook(id: id, url: "https://example.com/\(id)", circle: circle, events: events, secrets: ["whsec_a", "whsec_b"], createdBy: "ada", createdAt: 1)
     }
 

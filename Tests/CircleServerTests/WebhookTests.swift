@@ -45,6 +45,32 @@ struct WebhookTests {
         #expect(Set(deliveries.map(\.id)).count == deliveries.count)
     }
 
+    @Test("member events: a system entry comes as member to subscriptions that ask for it, and to a bot's only when not its own")
+    func memberEvents() {
+        var known = CommitPlan.Known()
+        known.circles[BinaryText("team")] = .init(lastSeq: 0, owner: "ada", isPrivate: true)
+        known.members.insert(MemberKey(circle: "team", user: "cy"))
+        let posts = [
+            NewPost(circle: "team", author: "ada", clientID: "a", text: nil, attachment: nil, time: 5, event: .added, member: "bo"),
+            NewPost(circle: "team", author: "ada", clientID: "b", text: "@bot hi", attachment: nil, time: 5),
+            NewPost(circle: "team", author: "cy", clientID: "c", text: nil, attachment: nil, time: 5, event: .left, member: "cy"),
+            NewPost(circle: "team", author: "ada", clientID: "d", text: nil, attachment: nil, time: 5, event: .removed, member: "nobody"),
+            NewPost(circle: "team", author: "bot", clientID: "e", text: nil, attachment: nil, time: 5, event: .added, member: "dee"),
+        ]
+        let plan = CommitPlan(posts: posts, known: known)
+        #expect(plan.outcomes[3] == .applied)
+        #expect(plan.memberWrites.map { "\($0.user) \($0.add)" } == ["bo true", "cy false", "dee true"])
+        let webhooks = [
+            Webhook(id: "members", url: "", circle: nil, events: [.member], secrets: [], createdBy: "", createdAt: 0),
+            Webhook(id: "posts", url: "", circle: "team", events: [.post], secrets: [], createdBy: "", createdAt: 0),
+            Webhook(id: "bot", url: "", circle: nil, events: [.member, .mention], secrets: [], bot: "bot", createdBy: "", createdAt: 0),
+        ]
+        let deliveries = plan.webhookDeliveries(webhooks, now: 9)
+        #expect(deliveries.map { "\($0.webhook) \($0.seq) \($0.event.rawValue)" } == [
+            "members 1 member", "bot 1 member", "posts 2 post", "members 3 member", "bot 3 member", "members 4 member",
+        ])
+    }
+
     @Test("retries back off exponentially with jitter, up to the longest wait, and give up after the limit")
     func retries() {
         let policy = WebhookRetryPolicy(first: .seconds(5), longest: .seconds(60), jitter: 0.2, giveUpAfter: .seconds(3600))

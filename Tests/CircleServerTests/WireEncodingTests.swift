@@ -32,6 +32,8 @@ import Testing
             ),
             CirclePost(circle: "room", seq: 6, author: "ana", text: text, attachment: nil, time: 1, id: "m", mentions: [text, "bo"]),
             CirclePost(circle: "room", seq: 7, author: "ana", text: "@here", attachment: nil, time: 1, id: "h", mentions: [], mentionsEveryone: true),
+            CirclePost(circle: "room", seq: 8, author: "ana", text: nil, attachment: nil, time: 1, id: text, event: .added, member: text),
+            CirclePost(circle: text, seq: 9, author: text, text: nil, attachment: nil, time: 1, id: "s", event: .left, member: "bo"),
         ]
     }
 
@@ -53,7 +55,7 @@ import Testing
             .circles(id: text, circles: []),
             .circles(id: "c", circles: [
                 CircleSummary(name: text, owner: "ana", private: true, createdAt: 1, lastSeq: 9, readSeq: 4, unread: 3, mentions: 2),
-                CircleSummary(name: "b", owner: text, private: false, createdAt: 0, lastSeq: 0),
+                CircleSummary(name: "b", owner: text, private: false, createdAt: 0, lastSeq: 0, systemEntries: false),
                 CircleSummary(name: "dm.1", owner: "ana", private: true, createdAt: 0, lastSeq: 0, direct: ["ana", text], notify: .mentions),
             ]),
         ]

@@ -29,13 +29,14 @@ def test_a_name_is_completed_after_at_and_the_mention_is_highlighted_for_its_per
     server.create_circle("den", "alice", private=True)
     server.add_member("den", "alice", "bob")
     server.add_member("den", "alice", "bea")
+    # Seqs 1 and 2 are the system entries of those two additions: the posts are 3 and 4.
     alice, bob = new_page(), new_page()
     sign_in(alice, server.port, "alice")
     sign_in(bob, server.port, "bob")
     open_circle(bob, "den")
     post(bob, "hi all")
     open_circle(alice, "den")
-    wait_until(lambda: len(alice.find_elements(By.CSS_SELECTOR, '#list .post[data-seq="1"]')) == 1, what="bob's post at alice")
+    wait_until(lambda: len(alice.find_elements(By.CSS_SELECTOR, '#list .post[data-seq="3"]')) == 1, what="bob's post at alice")
 
     box = alice.find_element(By.ID, "text")
     box.send_keys("thanks @b")
@@ -55,10 +56,10 @@ def test_a_name_is_completed_after_at_and_the_mention_is_highlighted_for_its_per
     alice.find_element(By.ID, "sendbtn").click()
 
     # bob is mentioned: the post is marked and "@bob" highlighted; alice's copy is not marked.
-    wait_until(lambda: len(bob.find_elements(By.CSS_SELECTOR, '#list .post[data-seq="2"].mentioned')) == 1, what="the mention marked for bob")
-    assert [s.text for s in post_node(bob, 2).find_elements(By.CSS_SELECTOR, ".mention")] == ["@bob"]
-    wait_until(lambda: len(alice.find_elements(By.CSS_SELECTOR, '#list .post[data-seq="2"]')) == 1, what="the post stored at alice")
-    assert "mentioned" not in post_node(alice, 2).get_attribute("class")
+    wait_until(lambda: len(bob.find_elements(By.CSS_SELECTOR, '#list .post[data-seq="4"].mentioned')) == 1, what="the mention marked for bob")
+    assert [s.text for s in post_node(bob, 4).find_elements(By.CSS_SELECTOR, ".mention")] == ["@bob"]
+    wait_until(lambda: len(alice.find_elements(By.CSS_SELECTOR, '#list .post[data-seq="4"]')) == 1, what="the post stored at alice")
+    assert "mentioned" not in post_node(alice, 4).get_attribute("class")
 
     # The circle list counts it for bob while he looks elsewhere, as the server does.
     server.create_circle("lobby", "carol")

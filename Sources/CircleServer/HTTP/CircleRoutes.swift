@@ -187,8 +187,22 @@ struct CircleRoutes: Sendable {
             guard TokenAuthority.isValidUserName(add.user) else {
                 throw APIError(.badRequest, .badRequest, "\"\(add.user)\" is not a valid user name; send {\"user\": \"name\"}")
             }
-            try await store.addMember(add.user, to: info.name)
+            try await self.changeMembership(.added, of: add.user, in: info.name, by: principal.name)
             return Response.json(.ok, HTTPAPI.MemberList(members: try await store.members(of: info.name)))
+        }
+        router.put(RouterPath(circle + "/system-entries")) { request, context in
+            let principal = try context.requirePrincipal(.manage)
+            let info = try await self.visibleCircle(context, principal: principal, managing: true)
+            guard try await self.managesMembers(of: info, principal: principal) else {
+                throw APIError(.forbidden, .forbidden, "only the owner (\(info.owner)) or an admin turns system entries on or off")
+            }
+            var request = request
+            let body = try await request.jsonBody()
+            let setting = try body.decodeJSON(HTTPAPI.SystemEntries.self, send: #"{"enabled": true | false}"#)
+            try await store.setSystemEntries(setting.enabled, in: info.name)
+            var changed = try await store.circles(visibleTo: principal.name, named: info.name).first ?? info
+            changed.systemEntries = setting.enabled
+            return Response.json(.ok, Self.body(changed))
         }
         router.delete(RouterPath(circle + "/members/{user}")) { _, context in
             // A moderator's key removes members too (it does not add them).
@@ -209,9 +223,36 @@ struct CircleRoutes: Sendable {
             guard info.direct == nil else {
                 throw APIError(.badRequest, .badRequest, "a direct message's members are fixed")
             }
-            try await store.removeMember(member, from: info.name)
+            try await self.changeMembership(member == user ? .left : .removed, of: member, in: info.name, by: user)
             if info.isPrivate { self.services.hub.revoke(user: member, from: info.name) }
             return Response.json(.ok, HTTPAPI.MemberList(members: try await store.members(of: info.name)))
+        }
+    }
+
+    /// Adds or removes `member` by committing the change as a system entry (``NewPost/event``):
+    /// the membership and its entry are written in one transaction, and the entry reaches every
+    /// subscriber through the hub like a post. Idempotent: a change that changes nothing stores
+    /// no entry.
+    private func changeMembership(_ event: CircleSystemEvent, of member: String, in circle: String, by actor: String) async throws {
+        let post = NewPost(
+            circle: circle, author: actor, clientID: "system-" + Identity.randomSecret(bytes: 12), text: nil, attachment: nil,
+            time: Int64(Date().timeIntervalSince1970 * 1000), event: event, member: member
+        )
+        let committer = self.services.committer
+        let outcome = await withCheckedContinuation { (continuation: CheckedContinuation<Result<PostOutcome, any Error>, Never>) in
+            committer.submit(post) { continuation.resume(returning: $0) }
+        }
+        switch outcome {
+        case .success(.stored), .success(.duplicate), .success(.applied):
+            return
+        case .success(.noSuchCircle):
+            throw APIError(.notFound, .notFound, "no circle \"\(circle)\"")
+        case .success(.rejected(let code, let message)):
+            throw APIError(.badRequest, code, message)
+        case .failure(let error as StoreError) where error.code == .unavailable:
+            throw APIError(.serviceUnavailable, .unavailable, "\(error.message); retry")
+        case .failure(let error):
+            throw APIError(.internalServerError, .internalError, "the membership was not changed (\(error)); retry")
         }
     }
 

@@ -202,6 +202,9 @@ struct MessageRoutes: Sendable {
             return Response.json(.ok, ack(stored, duplicate: true))
         case .success(.noSuchCircle):
             throw APIError(.notFound, .notFound, "the circle no longer exists")
+        case .success(.applied):
+            // Only a membership change (``NewPost/event``) is answered so; these routes send none.
+            throw APIError(.internalServerError, .internalError, "the entry was taken for a membership change; retry with the same id")
         case .success(.rejected(let code, let message)):
             let status: HTTPResponse.Status
             switch code {

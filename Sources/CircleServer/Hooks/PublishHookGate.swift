@@ -76,6 +76,8 @@ final class PublishHookGate: Sendable {
     /// Whether `post` must wait here: a post or an edit of a circle with a hook, an entry other
     /// than a delete in a read-only circle (or any of those, before the circles were first read).
     func needsCheck(_ post: NewPost) -> Bool {
+        // A membership change is the server's own entry: no hook, and read-only does not stop it.
+        guard post.event == nil else { return false }
         let hookable = post.change == nil || post.change == .edit
         let restricted = post.change != .delete && !post.byAPIKey
         guard hookable || restricted else { return false }

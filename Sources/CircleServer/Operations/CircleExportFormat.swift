@@ -128,8 +128,13 @@ public enum CircleExportFormat {
         public var edited: Int64?
         public var deleted: Bool
         public var mentionsEveryone: Bool
+        /// A system entry: the membership change it records, and its member.
+        public var event: CircleSystemEvent?
+        public var member: String?
 
         public init(_ post: CirclePost) {
+            self.event = post.event
+            self.member = post.member
             self.seq = post.seq
             self.author = post.author
             self.id = post.id
@@ -162,7 +167,11 @@ public enum CircleExportFormat {
                 // The entry was allowed when it was made: a delete by the owner or a moderator too.
                 moderated: self.change == .delete,
                 byAPIKey: true,
-                mayMentionEveryone: self.mentionsEveryone
+                mayMentionEveryone: self.mentionsEveryone,
+                event: self.event,
+                member: self.member,
+                // The members are imported as they are at the end; the entry is only the record.
+                recordOnly: self.event != nil
             )
         }
     }
@@ -323,7 +332,15 @@ public enum CircleExportFormat {
                 return Int(seq - 1)
             }
             if let replyTo = entry.replyTo { _ = try post(replyTo, "replyTo \(replyTo)") }
-            if let change = entry.change {
+            if let event = entry.event {
+                guard let member = entry.member, TokenAuthority.isValidUserName(member) else {
+                    throw self.error("\(event.rawValue) without a valid member")
+                }
+                guard entry.change == nil, entry.target == nil, entry.emoji == nil, entry.replyTo == nil, entry.text == nil, entry.attachment == nil else {
+                    throw self.error("a system entry with a change, target, emoji, reply, text or attachment")
+                }
+                self.kinds.append(0)  // not a post: nothing may target it
+            } else if let change = entry.change {
                 let target = try post(entry.target, "target \(entry.target.map(String.init) ?? "(none)")")
                 guard self.kinds[target] == 1 else { throw self.error("\(change.rawValue) of post \(target + 1), deleted before") }
                 switch change {

@@ -23,7 +23,7 @@ extension CommitPlan {
         var seen = Set<BinaryText>()
         return self.inserts.compactMap { entry in
             let name = BinaryText(entry.circle)
-            guard entry.change == nil, self.directMembers[name] == nil, seen.insert(name).inserted else { return nil }
+            guard entry.isPost, self.directMembers[name] == nil, seen.insert(name).inserted else { return nil }
             return (entry.circle, self.privateCircles.contains(name))
         }
     }
@@ -40,7 +40,7 @@ extension CommitPlan {
         for mention in self.mentionWrites {
             add(mention.circle, mention.user)
         }
-        for entry in self.inserts where entry.change == nil {
+        for entry in self.inserts where entry.isPost {
             for member in self.directMembers[BinaryText(entry.circle)] ?? everyPost[entry.circle] ?? [] where BinaryText(member) != BinaryText(entry.author) {
                 add(entry.circle, member)
             }
@@ -82,7 +82,7 @@ extension CommitPlan {
             else { continue }
             queue(key, seq: mention.post, kind: .mention)
         }
-        for entry in self.inserts where entry.change == nil {
+        for entry in self.inserts where entry.isPost {
             let direct = self.directMembers[BinaryText(entry.circle)]
             for member in direct ?? everyPost[entry.circle] ?? [] where BinaryText(member) != BinaryText(entry.author) {
                 let key = MemberKey(circle: entry.circle, user: member)

@@ -434,6 +434,9 @@ struct SessionState {
             self.fail(id, .notFound, "the circle no longer exists", into: &actions)
         case .success(.rejected(let code, let message)):
             self.fail(id, code, message, into: &actions)
+        case .success(.applied):
+            // Only a membership change (``NewPost/event``) is answered so; a session sends none.
+            self.fail(id, .internalError, "the entry was taken for a membership change; retry with the same id", into: &actions)
         case .failure(let error as InvalidAttachment):
             self.fail(id, .invalidAttachment, "\"\(error.media)\" is not the id of media you uploaded (POST /v1/media)", into: &actions)
         case .failure(let error as StoreError) where error.code == .unavailable:

@@ -27,11 +27,15 @@ public struct CircleInfo: Sendable, Hashable, Codable {
     /// Filled by ``CircleStore/circles(visibleTo:)``: members may not post (only its owner,
     /// admins and apps; `PUT /v1/circles/{name}/read-only`).
     public var readOnly: Bool
+    /// System entries (members added, removed, left) are written here: on unless turned off
+    /// (``CircleStore/setSystemEntries(_:in:)``).
+    public var systemEntries: Bool
 
     public init(
         name: String, owner: String, isPrivate: Bool, createdAt: Int64, lastSeq: Int64, readSeq: Int64 = 0, unread: Int64 = 0, mentions: Int64 = 0,
-        direct: [String]? = nil, notify: NotificationLevel? = nil, readOnly: Bool = false
+        direct: [String]? = nil, notify: NotificationLevel? = nil, readOnly: Bool = false, systemEntries: Bool = true
     ) {
+        self.systemEntries = systemEntries
         self.name = name
         self.owner = owner
         self.isPrivate = isPrivate
@@ -58,12 +62,14 @@ public struct CircleInfo: Sendable, Hashable, Codable {
             mentions: self.mentions,
             direct: self.direct,
             notify: self.notify,
-            readOnly: self.readOnly
+            readOnly: self.readOnly,
+            systemEntries: self.systemEntries
         )
     }
 }
 
-/// An entry on its way to the store: a post, or (with `change`) a change to post `target`.
+/// An entry on its way to the store: a post, (with `change`) a change to post `target`, or (with
+/// `event`) a membership change and its system entry.
 public struct NewPost: Sendable, Hashable {
     public var circle: String
     public var author: String
@@ -89,6 +95,14 @@ public struct NewPost: Sendable, Hashable {
     /// The author is an admin: their `@here`/`@everyone` mentions every member (as the circle
     /// owner's do); anyone else's mentions no one.
     public var mayMentionEveryone: Bool
+    /// A membership change (``CircleSystemEvent``): the commit makes it (adds or removes
+    /// `member`) and records it as a system entry when the circle has them on.
+    public var event: CircleSystemEvent?
+    /// The member an `event` adds or removes (`added`, `removed`, `left`).
+    public var member: String?
+    /// An `event` restored as it was (an import): stored as its entry without changing the
+    /// membership or asking whether the circle has system entries on.
+    public var recordOnly: Bool
 
     public init(
         circle: String,
@@ -103,8 +117,14 @@ public struct NewPost: Sendable, Hashable {
         replyTo: Int64? = nil,
         moderated: Bool = false,
         byAPIKey: Bool = false,
-        mayMentionEveryone: Bool = false
+        mayMentionEveryone: Bool = false,
+        event: CircleSystemEvent? = nil,
+        member: String? = nil,
+        recordOnly: Bool = false
     ) {
+        self.event = event
+        self.member = member
+        self.recordOnly = recordOnly
         self.circle = circle
         self.author = author
         self.clientID = clientID
@@ -156,11 +176,15 @@ public enum PostOutcome: Sendable, Hashable {
     /// A change (or reply) the rules refuse; nothing was stored and no `seq` was used:
     /// `no_such_post`, `post_deleted`, `not_author` or `too_many_reactions`.
     case rejected(CircleErrorCode, String)
+    /// A membership change (``NewPost/event``) that stored no entry: there was nothing to change
+    /// (adding a member, removing a non-member), or the circle has system entries off (the
+    /// membership changed all the same).
+    case applied
 
     public var post: CirclePost? {
         switch self {
         case .stored(let post), .duplicate(let post): return post
-        case .noSuchCircle, .rejected: return nil
+        case .noSuchCircle, .rejected, .applied: return nil
         }
     }
 }
@@ -215,7 +239,12 @@ public protocol CircleStore: IdentityStore, WebhookStore, APIKeyStore, PublishHo
     /// `StoreError(.notFound)` for an unknown circle.
     func setNotificationLevel(_ level: NotificationLevel?, of user: String, in circle: String) async throws
 
-    /// Adds a member (idempotent). Throws `StoreError(.notFound)` for an unknown circle.
+    /// Turns a circle's system entries on or off (``CircleInfo/systemEntries``). Throws
+    /// `StoreError(.notFound)` for an unknown circle.
+    func setSystemEntries(_ enabled: Bool, in circle: String) async throws
+
+    /// Adds a member (idempotent) without a system entry (imports, tests; the API commits a
+    /// ``NewPost`` with `event` instead). Throws `StoreError(.notFound)` for an unknown circle.
     func addMember(_ user: String, to circle: String) async throws
     /// Removes a member (idempotent).
     func removeMember(_ user: String, from circle: String) async throws
@@ -236,7 +265,12 @@ public protocol CircleStore: IdentityStore, WebhookStore, APIKeyStore, PublishHo
     ///   it, and its reactions;
     /// - `react`: not on a deleted post; a new emoji beyond ``StoreLimits/maxReactionsPerPost``
     ///   distinct ones is `.tooManyReactions`; reacting again with the same emoji changes nothing
-    ///   but is still stored as an entry; `unreact` likewise removes one if present.
+    ///   but is still stored as an entry; `unreact` likewise removes one if present;
+    /// - an `event` (a membership change) adds (`added`) or removes (`removed`, `left`) its
+    ///   `member` in the same transaction and is stored as a system entry when the circle has
+    ///   them on; one that would change nothing, or whose circle has them off, stores no entry
+    ///   (`.applied`); a `recordOnly` one (an import) is stored and changes no membership. No
+    ///   change or reply may target a system entry (`.rejected(.noSuchPost)`).
     /// A rejected entry stores nothing and uses no `seq`.
     func commit(_ posts: [NewPost]) async throws -> [PostOutcome]
     /// Where the commit loop should run (its task's executor preference): a store that commits

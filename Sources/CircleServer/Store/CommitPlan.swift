@@ -110,13 +110,19 @@ struct MentionWrite: Hashable, Sendable {
 /// Stores use it in three steps, all inside the batch's transaction (after locking the circles,
 /// where the store has to):
 /// 1. read the batch's circles (``circleNames(_:)``) and the entries with its keys (``keys(_:)``)
-///    into a ``Known``;
+///    into a ``Known``, and the memberships its system entries change (``membersToRead(_:)``);
 /// 2. read the entries the batch names as targets and reply targets (``targetsToRead(_:known:)``),
 ///    then the reactions its `react`/`unreact` entries need (``reactionsToRead(_:known:)``);
 ///    and who the texts' mentions may name (``adminsToRead(_:known:)``, then
 ///    ``mentionsToRead(_:known:)``);
-/// 3. plan, and write what the plan says: ``inserts``, ``postUpdates``, ``deletedPosts``,
-///    ``reactionWrites``, ``mentionWrites`` and ``newLastSeqs``, in that order.
+/// 3. plan, and write what the plan says: ``inserts``, ``memberWrites``, ``postUpdates``,
+///    ``deletedPosts``, ``reactionWrites``, ``mentionWrites`` and ``newLastSeqs``, in that order.
+///
+/// System entries (``NewPost/event``): adding a member who is one, or removing someone who is
+/// not, is ``PostOutcome/applied`` and writes nothing; otherwise the membership change is one of
+/// ``memberWrites``, and the entry is stored (with the next `seq`, no text) only when the circle
+/// has system entries on. A system entry is not a post (``CirclePost/isPost``): no change or
+/// reply may target it, it mentions no one and is not indexed.
 ///
 /// Mentions: a post's or an edit's text is read with ``MentionParser``; a `@name` resolves when
 /// the user is a member of the circle, or, in a public circle, is not banned and has an account
@@ -138,6 +144,8 @@ struct CommitPlan: Sendable {
         var isPrivate: Bool
         /// A direct message's members (``DirectMessageKey``); `nil` for a circle.
         var direct: [String]? = nil
+        /// The circle records membership changes as system entries (``CircleInfo/systemEntries``).
+        var systemEntries: Bool = true
     }
 
     /// What the store read before planning.
@@ -164,6 +172,8 @@ struct CommitPlan: Sendable {
         /// Of the people ``pushCandidates()`` names, those with a push subscription, with the
         /// level they chose in that circle and their endpoints (``pushWrites(subscribers:)``).
         var pushSubscribers: [MemberKey: PushTarget] = [:]
+        /// Of the memberships ``membersToRead(_:)`` names, those that are stored.
+        var members: Set<MemberKey> = []
 
         init() {}
     }
@@ -192,6 +202,11 @@ struct CommitPlan: Sendable {
     private(set) var mentionWrites: [MentionWrite] = []
     /// The new `last_seq` of each circle that got entries, in order of first touch.
     private(set) var newLastSeqs: [(circle: String, lastSeq: Int64)] = []
+    /// The membership changes the batch's system entries make (``NewPost/event``), in order:
+    /// `added` adds the member, `removed` and `left` remove them. Each changes something (an
+    /// entry that would not is ``PostOutcome/applied`` and writes nothing). Written whether or not
+    /// the circle records the entry.
+    private(set) var memberWrites: [(circle: String, user: String, add: Bool)] = []
     /// The members of the batch's circles that are direct messages (for ``pushCandidates()``).
     private(set) var directMembers: [BinaryText: [String]] = [:]
     /// The batch's circles that are private (for ``circlesForEveryPost()``).
@@ -209,6 +224,16 @@ struct CommitPlan: Sendable {
     static func keys(_ posts: [NewPost]) -> [PostKey] {
         var seen = Set<PostKey>()
         return posts.compactMap { seen.insert(PostKey($0)).inserted ? PostKey($0) : nil }
+    }
+
+    /// The memberships the batch's system entries change, once each: the store reads which of
+    /// them are stored into ``Known/members``.
+    static func membersToRead(_ posts: [NewPost]) -> [(circle: String, user: String)] {
+        var seen = Set<MemberKey>()
+        return posts.compactMap { post in
+            guard post.event != nil, !post.recordOnly, let member = post.member, seen.insert(MemberKey(circle: post.circle, user: member)).inserted else { return nil }
+            return (post.circle, member)
+        }
     }
 
     /// The stored entries the batch names (a change's `target`, a reply's `replyTo`) that
@@ -395,6 +420,8 @@ struct CommitPlan: Sendable {
         var touched: [BinaryText: Int] = [:]  // circle → index in newLastSeqs
         var notified = Set<MentionWrite>()  // with seq 0: one per (circle, post, user)
         var mentionWrites: [MentionWrite] = []
+        var members = known.members
+        var memberWrites: [(circle: String, user: String, add: Bool)] = []
         pending.reserveCapacity(posts.count)
 
         func reject(_ code: CircleErrorCode, _ message: String) {
@@ -434,7 +461,31 @@ struct CommitPlan: Sendable {
                 id: newPost.clientID
             )
 
-            if let change = newPost.change {
+            if let event = newPost.event {
+                // A membership change: made here, recorded as an entry if the circle has them on.
+                guard let member = newPost.member else {
+                    reject(.badRequest, "a membership change names its member")
+                    continue
+                }
+                if !newPost.recordOnly {
+                    let memberKey = MemberKey(circle: newPost.circle, user: member)
+                    let adds = event == .added
+                    guard members.contains(memberKey) != adds else {
+                        pending.append(.other(.applied))  // nothing to change
+                        continue
+                    }
+                    if adds { members.insert(memberKey) } else { members.remove(memberKey) }
+                    memberWrites.append((newPost.circle, member, adds))
+                    guard circle.systemEntries else {
+                        pending.append(.other(.applied))
+                        continue
+                    }
+                }
+                entry.event = event
+                entry.member = member
+                entry.text = nil
+                entry.attachment = nil
+            } else if let change = newPost.change {
                 guard let targetSeq = newPost.target else {
                     reject(.badRequest, "a change needs the target post's seq")
                     continue
@@ -594,6 +645,7 @@ struct CommitPlan: Sendable {
         self.postUpdates = updated.map(current)
         self.deletedPosts = updated.filter(deletedSet.contains) + inserted.filter(deletedSet.contains)
         self.mentionWrites = mentionWrites
+        self.memberWrites = memberWrites
         self.directMembers = known.circles.compactMapValues(\.direct)
         self.privateCircles = Set(known.circles.filter(\.value.isPrivate).keys)
         self.reactionWrites = reactionOrder.map { reaction in

@@ -6,7 +6,7 @@ extension PostgresStore {
         try await self.operation("list posts to erase") {
             let rows = try await self.client.query(
                 """
-                SELECT circle, seq FROM posts WHERE author = \(ByteBuffer(string: author)) AND change IS NULL AND NOT deleted
+                SELECT circle, seq FROM posts WHERE author = \(ByteBuffer(string: author)) AND change IS NULL AND event IS NULL AND NOT deleted
                 ORDER BY circle, seq LIMIT \(limit)
                 """,
                 logger: self.logger

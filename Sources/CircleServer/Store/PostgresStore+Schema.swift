@@ -429,6 +429,11 @@ extension PostgresStore {
             )
             """
         ],
+        // System entries (as SQLite's step of that summary).
+        [
+            "ALTER TABLE posts ADD COLUMN event text, ADD COLUMN member text COLLATE \"C\"",
+            "ALTER TABLE circles ADD COLUMN system_entries boolean NOT NULL DEFAULT true",
+        ],
         // Retention policies, who wants every post of a circle (as SQLite's step of that summary).
         [
             "CREATE INDEX notification_levels_by_circle ON notification_levels (circle, level)",

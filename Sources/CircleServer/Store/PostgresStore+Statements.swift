@@ -14,8 +14,8 @@ import PostgresNIO
 extension PostgresStore {
     /// Locks the circles a batch names, in name order (a fixed order: no deadlocks).
     struct LockCircles: PostgresPreparedStatement {
-        static let sql = "SELECT name, last_seq, owner, private, direct FROM circles WHERE name = ANY($1) ORDER BY name FOR UPDATE"
-        typealias Row = (String, Int64, String, Bool, String?)
+        static let sql = "SELECT name, last_seq, owner, private, direct, system_entries FROM circles WHERE name = ANY($1) ORDER BY name FOR UPDATE"
+        typealias Row = (String, Int64, String, Bool, String?, Bool)
 
         var names: [String]
 
@@ -55,18 +55,18 @@ extension PostgresStore {
     struct InsertEntries: PostgresPreparedStatement {
         static let sql = """
             INSERT INTO posts (circle, seq, author, client_id, text, attachment, time, change, target, emoji, reply_to, edited_at, deleted,
-                               mentions, mentions_everyone)
+                               mentions, mentions_everyone, event, member)
             SELECT circle, seq, author, client_id,
                    CASE WHEN has_text THEN text END, CASE WHEN has_attachment THEN attachment END, time,
                    NULLIF(change, ''), CASE WHEN has_target THEN target END, CASE WHEN has_emoji THEN emoji END,
                    CASE WHEN has_reply_to THEN reply_to END, CASE WHEN has_edited THEN edited_at END, deleted,
-                   CASE WHEN has_mentions THEN mentions END, mentions_everyone
+                   CASE WHEN has_mentions THEN mentions END, mentions_everyone, NULLIF(event, ''), NULLIF(member, '')
             FROM unnest($1::text[], $2::int8[], $3::bytea[], $4::bytea[], $5::bytea[], $6::bool[], $7::text[], $8::bool[],
                         $9::int8[], $10::text[], $11::int8[], $12::bool[], $13::bytea[], $14::bool[], $15::int8[], $16::bool[],
-                        $17::int8[], $18::bool[], $19::bool[], $20::bytea[], $21::bool[], $22::bool[])
+                        $17::int8[], $18::bool[], $19::bool[], $20::bytea[], $21::bool[], $22::bool[], $23::text[], $24::text[])
               AS v(circle, seq, author, client_id, text, has_text, attachment, has_attachment, time, change,
                    target, has_target, emoji, has_emoji, reply_to, has_reply_to, edited_at, has_edited, deleted,
-                   mentions, has_mentions, mentions_everyone)
+                   mentions, has_mentions, mentions_everyone, event, member)
             """
         typealias Row = ()
 
@@ -74,7 +74,7 @@ extension PostgresStore {
 
         func makeBindings() -> PostgresBindings {
             let entries = self.entries
-            var bindings = PostgresBindings(capacity: 22)
+            var bindings = PostgresBindings(capacity: 24)
             bindings.append(entries.map(\.circle))
             bindings.append(entries.map(\.seq))
             bindings.append(entries.map { ByteBuffer(string: $0.author) })
@@ -97,6 +97,8 @@ extension PostgresStore {
             bindings.append(entries.map { ByteBuffer(string: CommitPlan.mentionsColumn($0) ?? "") })
             bindings.append(entries.map { CommitPlan.mentionsColumn($0) != nil })
             bindings.append(entries.map(\.mentionsEveryone))
+            bindings.append(entries.map { $0.event?.rawValue ?? "" })
+            bindings.append(entries.map { $0.member ?? "" })
             return bindings
         }
 

@@ -152,12 +152,13 @@ public final class PostgresStore: CircleStore {
     public func circle(named name: String) async throws -> CircleInfo? {
         try await self.operation("read circle") {
             let rows = try await self.client.query(
-                "SELECT name, owner, private, created_at, last_seq, direct FROM circles WHERE name = \(name)",
+                "SELECT name, owner, private, created_at, last_seq, direct, system_entries FROM circles WHERE name = \(name)",
                 logger: self.logger
             )
-            for try await row in rows.decode((String, String, Bool, Int64, Int64, String?).self) {
+            for try await row in rows.decode((String, String, Bool, Int64, Int64, String?, Bool).self) {
                 return CircleInfo(
-                    name: row.0, owner: row.1, isPrivate: row.2, createdAt: row.3, lastSeq: row.4, direct: DirectMessageKey.members(fromColumn: row.5)
+                    name: row.0, owner: row.1, isPrivate: row.2, createdAt: row.3, lastSeq: row.4, direct: DirectMessageKey.members(fromColumn: row.5),
+                    systemEntries: row.6
                 )
             }
             return nil
@@ -229,13 +230,13 @@ public final class PostgresStore: CircleStore {
                 """
                 SELECT c.name, c.owner, c.private, c.created_at, c.last_seq, COALESCE(m.seq, 0), c.direct, n.level,
                     (SELECT count(*) FROM (SELECT 1 FROM posts p
-                     WHERE p.circle = c.name AND p.seq > COALESCE(m.seq, 0) AND p.change IS NULL AND NOT p.deleted
+                     WHERE p.circle = c.name AND p.seq > COALESCE(m.seq, 0) AND p.change IS NULL AND p.event IS NULL AND NOT p.deleted
                        AND p.author <> \(ByteBuffer(string: user))
                      LIMIT \(StoreLimits.unreadCountLimit)) AS u),
                     (SELECT count(*) FROM (SELECT 1 FROM mentions mm JOIN posts mp ON mp.circle = mm.circle AND mp.seq = mm.post
                      WHERE mm.user_name = \(user) AND mm.circle = c.name AND mm.seq > COALESCE(m.seq, 0) AND NOT mp.deleted
                      LIMIT \(StoreLimits.unreadCountLimit)) AS mn),
-                    EXISTS (SELECT 1 FROM read_only_circles r WHERE r.circle = c.name)
+                    EXISTS (SELECT 1 FROM read_only_circles r WHERE r.circle = c.name), c.system_entries
                 FROM circles c LEFT JOIN read_markers m ON m.circle = c.name AND m.user_name = \(user)
                     LEFT JOIN notification_levels n ON n.circle = c.name AND n.user_name = \(user)
                 WHERE (\(name)::text IS NULL OR c.name = \(name))
@@ -245,11 +246,12 @@ public final class PostgresStore: CircleStore {
                 logger: self.logger
             )
             var circles: [CircleInfo] = []
-            for try await row in rows.decode((String, String, Bool, Int64, Int64, Int64, String?, String?, Int64, Int64, Bool).self) {
+            for try await row in rows.decode((String, String, Bool, Int64, Int64, Int64, String?, String?, Int64, Int64, Bool, Bool).self) {
                 circles.append(
                     CircleInfo(
                         name: row.0, owner: row.1, isPrivate: row.2, createdAt: row.3, lastSeq: row.4, readSeq: row.5, unread: row.8, mentions: row.9,
-                        direct: DirectMessageKey.members(fromColumn: row.6), notify: row.7.flatMap(NotificationLevel.init(rawValue:)), readOnly: row.10
+                        direct: DirectMessageKey.members(fromColumn: row.6), notify: row.7.flatMap(NotificationLevel.init(rawValue:)), readOnly: row.10,
+                        systemEntries: row.11
                     )
                 )
             }
@@ -318,6 +320,17 @@ public final class PostgresStore: CircleStore {
                     logger: self.logger
                 )
             }
+        }
+    }
+
+    public func setSystemEntries(_ enabled: Bool, in circle: String) async throws {
+        try await self.operation("set system entries") {
+            let rows = try await self.client.query(
+                "UPDATE circles SET system_entries = \(enabled) WHERE name = \(circle) RETURNING name",
+                logger: self.logger
+            )
+            for try await _ in rows { return }
+            throw StoreError(.notFound, "no circle \"\(circle)\"")
         }
     }
 
@@ -410,8 +423,26 @@ public final class PostgresStore: CircleStore {
     static func commit(_ posts: [NewPost], on connection: PostgresConnection, logger: Logger) async throws -> [PostOutcome] {
         // 1. Lock the circles the batch names, in name order (a fixed order: no deadlocks).
         var known = CommitPlan.Known()
-        for try await (name, lastSeq, owner, isPrivate, direct) in try await connection.execute(LockCircles(names: CommitPlan.circleNames(posts)), logger: logger) {
-            known.circles[BinaryText(name)] = CommitPlan.Circle(lastSeq: lastSeq, owner: owner, isPrivate: isPrivate, direct: DirectMessageKey.members(fromColumn: direct))
+        for try await (name, lastSeq, owner, isPrivate, direct, systemEntries) in try await connection.execute(
+            LockCircles(names: CommitPlan.circleNames(posts)), logger: logger)
+        {
+            known.circles[BinaryText(name)] = CommitPlan.Circle(
+                lastSeq: lastSeq, owner: owner, isPrivate: isPrivate, direct: DirectMessageKey.members(fromColumn: direct), systemEntries: systemEntries
+            )
+        }
+        // The memberships the system entries change (the circles' locks keep them as read).
+        let memberships = CommitPlan.membersToRead(posts)
+        if !memberships.isEmpty {
+            let rows = try await connection.query(
+                """
+                SELECT k.circle, k.user_name FROM unnest(\(memberships.map(\.circle))::text[], \(memberships.map(\.user))::text[]) AS k(circle, user_name)
+                WHERE EXISTS (SELECT 1 FROM members WHERE members.circle = k.circle AND members.user_name = k.user_name)
+                """,
+                logger: logger
+            )
+            for try await (circle, user) in rows.decode((String, String).self) {
+                known.members.insert(MemberKey(circle: circle, user: user))
+            }
         }
 
         // 2. The batch's keys that are stored already (by any node), now that no one else can add
@@ -513,6 +544,25 @@ public final class PostgresStore: CircleStore {
         let plan = CommitPlan(posts: posts, known: known)
         if !plan.inserts.isEmpty {
             try await connection.run(InsertEntries(entries: plan.inserts), logger: logger)
+        }
+        for write in plan.memberWrites {
+            if write.add {
+                try await connection.query(
+                    "INSERT INTO members (circle, user_name) VALUES (\(write.circle), \(write.user)) ON CONFLICT DO NOTHING",
+                    logger: logger
+                )
+            } else {
+                // As ``removeMember(_:from:)``: a removal from a private circle is logged for every node.
+                try await connection.query(
+                    """
+                    WITH removed AS (DELETE FROM members WHERE circle = \(write.circle) AND user_name = \(write.user) RETURNING circle, user_name)
+                    INSERT INTO member_removals (circle, user_name, removed_at)
+                    SELECT r.circle, r.user_name, \(Int64(Date().timeIntervalSince1970 * 1000))
+                    FROM removed r JOIN circles c ON c.name = r.circle WHERE c.private
+                    """,
+                    logger: logger
+                )
+            }
         }
         if !plan.postUpdates.isEmpty {
             let updates = plan.postUpdates
@@ -720,10 +770,10 @@ public final class PostgresStore: CircleStore {
             var lastSeq: Int64 = 0
             let rows = try await self.client.query(query, logger: self.logger)
             for try await row in rows.decode(HistoryRow.self) {
-                lastSeq = row.17 ?? 0
-                var post = try Self.post((row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7, row.8, row.9, row.10, row.11, row.12, row.13, row.14))
+                lastSeq = row.19 ?? 0
+                var post = try Self.post((row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7, row.8, row.9, row.10, row.11, row.12, row.13, row.14, row.15, row.16))
                 var grouping = ReactionGrouping(viewer: viewer)
-                for (emoji, user) in zip(row.15 ?? [], row.16 ?? []) {
+                for (emoji, user) in zip(row.17 ?? [], row.18 ?? []) {
                     grouping.add(post: post.seq, emoji: String(buffer: emoji), user: String(buffer: user))
                 }
                 post.reactions = grouping.reactions(of: post.seq)
@@ -745,19 +795,22 @@ public final class PostgresStore: CircleStore {
     }
 
     /// The columns ``post(_:)`` reads, in its order.
-    static let postColumns = "circle, seq, author, client_id, text, attachment, time, change, target, emoji, reply_to, edited_at, deleted, mentions, mentions_everyone"
+    static let postColumns =
+        "circle, seq, author, client_id, text, attachment, time, change, target, emoji, reply_to, edited_at, deleted, mentions, mentions_everyone, event, member"
 
     /// The pool is stopped by cancelling ``run()``; closing has nothing more to release.
     public func close() async throws {}
 
     // MARK: - Helpers
 
-    typealias PostRow = (String, Int64, ByteBuffer, ByteBuffer, ByteBuffer?, String?, Int64, String?, Int64?, ByteBuffer?, Int64?, Int64?, Bool, ByteBuffer?, Bool)
+    typealias PostRow = (
+        String, Int64, ByteBuffer, ByteBuffer, ByteBuffer?, String?, Int64, String?, Int64?, ByteBuffer?, Int64?, Int64?, Bool, ByteBuffer?, Bool, String?, String?
+    )
 
     /// A post with its reactions' emoji and users, oldest first (`NULL` when it has none).
     typealias HistoryRow = (
         String, Int64, ByteBuffer, ByteBuffer, ByteBuffer?, String?, Int64, String?, Int64?, ByteBuffer?, Int64?, Int64?, Bool, ByteBuffer?, Bool,
-        [ByteBuffer]?, [ByteBuffer]?, Int64?
+        String?, String?, [ByteBuffer]?, [ByteBuffer]?, Int64?
     )
 
     static func post(_ row: PostRow) throws -> CirclePost {
@@ -783,7 +836,14 @@ public final class PostgresStore: CircleStore {
             edited: row.11,
             deleted: row.12,
             mentions: CommitPlan.mentions(fromColumn: row.13.map { String(buffer: $0) }),
-            mentionsEveryone: row.14
+            mentionsEveryone: row.14,
+            event: try row.15.map { name in
+                guard let event = CircleSystemEvent(rawValue: name) else {
+                    throw StoreError(.unavailable, "PostgreSQL store: unknown event \"\(name)\" in the posts table")
+                }
+                return event
+            },
+            member: row.16
         )
     }
 

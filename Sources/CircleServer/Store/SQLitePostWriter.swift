@@ -157,6 +157,16 @@ final class SQLitePostWriter: @unchecked Sendable {
                     known.entries[EntryKey(entry)] = entry
                 }
             }
+            // The memberships the system entries change.
+            for (circle, user) in CommitPlan.membersToRead(posts) {
+                let probe = statements[.isMember]
+                defer { self.reset(probe) }
+                try self.bind(probe, 1, circle)
+                try self.bind(probe, 2, user)
+                if try self.step(probe, "read a membership") {
+                    known.members.insert(MemberKey(circle: circle, user: user))
+                }
+            }
             // 2. What the changes and replies name: their targets, then the reactions on them.
             for target in CommitPlan.targetsToRead(posts, known: known) {
                 if let entry = try self.storedEntry(at: target, statements[.findEntry]) {
@@ -227,13 +237,22 @@ final class SQLitePostWriter: @unchecked Sendable {
                 try self.bind(insert, 13, entry.deleted ? 1 : 0)
                 try self.bind(insert, 14, CommitPlan.mentionsColumn(entry))
                 try self.bind(insert, 15, entry.mentionsEveryone ? 1 : 0)
+                try self.bind(insert, 16, entry.event?.rawValue)
+                try self.bind(insert, 17, entry.member)
                 let searchText = CommitPlan.searchText(entry)
                 let searchID = try searchText.map { _ in try self.newSearchID(&search, statements) }
-                try self.bind(insert, 16, searchID)
+                try self.bind(insert, 18, searchID)
                 try self.run(insert, "insert an entry")
                 if let searchText, let searchID {
                     try self.index(entry, searchText, as: searchID, statements, into: &search)
                 }
+            }
+            for write in plan.memberWrites {
+                let statement = write.add ? statements[.addMember] : statements[.removeMember]
+                defer { self.reset(statement) }
+                try self.bind(statement, 1, write.circle)
+                try self.bind(statement, 2, write.user)
+                try self.run(statement, "change a membership")
             }
             for post in plan.postUpdates {
                 // The index forgets the post's old text (read before the update: the exact text it indexed) …
@@ -523,7 +542,9 @@ final class SQLitePostWriter: @unchecked Sendable {
             edited: self.columnInteger(statement, 11),
             deleted: sqlite_nio_sqlite3_column_int64(statement, 12) != 0,
             mentions: CommitPlan.mentions(fromColumn: self.columnText(statement, 13)),
-            mentionsEveryone: sqlite_nio_sqlite3_column_int64(statement, 14) != 0
+            mentionsEveryone: sqlite_nio_sqlite3_column_int64(statement, 14) != 0,
+            event: try SQLiteStore.systemEvent(self.columnText(statement, 15)),
+            member: self.columnText(statement, 16)
         )
     }
 
@@ -551,7 +572,8 @@ final class SQLitePostWriter: @unchecked Sendable {
             lastSeq: sqlite_nio_sqlite3_column_int64(statement, 0),
             owner: self.columnText(statement, 1) ?? "",
             isPrivate: sqlite_nio_sqlite3_column_int64(statement, 2) != 0,
-            direct: DirectMessageKey.members(fromColumn: self.columnText(statement, 3))
+            direct: DirectMessageKey.members(fromColumn: self.columnText(statement, 3)),
+            systemEntries: sqlite_nio_sqlite3_column_int64(statement, 4) != 0
         )
     }
 
@@ -588,18 +610,19 @@ final class SQLitePostWriter: @unchecked Sendable {
         case insert, updatePost, clearEdits, deleteReactions, deleteReaction, putReaction, updateLastSeq
         case activeWebhooks, insertDelivery
         case isAdmin, mentionable, everyone, insertMention
-        case everyPost, isMember, pushTarget, insertPush
+        case isMember, addMember, removeMember
+        case everyPost, pushTarget, insertPush
         case searchFind, searchNextID, searchAddDoc, searchRemoveDoc, searchAddWords, searchAddTrigrams, searchRemoveWords, searchRemoveTrigrams
 
         /// The columns ``SQLitePostWriter/entry(_:)`` reads, in its order.
-        static let entryColumns = "circle, seq, author, client_id, text, attachment, time, change, target, emoji, reply_to, edited_at, deleted, mentions, mentions_everyone"
+        static let entryColumns = "circle, seq, author, client_id, text, attachment, time, change, target, emoji, reply_to, edited_at, deleted, mentions, mentions_everyone, event, member"
 
         var sql: String {
             switch self {
             case .begin: "BEGIN IMMEDIATE"
             case .commit: "COMMIT"
             case .rollback: "ROLLBACK"
-            case .circle: "SELECT last_seq, owner, private, direct FROM circles WHERE name = ?1"
+            case .circle: "SELECT last_seq, owner, private, direct, system_entries FROM circles WHERE name = ?1"
             case .findKey: "SELECT \(Self.entryColumns) FROM posts WHERE circle = ?1 AND author = ?2 AND client_id = ?3"
             case .findEntry: "SELECT \(Self.entryColumns) FROM posts WHERE circle = ?1 AND seq = ?2"
             case .reactionCounts: "SELECT emoji, count(*), min(first_seq) FROM reactions WHERE circle = ?1 AND post = ?2 GROUP BY emoji"
@@ -607,7 +630,7 @@ final class SQLitePostWriter: @unchecked Sendable {
             case .insert:
                 """
                 INSERT INTO posts (\(Self.entryColumns), search_id)
-                VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
+                VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)
                 """
             case .updatePost:
                 // The search id of the text it now has, if any (``newSearchID(_:_:)``).
@@ -625,6 +648,9 @@ final class SQLitePostWriter: @unchecked Sendable {
                 ON CONFLICT (circle, post, emoji, user) DO UPDATE SET seq = excluded.seq, first_seq = excluded.first_seq
                 """
             case .updateLastSeq: "UPDATE circles SET last_seq = ?2 WHERE name = ?1"
+            case .isMember: "SELECT 1 FROM members WHERE circle = ?1 AND user = ?2"
+            case .addMember: "INSERT INTO members (circle, user) VALUES (?1, ?2) ON CONFLICT DO NOTHING"
+            case .removeMember: "DELETE FROM members WHERE circle = ?1 AND user = ?2"
             case .isAdmin: "SELECT 1 FROM accounts WHERE name = ?1 AND role = 'admin' AND status = 'active'"
             case .mentionable:
                 """
@@ -640,7 +666,6 @@ final class SQLitePostWriter: @unchecked Sendable {
                 // notification_levels with push_subscriptions or members at every commit
                 // (sqlite3_stmt_status REPREPARE), parsing it anew each time.
                 "SELECT user FROM notification_levels WHERE circle = ?1 AND level = 'all'"
-            case .isMember: "SELECT 1 FROM members WHERE circle = ?1 AND user = ?2"
             case .pushTarget:
                 "SELECT s.endpoint, n.level FROM push_subscriptions s LEFT JOIN notification_levels n ON n.circle = ?1 AND n.user = s.user WHERE s.user = ?2"
             case .insertPush:

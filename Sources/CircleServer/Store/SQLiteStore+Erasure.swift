@@ -5,7 +5,7 @@ extension SQLiteStore {
     public func livePosts(by author: String, limit: Int) async throws -> [EntryRef] {
         try await self.exclusive("list posts to erase") { connection in
             try await connection.query(
-                "SELECT circle, seq FROM posts WHERE author = ? AND change IS NULL AND deleted = 0 ORDER BY circle, seq LIMIT ?",
+                "SELECT circle, seq FROM posts WHERE author = ? AND change IS NULL AND event IS NULL AND deleted = 0 ORDER BY circle, seq LIMIT ?",
                 [.text(author), .integer(SQLiteInt64(limit))]
             ).map { EntryRef(circle: try Self.text($0, "circle"), seq: try Self.integer($0, "seq")) }
         }

@@ -467,6 +467,16 @@ extension SQLiteStore {
             ]
         ),
         Migration(
+            summary: "system entries",
+            statements: [
+                // A system entry (member added, removed, left; circle created) is a stream entry with
+                // `event` set and the member it concerns; a circle may turn them off.
+                "ALTER TABLE posts ADD COLUMN event TEXT",
+                "ALTER TABLE posts ADD COLUMN member TEXT",
+                "ALTER TABLE circles ADD COLUMN system_entries INTEGER NOT NULL DEFAULT 1",
+            ]
+        ),
+        Migration(
             summary: "retention policies, who wants every post of a circle",
             statements: [
                 // A commit finds who chose `all` in a circle it posts in (CommitPlan+Push) here.

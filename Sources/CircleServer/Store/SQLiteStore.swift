@@ -191,7 +191,7 @@ public final class SQLiteStore: CircleStore {
     public func circle(named name: String) async throws -> CircleInfo? {
         try await self.exclusive("read circle") { connection in
             let rows = try await connection.query(
-                "SELECT name, owner, private, created_at, last_seq, direct FROM circles WHERE name = ?",
+                "SELECT name, owner, private, created_at, last_seq, direct, system_entries FROM circles WHERE name = ?",
                 [.text(name)]
             )
             return try rows.first.map(Self.circleInfo)
@@ -206,8 +206,9 @@ public final class SQLiteStore: CircleStore {
             let rows = try await connection.query(
                 """
                 SELECT c.name, c.owner, c.private, c.created_at, c.last_seq, ifnull(m.seq, 0) AS read_seq, c.direct AS direct, n.level AS notify,
+                    c.system_entries AS system_entries,
                     (SELECT count(*) FROM (SELECT 1 FROM posts p
-                     WHERE p.circle = c.name AND p.seq > ifnull(m.seq, 0) AND p.change IS NULL AND p.deleted = 0 AND p.author != ?1
+                     WHERE p.circle = c.name AND p.seq > ifnull(m.seq, 0) AND p.change IS NULL AND p.event IS NULL AND p.deleted = 0 AND p.author != ?1
                      LIMIT ?3)
                     ) AS unread,
                     (SELECT count(*) FROM (SELECT 1 FROM mentions mm JOIN posts mp ON mp.circle = mm.circle AND mp.seq = mm.post
@@ -321,6 +322,16 @@ public final class SQLiteStore: CircleStore {
     public func removeMember(_ user: String, from circle: String) async throws {
         try await self.exclusive("remove member") { connection in
             _ = try await connection.query("DELETE FROM members WHERE circle = ? AND user = ?", [.text(circle), .text(user)])
+        }
+    }
+
+    public func setSystemEntries(_ enabled: Bool, in circle: String) async throws {
+        try await self.exclusive("set system entries") { connection in
+            let rows = try await connection.query(
+                "UPDATE circles SET system_entries = ? WHERE name = ? RETURNING name",
+                [.integer(enabled ? 1 : 0), .text(circle)]
+            )
+            guard !rows.isEmpty else { throw StoreError(.notFound, "no circle \"\(circle)\"") }
         }
     }
 
@@ -489,7 +500,7 @@ public final class SQLiteStore: CircleStore {
         CAST(\(table).attachment AS BLOB) AS attachment, \(table).time AS time, \(table).change AS change, \
         \(table).target AS target, CAST(\(table).emoji AS BLOB) AS emoji, \(table).reply_to AS reply_to, \
         \(table).edited_at AS edited_at, \(table).deleted AS deleted, CAST(\(table).mentions AS BLOB) AS mentions, \
-        \(table).mentions_everyone AS mentions_everyone
+        \(table).mentions_everyone AS mentions_everyone, \(table).event AS event, CAST(\(table).member AS BLOB) AS member
         """
     }
 
@@ -608,7 +619,8 @@ public final class SQLiteStore: CircleStore {
             mentions: row.column("mentions") == nil ? 0 : try Self.integer(row, "mentions"),
             direct: DirectMessageKey.members(fromColumn: row.column("direct")?.string),
             notify: row.column("notify")?.string.flatMap(NotificationLevel.init(rawValue:)),
-            readOnly: row.column("read_only")?.integer.map { $0 != 0 } ?? false
+            readOnly: row.column("read_only")?.integer.map { $0 != 0 } ?? false,
+            systemEntries: row.column("system_entries")?.integer.map { $0 != 0 } ?? true
         )
     }
 
@@ -640,8 +652,19 @@ public final class SQLiteStore: CircleStore {
             edited: try Self.optionalInteger(row, "edited_at"),
             deleted: try Self.integer(row, "deleted") != 0,
             mentions: CommitPlan.mentions(fromColumn: try Self.optionalBlobText(row, "mentions")),
-            mentionsEveryone: try Self.integer(row, "mentions_everyone") != 0
+            mentionsEveryone: try Self.integer(row, "mentions_everyone") != 0,
+            event: try Self.systemEvent(row.column("event")?.string),
+            member: try Self.optionalBlobText(row, "member")
         )
+    }
+
+    /// A system entry's `event` column (`nil` for other entries).
+    static func systemEvent(_ name: String?) throws -> CircleSystemEvent? {
+        guard let name else { return nil }
+        guard let event = CircleSystemEvent(rawValue: name) else {
+            throw StoreError(.unavailable, "SQLite store: unknown event \"\(name)\" in the posts table")
+        }
+        return event
     }
 
     static func text(_ row: SQLiteRow, _ column: String) throws -> String {

@@ -12,6 +12,8 @@ public enum WebhookEvent: String, Sendable, Hashable, Codable, CaseIterable, Com
     case delete
     /// A reaction added or taken back.
     case reaction
+    /// A system entry: a member added, removed or left (the entry's `event` says which).
+    case member
     /// For a subscription with a ``Webhook/bot``: a post or edit whose text mentions the bot, or a
     /// post in a direct message the bot is in. Such an entry is delivered once, as `mention`, in
     /// place of its own event.
@@ -19,6 +21,10 @@ public enum WebhookEvent: String, Sendable, Hashable, Codable, CaseIterable, Com
 
     /// The event a stored entry is, by its change.
     init(_ entry: CirclePost) {
+        if entry.isSystem {
+            self = .member
+            return
+        }
         switch entry.change {
         case nil: self = .post
         case .edit: self = .edit

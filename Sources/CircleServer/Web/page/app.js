@@ -961,7 +961,7 @@ function applyChange(d, m) {
 /// Unread posts among those loaded: after the marker, not the reader's own, not deleted.
 function countUnread(d, readSeq) {
   let n = 0;
-  for (const [seq, p] of d.posts) if (seq > readSeq && p.author !== S.user && !p.deleted) n += 1;
+  for (const [seq, p] of d.posts) if (seq > readSeq && p.author !== S.user && !p.deleted && !p.event) n += 1;
   return n;
 }
 
@@ -1056,7 +1056,8 @@ function onMessage(m) {
       // Counted once: the circle list's count covers entries up to its lastSeq.
       if (c && m.seq > (c.lastSeq || 0)) {
         c.lastSeq = m.seq;
-        if (isNew && !mine && !m.deleted && m.seq > (c.readSeq || 0)) {
+        // A system entry (member added, removed, left) is not unread.
+        if (isNew && !mine && !m.deleted && !m.event && m.seq > (c.readSeq || 0)) {
           c.unread = (c.unread || 0) + 1;
           if (mentionsMe(m)) c.mentions = (c.mentions || 0) + 1;
           if (m.circle === S.current && d.newAfter === null && !readingNewest()) d.newAfter = c.readSeq || 0;
@@ -1987,6 +1988,24 @@ function statusNode(p, status) {
   return line;
 }
 
+/// A system entry in words (docs/PROTOCOL.md, System entries): "ann added bob", "bob left".
+function systemText(p) {
+  const member = p.member || "someone";
+  switch (p.event) {
+    case "added": return `${p.author} added ${member}`;
+    case "removed": return `${p.author} removed ${member}`;
+    case "left": return `${member} left`;
+    default: return `${p.author}: ${p.event}`;
+  }
+}
+
+function systemNode(p) {
+  const node = el("div", "system-entry");
+  node.dataset.systemSeq = String(p.seq);
+  node.append(el("span", "system-text", systemText(p)), timeNode(p.time, "notice-time"));
+  return node;
+}
+
 function noticeNode(n) {
   const node = el("div", "notice");
   node.append(el("span", "notice-text", n.text), timeNode(n.time, "notice-time"));
@@ -2050,7 +2069,7 @@ function renderTimeline() {
   let newFrom = null;
   if (d.newAfter !== null) {
     for (const [seq, p] of d.posts) {
-      if (seq > d.newAfter && p.author !== S.user && (newFrom === null || seq < newFrom)) newFrom = seq;
+      if (seq > d.newAfter && p.author !== S.user && !p.event && (newFrom === null || seq < newFrom)) newFrom = seq;
     }
   }
   const children = [];
@@ -2074,6 +2093,12 @@ function renderTimeline() {
       continue;
     }
     const p = item.p;
+    if (p.event) {
+      // A system entry: a quiet centred line of its own.
+      children.push(extra(`system\n${name}\n${p.seq}\n${systemText(p)}`, () => systemNode(p)));
+      previous = null;
+      continue;
+    }
     if (newFrom !== null && p.seq === newFrom && !item.status) {
       children.push(extra(`new\n${name}\n${p.seq}`, () => {
         const line = el("div", "new-line");
@@ -2220,7 +2245,7 @@ composer.addEventListener("keydown", (event) => {
   } else if (event.key === "ArrowUp" && !composer.value && S.current) {
     // Up in an empty composer edits one's last post, as in Slack and Element.
     const d = circleData(S.current);
-    const last = [...d.posts.values()].filter((p) => p.author === S.user && !p.deleted).sort((a, b) => b.seq - a.seq)[0];
+    const last = [...d.posts.values()].filter((p) => p.author === S.user && !p.deleted && !p.event).sort((a, b) => b.seq - a.seq)[0];
     if (last) { event.preventDefault(); startEdit(last); }
   } else if (event.key === "Escape" && stagedHere()) {
     event.preventDefault();
@@ -3265,6 +3290,24 @@ async function openMembers() {
         who.input.focus();
       } catch (failure) { error.textContent = failure.message; }
     }, who.row, add));
+    // The circle's system entries ("alice added bob") in the conversation: on unless turned off.
+    const label = el("label", "check");
+    const box = input("checkbox", { id: "systementries" });
+    box.checked = !circleInfo(circle) || circleInfo(circle).systemEntries !== false;
+    box.addEventListener("change", async () => {
+      error.textContent = "";
+      try {
+        const answer = await api(`/v1/circles/${encodeURIComponent(circle)}/system-entries`, { method: "PUT", body: JSON.stringify({ enabled: box.checked }) });
+        const info = circleInfo(circle);
+        if (info) info.systemEntries = answer.systemEntries;
+        box.checked = answer.systemEntries;
+      } catch (failure) {
+        box.checked = !box.checked;
+        error.textContent = failure.message;
+      }
+    });
+    label.append(box, " Show members added, removed and leaving in the conversation");
+    content.push(label);
   }
   openSheet("Members of #" + circle, "members", ...content);
   await loadPeople();   // people who joined since the page loaded can be chosen too
