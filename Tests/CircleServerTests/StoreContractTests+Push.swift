@@ -134,3 +134,30 @@ extension StoreContractTests {
         }
     }
 }
+
+extension StoreContractTests {
+    /// The marks the away rule reads: each node's count of a user's connections and when it was
+    /// written; a refresh moves the time of the connected ones of its node only; old marks go.
+    @Test(arguments: StoreKind.allCases) func connectionMarksPerUserPerNode(_ kind: StoreKind) async throws {
+        try await self.withStore(kind) { store in
+            try await store.markConnections(node: "n1", counts: ["bob": 2, "carol": 1], now: 1000)
+            try await store.markConnections(node: "n2", counts: ["bob": 1], now: 1100)
+            try await store.markConnections(node: "n1", counts: ["carol": 0], now: 1200)
+            var marks = try await store.connectionMarks(users: ["bob", "carol", "dave"])
+            #expect(marks["dave"] == nil)
+            #expect(Set(marks["bob"] ?? []) == [ConnectionMark(node: "n1", connections: 2, seenAt: 1000), ConnectionMark(node: "n2", connections: 1, seenAt: 1100)])
+            #expect(marks["carol"] == [ConnectionMark(node: "n1", connections: 0, seenAt: 1200)])
+            // An older write does not move a mark's time back.
+            try await store.markConnections(node: "n2", counts: ["bob": 1], now: 900)
+            #expect(try await store.connectionMarks(users: ["bob"])["bob"]?.first { $0.node == "n2" }?.seenAt == 1100)
+            // n1 refreshes: bob's mark there moves, carol's (no connection) does not; marks
+            // older than 1150 of any node go (bob's on n2).
+            try await store.refreshConnections(node: "n1", now: 5000, forgetBefore: 1150)
+            marks = try await store.connectionMarks(users: ["bob", "carol"])
+            #expect(marks["bob"] == [ConnectionMark(node: "n1", connections: 2, seenAt: 5000)])
+            #expect(marks["carol"] == [ConnectionMark(node: "n1", connections: 0, seenAt: 1200)])
+            try await store.refreshConnections(node: "n1", now: 6000, forgetBefore: 5500)
+            #expect(try await store.connectionMarks(users: ["bob", "carol"]) == ["bob": [ConnectionMark(node: "n1", connections: 2, seenAt: 6000)]])
+        }
+    }
+}

@@ -153,6 +153,9 @@ public enum PushResult: Sendable, Hashable {
     case dropped
     /// Not tried (shutdown): the lease ends, nothing else changes.
     case released
+    /// Not sent: the recipient is connected, or was within ``PushSettings/awayAfter``
+    /// (``PushPresence``): the row goes.
+    case present
 }
 
 /// The push outbox and the subscriptions (docs/API.md, "Push notifications"): commits fill the
@@ -180,4 +183,12 @@ public protocol PushStore: Sendable {
     func finishPushes(_ results: [(push: PendingPush, result: PushResult)], node: String) async throws
     /// How many pushes are queued (metrics and tests).
     func queuedPushes() async throws -> Int
+    /// Records that each of `counts`' users has that many connections open on `node` now (0:
+    /// the last one closed now) (``PresenceRecorder``).
+    func markConnections(node: String, counts: [String: Int], now: Int64) async throws
+    /// The users with connections open on `node` were seen `now`; every node's marks older than
+    /// `forgetBefore` go.
+    func refreshConnections(node: String, now: Int64, forgetBefore: Int64) async throws
+    /// Every node's marks of each of `users` (a user with none is absent), for ``PushPresence``.
+    func connectionMarks(users: [String]) async throws -> [String: [ConnectionMark]]
 }

@@ -147,7 +147,7 @@ extension PostgresStore {
             try await self.client.withTransaction(logger: self.logger) { connection in
                 for (push, result) in results {
                     switch result {
-                    case .delivered, .dropped:
+                    case .delivered, .dropped, .present:
                         try await connection.query("DELETE FROM pushes WHERE id = \(push.id) AND lease_node = \(node)", logger: self.logger)
                     case .gone:
                         try await connection.query("DELETE FROM pushes WHERE endpoint = \(push.subscription.endpoint)", logger: self.logger)
@@ -168,6 +168,49 @@ extension PostgresStore {
                     }
                 }
             }
+        }
+    }
+
+    public func markConnections(node: String, counts: [String: Int], now: Int64) async throws {
+        guard !counts.isEmpty else { return }
+        let users = Array(counts.keys).sorted()
+        let connections = users.map { counts[$0] ?? 0 }
+        try await self.operation("record connections") {
+            _ = try await self.client.query(
+                """
+                INSERT INTO user_connections (user_name, node, connections, seen_at)
+                SELECT u, \(node), c, \(now) FROM unnest(\(users)::text[], \(connections)::bigint[]) AS t(u, c)
+                ON CONFLICT (user_name, node) DO UPDATE SET connections = EXCLUDED.connections,
+                    seen_at = GREATEST(user_connections.seen_at, EXCLUDED.seen_at)
+                """,
+                logger: self.logger
+            )
+        }
+    }
+
+    public func refreshConnections(node: String, now: Int64, forgetBefore: Int64) async throws {
+        try await self.operation("refresh connections") {
+            try await self.client.withTransaction(logger: self.logger) { connection in
+                try await connection.query(
+                    "UPDATE user_connections SET seen_at = GREATEST(seen_at, \(now)) WHERE node = \(node) AND connections > 0", logger: self.logger
+                )
+                try await connection.query("DELETE FROM user_connections WHERE seen_at < \(forgetBefore)", logger: self.logger)
+            }
+        }
+    }
+
+    public func connectionMarks(users: [String]) async throws -> [String: [ConnectionMark]] {
+        guard !users.isEmpty else { return [:] }
+        return try await self.operation("read connections") {
+            var marks: [String: [ConnectionMark]] = [:]
+            let rows = try await self.client.query(
+                "SELECT user_name, node, connections, seen_at FROM user_connections WHERE user_name = ANY(\(Array(Set(users))))",
+                logger: self.logger
+            )
+            for try await (user, node, connections, seenAt) in rows.decode((String, String, Int32, Int64).self) {
+                marks[user, default: []].append(ConnectionMark(node: node, connections: Int(connections), seenAt: seenAt))
+            }
+            return marks
         }
     }
 

@@ -429,6 +429,19 @@ extension PostgresStore {
             )
             """
         ],
+        // Push only to people who are away (as SQLite's step of that summary).
+        [
+            """
+            CREATE TABLE user_connections (
+                user_name text COLLATE "C" NOT NULL,
+                node text COLLATE "C" NOT NULL,
+                connections integer NOT NULL,
+                seen_at bigint NOT NULL,
+                PRIMARY KEY (user_name, node)
+            )
+            """,
+            "CREATE INDEX user_connections_by_seen ON user_connections (seen_at)",
+        ],
     ]
 
     /// The schema version this build writes and understands.

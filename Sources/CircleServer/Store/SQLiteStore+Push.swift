@@ -120,7 +120,7 @@ extension SQLiteStore {
                 for (push, result) in results {
                     let id = SQLiteData.integer(Int(push.id))
                     switch result {
-                    case .delivered, .dropped:
+                    case .delivered, .dropped, .present:
                         _ = try await connection.query("DELETE FROM pushes WHERE id = ? AND lease_node = ?", [id, .text(node)])
                     case .gone:
                         _ = try await connection.query("DELETE FROM pushes WHERE endpoint = ?", [.text(push.subscription.endpoint)])
@@ -141,6 +141,49 @@ extension SQLiteStore {
     public func queuedPushes() async throws -> Int {
         try await self.exclusive("count pushes") { connection in
             Int(try Self.integer(try await connection.query("SELECT count(*) AS n FROM pushes").first.unwrap(), "n"))
+        }
+    }
+
+    public func markConnections(node: String, counts: [String: Int], now: Int64) async throws {
+        guard !counts.isEmpty else { return }
+        try await self.exclusiveWithoutSync("record connections") { connection in
+            try await Self.transaction(on: connection, logger: self.logger) {
+                for (user, count) in counts {
+                    _ = try await connection.query(
+                        """
+                        INSERT INTO user_connections (user, node, connections, seen_at) VALUES (?, ?, ?, ?)
+                        ON CONFLICT (user, node) DO UPDATE SET connections = excluded.connections, seen_at = max(seen_at, excluded.seen_at)
+                        """,
+                        [.text(user), .text(node), .integer(count), .integer(Int(now))]
+                    )
+                }
+            }
+        }
+    }
+
+    public func refreshConnections(node: String, now: Int64, forgetBefore: Int64) async throws {
+        try await self.exclusiveWithoutSync("refresh connections") { connection in
+            try await Self.transaction(on: connection, logger: self.logger) {
+                _ = try await connection.query(
+                    "UPDATE user_connections SET seen_at = max(seen_at, ?) WHERE node = ? AND connections > 0", [.integer(Int(now)), .text(node)]
+                )
+                _ = try await connection.query("DELETE FROM user_connections WHERE seen_at < ?", [.integer(Int(forgetBefore))])
+            }
+        }
+    }
+
+    public func connectionMarks(users: [String]) async throws -> [String: [ConnectionMark]] {
+        guard !users.isEmpty else { return [:] }
+        return try await self.exclusiveWithoutSync("read connections") { connection in
+            var marks: [String: [ConnectionMark]] = [:]
+            for user in Set(users) {
+                for row in try await connection.query("SELECT node, connections, seen_at FROM user_connections WHERE user = ?", [.text(user)]) {
+                    marks[user, default: []].append(
+                        ConnectionMark(node: try Self.text(row, "node"), connections: Int(try Self.integer(row, "connections")), seenAt: try Self.integer(row, "seen_at"))
+                    )
+                }
+            }
+            return marks
         }
     }
 

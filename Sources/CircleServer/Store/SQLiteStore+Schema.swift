@@ -466,6 +466,23 @@ extension SQLiteStore {
                 """
             ]
         ),
+        Migration(
+            summary: "push only to people who are away",
+            statements: [
+                // Per user per node: how many connections the user has open there and when that
+                // was last true (PushPresence); the push dispatcher of any node reads it.
+                """
+                CREATE TABLE user_connections (
+                    user TEXT NOT NULL,
+                    node TEXT NOT NULL,
+                    connections INTEGER NOT NULL,
+                    seen_at INTEGER NOT NULL,
+                    PRIMARY KEY (user, node)
+                ) WITHOUT ROWID, STRICT
+                """,
+                "CREATE INDEX user_connections_by_seen ON user_connections (seen_at)",
+            ]
+        ),
     ]
 
     /// The schema version this build writes and understands.
