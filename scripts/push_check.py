@@ -183,7 +183,7 @@ def main() -> None:
         work = Path(work_dir)
         port = free_port()
         log = work / "server.log"
-        flags = ["--push-contact", CONTACT, "--push-allow-http", "--push-allow-private", "--push-away-after", "0s"]
+        flags = ["--push-contact", CONTACT, "--push-allow-http", "--push-allow-private", "--push-away-after", "0s", "--push-burst-interval", "0s"]
         servers.append(checklib.start_server("push-test", binary, work / "data", port, flags, log, TIMEOUT))
         try:
             run(port, service)

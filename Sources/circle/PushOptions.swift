@@ -17,6 +17,9 @@ struct PushOptions: ParsableArguments {
     @Option(help: "Push only to people with no open connection (on any node) for longer than this, e.g. 30s; 0s: whoever is not connected now.")
     var pushAwayAfter: String = "30s"
 
+    @Option(help: "A device is pushed about one circle at most once per this, e.g. 10s: a burst waits and only its newest post is sent; 0s: every push at once.")
+    var pushBurstInterval: String = "10s"
+
     @Flag(help: "Push endpoints may be http:// (tests with a local push service only; push services use https://).")
     var pushAllowHTTP = false
 
@@ -44,6 +47,10 @@ struct PushOptions: ParsableArguments {
             throw ValidationError("--push-away-after must be a duration from 0s to 1d, such as 30s or 5m, not \"\(self.pushAwayAfter)\"")
         }
         settings.awayAfter = away
+        guard let burst = parseDuration(self.pushBurstInterval), burst <= .seconds(3600) else {
+            throw ValidationError("--push-burst-interval must be a duration from 0s to 1h, such as 10s, not \"\(self.pushBurstInterval)\"")
+        }
+        settings.burstInterval = burst
         settings.allowHTTP = self.pushAllowHTTP
         settings.allowPrivateAddresses = self.pushAllowPrivate
         settings.contentFree = self.pushContentFree

@@ -312,6 +312,10 @@ final class MutedStore: SharedCircleStore {
         try await self.base.refreshConnections(node: node, now: now, forgetBefore: forgetBefore)
     }
     func connectionMarks(users: [String]) async throws -> [String: [ConnectionMark]] { try await self.base.connectionMarks(users: users) }
+    func lastPushesSent(_ keys: [PushBurstKey]) async throws -> [PushBurstKey: Int64] { try await self.base.lastPushesSent(keys) }
+    func recordPushesSent(_ keys: [PushBurstKey], at: Int64, forgetBefore: Int64) async throws {
+        try await self.base.recordPushesSent(keys, at: at, forgetBefore: forgetBefore)
+    }
     func livePosts(by author: String, limit: Int) async throws -> [EntryRef] { try await self.base.livePosts(by: author, limit: limit) }
     func reactions(by user: String, limit: Int) async throws -> [ReactionRef] { try await self.base.reactions(by: user, limit: limit) }
     func eraseAccountData(of user: String, removeAccount: Bool, audit: AuditEntry) async throws -> ErasedFiles {

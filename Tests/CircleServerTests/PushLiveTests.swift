@@ -188,6 +188,41 @@ struct PushAwayLiveTests {
         #expect(service.calls.map(\.uri) == ["/push/carol", "/push/bob"])
     }
 
+    @Test("a burst of mentions becomes at most two pushes, the last of them the newest post")
+    func burst() async throws {
+        let server = TestServer()
+        Self.configure(&server.configuration)
+        server.configuration.push.burstInterval = .seconds(2)
+        defer { server.remove() }
+        let running = try await server.start()
+        let store = running.services.store
+        let service = HookReceiver()
+        try await service.start()
+        defer { Task { await service.stop() } }
+        service.answer { _ in .raw(status: 201, contentType: nil, body: "") }
+        let live = PushLiveTests()
+        try await server.createCircle("den", owner: "alice", isPrivate: true)
+        let added = try await server.http("POST", HTTPAPI.Path.members("den"), token: try await server.token("alice"), json: #"{"user":"bob"}"#)
+        #expect(added.status == 201 || added.status == 200, "\(added.body)")
+        let (key, auth) = try await live.subscribe(server, "bob", endpoint: "http://127.0.0.1:\(service.port)/push/bob")
+        for index in 1...5 { try await live.post(server, "alice", "den", "@bob \(index)", id: "b\(index)") }
+        // However the claims fell, the outbox empties and the newest post is the last push.
+        let deadline = ContinuousClock.now + .seconds(20)
+        while ContinuousClock.now < deadline {
+            if try await store.queuedPushes() == 0, let last = service.calls.last,
+                (try? JSONDecoder().decode(PushPayload.self, from: Data(PushLiveTests.decrypt(last.body, receiver: key, auth: auth))))?.seq == 5
+            {
+                break
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(try await store.queuedPushes() == 0)
+        let seqs = try service.calls.map { try JSONDecoder().decode(PushPayload.self, from: Data(PushLiveTests.decrypt($0.body, receiver: key, auth: auth))).seq }
+        #expect((1...2).contains(seqs.count), "\(seqs)")
+        #expect(seqs.last == 5)
+        await server.stop()
+    }
+
     @Test("SQLite: a connected member gets no push, an away member gets one")
     func sqlite() async throws {
         let server = TestServer()

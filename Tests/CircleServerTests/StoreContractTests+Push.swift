@@ -160,4 +160,34 @@ extension StoreContractTests {
             #expect(try await store.connectionMarks(users: ["bob", "carol"]) == ["bob": [ConnectionMark(node: "n1", connections: 2, seenAt: 6000)]])
         }
     }
+
+    /// When a device was last pushed about a circle (the burst rule): recorded, read, moved only
+    /// forward, forgotten when old; a deferred push is due again at its time, attempts unchanged.
+    @Test(arguments: StoreKind.allCases) func pushesSentAndDeferred(_ kind: StoreKind) async throws {
+        try await self.withStore(kind) { store in
+            let den = PushBurstKey(endpoint: "https://push.example.net/b1", circle: "den")
+            let yard = PushBurstKey(endpoint: "https://push.example.net/b1", circle: "yard")
+            #expect(try await store.lastPushesSent([den, yard]).isEmpty)
+            try await store.recordPushesSent([den, yard], at: 1000, forgetBefore: 0)
+            try await store.recordPushesSent([den], at: 900, forgetBefore: 0)
+            #expect(try await store.lastPushesSent([den, yard]) == [den: 1000, yard: 1000])
+            try await store.recordPushesSent([den], at: 3000, forgetBefore: 2000)
+            #expect(try await store.lastPushesSent([den, yard]) == [den: 3000])
+
+            _ = try await store.createCircle(name: "den", owner: "alice", isPrivate: true, createdAt: 1)
+            try await store.addMember("bob", to: "den")
+            try await store.putPushSubscription(self.pushSubscription("bob", "b1"), maxPerUser: 10)
+            _ = try await self.commit(store, self.newPost("den", id: "p1", text: "@bob 1"))
+            _ = try await self.commit(store, self.newPost("den", id: "p2", text: "@bob 2"))
+            let t = Identity.now + 1000
+            let claimed = try await store.claimPushes(node: "n1", now: t, lease: 10_000, limit: 10)
+            #expect(claimed.count == 2)
+            try await store.finishPushes([(claimed[0], .folded), (claimed[1], .deferred(until: t + 5000))], node: "n1")
+            #expect(try await store.queuedPushes() == 1)
+            #expect(try await store.claimPushes(node: "n1", now: t + 4999, lease: 10_000, limit: 10).isEmpty)
+            let again = try await store.claimPushes(node: "n2", now: t + 5000, lease: 10_000, limit: 10)
+            #expect(again.map(\.id) == [claimed[1].id])
+            #expect(again.map(\.attempts) == [0])
+        }
+    }
 }

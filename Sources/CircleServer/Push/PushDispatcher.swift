@@ -36,6 +36,9 @@ public struct PushSettings: Sendable, Hashable {
     /// How often a node refreshes the store's record of who is connected to it; a node silent
     /// for three of these counts as gone (its users as away since its last refresh).
     public var presenceInterval: Duration
+    /// A device is pushed about one circle at most once per this (``PushBurst``): the pushes of
+    /// a burst wait, and only the newest is sent. Zero: every push goes at once.
+    public var burstInterval: Duration
 
     public init(
         contact: String? = nil,
@@ -48,7 +51,8 @@ public struct PushSettings: Sendable, Hashable {
         allowHTTP: Bool = false,
         contentFree: Bool = false,
         awayAfter: Duration = .seconds(30),
-        presenceInterval: Duration = .seconds(10)
+        presenceInterval: Duration = .seconds(10),
+        burstInterval: Duration = .seconds(10)
     ) {
         self.contact = contact
         self.timeout = timeout
@@ -61,6 +65,7 @@ public struct PushSettings: Sendable, Hashable {
         self.contentFree = contentFree
         self.awayAfter = awayAfter
         self.presenceInterval = presenceInterval
+        self.burstInterval = burstInterval
     }
 
     /// Why `contact` cannot be the VAPID `sub`, or `nil`.
@@ -228,11 +233,26 @@ final class PushDispatcher: Sendable {
                 await self.bell.wait(upTo: self.settings.pollInterval)
                 continue
             }
-            let (present, away) = self.presence.partition(claimed, marks: marks, now: Identity.now)
+            let now = Identity.now
+            let (present, away) = self.presence.partition(claimed, marks: marks, now: now)
             if !present.isEmpty { self.metrics.pushesSkipped.increment(by: Int64(present.count)) }
             var results: [(push: PendingPush, result: PushResult)] = present.map { ($0, .present) }
+            // A burst: one push per device and circle per burstInterval, the newest.
+            let burst = PushBurst(interval: WebhookRetryPolicy.milliseconds(self.settings.burstInterval))
+            var due = away
+            if burst.interval > 0 && !away.isEmpty {
+                do {
+                    let plan = burst.plan(away, lastSent: try await self.store.lastPushesSent(away.map(PushBurstKey.init)), now: now)
+                    results += plan.folded.map { ($0, .folded) } + plan.deferred.map { ($0.push, .deferred(until: $0.until)) }
+                    due = plan.send
+                } catch {
+                    // Without the record, everything goes now (a burst is then not gathered).
+                    self.logger.warning("could not read when devices were last pushed to", metadata: ["error": "\(error)"])
+                }
+            }
+            let sending = due
             results += await withTaskGroup(of: (PendingPush, PushResult).self) { group in
-                for push in away {
+                for push in sending {
                     group.addTask { (push, await self.send(push, key: vapid, contact: contact)) }
                 }
                 var results: [(push: PendingPush, result: PushResult)] = []
@@ -241,6 +261,11 @@ final class PushDispatcher: Sendable {
             }
             do {
                 try await self.store.finishPushes(results, node: self.node)
+                let sent = results.filter { $0.result == .delivered }.map { PushBurstKey($0.push) }
+                if burst.interval > 0 && !sent.isEmpty {
+                    let at = Identity.now
+                    try await self.store.recordPushesSent(sent, at: at, forgetBefore: at - burst.interval)
+                }
             } catch {
                 // The leases end and the pushes go again.
                 self.logger.warning("could not record pushes", metadata: ["error": "\(error)"])

@@ -441,6 +441,15 @@ extension PostgresStore {
             )
             """,
             "CREATE INDEX user_connections_by_seen ON user_connections (seen_at)",
+            """
+            CREATE TABLE push_sent (
+                endpoint text COLLATE "C" NOT NULL,
+                circle text COLLATE "C" NOT NULL,
+                sent_at bigint NOT NULL,
+                PRIMARY KEY (endpoint, circle)
+            )
+            """,
+            "CREATE INDEX push_sent_by_time ON push_sent (sent_at)",
         ],
     ]
 

@@ -120,7 +120,7 @@ extension SQLiteStore {
                 for (push, result) in results {
                     let id = SQLiteData.integer(Int(push.id))
                     switch result {
-                    case .delivered, .dropped, .present:
+                    case .delivered, .dropped, .present, .folded:
                         _ = try await connection.query("DELETE FROM pushes WHERE id = ? AND lease_node = ?", [id, .text(node)])
                     case .gone:
                         _ = try await connection.query("DELETE FROM pushes WHERE endpoint = ?", [.text(push.subscription.endpoint)])
@@ -129,6 +129,11 @@ extension SQLiteStore {
                         _ = try await connection.query(
                             "UPDATE pushes SET attempts = attempts + 1, next_attempt_at = ?, lease_node = NULL, lease_until = NULL WHERE id = ? AND lease_node = ?",
                             [.integer(Int(at)), id, .text(node)]
+                        )
+                    case .deferred(let until):
+                        _ = try await connection.query(
+                            "UPDATE pushes SET next_attempt_at = ?, lease_node = NULL, lease_until = NULL WHERE id = ? AND lease_node = ?",
+                            [.integer(Int(until)), id, .text(node)]
                         )
                     case .released:
                         _ = try await connection.query("UPDATE pushes SET lease_node = NULL, lease_until = NULL WHERE id = ? AND lease_node = ?", [id, .text(node)])
@@ -184,6 +189,38 @@ extension SQLiteStore {
                 }
             }
             return marks
+        }
+    }
+
+    public func lastPushesSent(_ keys: [PushBurstKey]) async throws -> [PushBurstKey: Int64] {
+        guard !keys.isEmpty else { return [:] }
+        return try await self.exclusiveWithoutSync("read pushes sent") { connection in
+            var sent: [PushBurstKey: Int64] = [:]
+            for key in Set(keys) {
+                if let row = try await connection.query(
+                    "SELECT sent_at FROM push_sent WHERE endpoint = ? AND circle = ?", [.text(key.endpoint), .text(key.circle)]
+                ).first {
+                    sent[key] = try Self.integer(row, "sent_at")
+                }
+            }
+            return sent
+        }
+    }
+
+    public func recordPushesSent(_ keys: [PushBurstKey], at: Int64, forgetBefore: Int64) async throws {
+        try await self.exclusiveWithoutSync("record pushes sent") { connection in
+            try await Self.transaction(on: connection, logger: self.logger) {
+                for key in Set(keys) {
+                    _ = try await connection.query(
+                        """
+                        INSERT INTO push_sent (endpoint, circle, sent_at) VALUES (?, ?, ?)
+                        ON CONFLICT (endpoint, circle) DO UPDATE SET sent_at = max(sent_at, excluded.sent_at)
+                        """,
+                        [.text(key.endpoint), .text(key.circle), .integer(Int(at))]
+                    )
+                }
+                _ = try await connection.query("DELETE FROM push_sent WHERE sent_at < ?", [.integer(Int(forgetBefore))])
+            }
         }
     }
 

@@ -481,6 +481,17 @@ extension SQLiteStore {
                 ) WITHOUT ROWID, STRICT
                 """,
                 "CREATE INDEX user_connections_by_seen ON user_connections (seen_at)",
+                // When a device was last pushed to about a circle (PushBurst): a burst becomes one
+                // notification per device per circle per --push-burst-interval.
+                """
+                CREATE TABLE push_sent (
+                    endpoint TEXT NOT NULL,
+                    circle TEXT NOT NULL,
+                    sent_at INTEGER NOT NULL,
+                    PRIMARY KEY (endpoint, circle)
+                ) WITHOUT ROWID, STRICT
+                """,
+                "CREATE INDEX push_sent_by_time ON push_sent (sent_at)",
             ]
         ),
     ]
