@@ -15,7 +15,10 @@ uses:
 3. alice's post that mentions no one, and one by bob himself, push nothing.
 4. The push service answers 500, then 201: the push is retried and arrives once accepted.
 5. carol, whose level in the circle is "none", is mentioned: no push for her.
-6. The push service answers 410 for bob: the server deletes his subscription.
+6. bob keeps a WebSocket open (the server started with --push-away-after 0s): a mention of him
+   pushes nothing (counted in circle_pushes_skipped_connected_total); once it closes, the next
+   one reaches him.
+7. The push service answers 410 for bob: the server deletes his subscription.
 
 Exits non-zero with a message at the first thing that does not hold.
 """
@@ -24,6 +27,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import socket
 import sys
 import tempfile
 import threading
@@ -139,6 +144,37 @@ def check_push(request: dict, subscriber: Subscriber, vapid_key: str, origin: st
     return json.loads(plaintext)
 
 
+def metric(port: int, name: str) -> float:
+    """One unlabelled counter of GET /metrics (0 when absent)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(f"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
+        data = b""
+        while chunk := conn.recv(65536):
+            data += chunk
+    for line in data.decode(errors="replace").splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def open_websocket(port: int, token: str) -> socket.socket:
+    """A `circle.v1` WebSocket of `token`'s user, handshake done, kept open (its frames unread)."""
+    conn = socket.create_connection(("127.0.0.1", port), timeout=10)
+    key = base64.b64encode(os.urandom(16)).decode()
+    conn.sendall(
+        (f"GET /v1/ws?token={token} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+         f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: circle.v1\r\n\r\n").encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = conn.recv(4096)
+        if not chunk:
+            fail("the WebSocket handshake was cut")
+        head += chunk
+    if not head.startswith(b"HTTP/1.1 101"):
+        fail(f"the WebSocket handshake: {head[:200]!r}")
+    return conn
+
+
 def main() -> None:
     binary = sys.argv[1]
     service = PushService()
@@ -147,7 +183,7 @@ def main() -> None:
         work = Path(work_dir)
         port = free_port()
         log = work / "server.log"
-        flags = ["--push-contact", CONTACT, "--push-allow-http", "--push-allow-private"]
+        flags = ["--push-contact", CONTACT, "--push-allow-http", "--push-allow-private", "--push-away-after", "0s", "--push-burst-interval", "0s"]
         servers.append(checklib.start_server("push-test", binary, work / "data", port, flags, log, TIMEOUT))
         try:
             run(port, service)
@@ -245,11 +281,30 @@ def run(port: int, service: PushService) -> None:
         fail(f"carol's push at level all is {payload}, not {expected}")
     print("push-test: at level all, a post without a mention was pushed as kind post")
 
-    # 6. 410: the subscription goes.
+    # 6. Connected: no push. A bare WebSocket handshake is enough (the connection is open).
+    marks = metric(port, "circle_connection_marks_written_total")
+    connection = open_websocket(port, bob)
+    wait_for(lambda: metric(port, "circle_connection_marks_written_total") > marks, "bob's connection recorded")
+    before = len(service.to("bob"))
+    skipped = metric(port, "circle_pushes_skipped_connected_total")
+    post(alice, "while you are here @bob", "m-connected")
+    wait_for(lambda: metric(port, "circle_pushes_skipped_connected_total") == skipped + 1, "bob's push skipped while connected")
+    if len(service.to("bob")) != before:
+        fail("bob got a push while connected")
+    marks = metric(port, "circle_connection_marks_written_total")
+    connection.close()
+    wait_for(lambda: metric(port, "circle_connection_marks_written_total") > marks, "bob's disconnection recorded")
+    seq = post(alice, "now that you left @bob", "m-away")
+    wait_for(lambda: len(service.to("bob")) > before, "bob's push once away")
+    if check_push(service.to("bob")[-1], bob_device, vapid_key, origin)["seq"] != seq:
+        fail("the push after bob left is not the post that mentioned him")
+    print("push-test: no push to bob while his WebSocket was open; one as soon as it closed")
+
+    # 7. 410: the subscription goes.
     with service.lock:
         service.script["/push/bob"] = [410]
     post(alice, "are you there @bob", "m5")
-    wait_for(lambda: len(service.to("bob")) >= 4, "bob's push answered 410")
+    wait_for(lambda: len(service.to("bob")) >= before + 2, "bob's push answered 410")
 
     def subscriptions() -> list:
         status, listed = http_json("GET", port, "/v1/push/subscriptions", bob)

@@ -311,6 +311,7 @@ public final class CircleServer: Service, Sendable {
             group.addTask { await services.identity.runCleanup() }
             group.addTask { await services.webhooks.run() }
             group.addTask { await services.push.run() }
+            group.addTask { await services.presence.run() }
             group.addTask { await services.publishHooks.run() }
             group.addTask {
                 await RetentionSweeper(

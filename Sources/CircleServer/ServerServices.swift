@@ -16,6 +16,8 @@ final class ServerServices: Sendable {
     let webhooks: WebhookDispatcher
     /// Sends the push outbox (``PushDispatcher``).
     let push: PushDispatcher
+    /// Tells the store who is connected to this node, for the push's away rule (``PresenceRecorder``).
+    let presence: PresenceRecorder
     /// Circles' publish hooks, asked before their posts are committed.
     let publishHooks: PublishHookGate
     let logger: Logger
@@ -82,8 +84,10 @@ final class ServerServices: Sendable {
             settings: configuration.push,
             allowPrivateOutbound: configuration.allowPrivateOutbound,
             node: self.hub.link.node,
+            metrics: metrics,
             logger: logger
         )
+        self.presence = PresenceRecorder(store: store, settings: configuration.push, node: self.hub.link.node, metrics: metrics, logger: logger)
         self.push = push
         let committer = PostCommitter(
             store: store, hub: self.hub, metrics: metrics, logger: logger, hooks: hooks,
@@ -122,9 +126,11 @@ final class ServerServices: Sendable {
     /// Reserves a connection slot for `user`; `false` when the user has the maximum open.
     func reserveConnection(for user: String) -> Bool {
         let limit = self.configuration.limits.maxConnectionsPerUser
+        // The recorder hears each count under this lock, so a later count never overtakes an earlier.
         return self.connectionsPerUser.withLockedValue { counts in
             guard counts[user, default: 0] < limit else { return false }
             counts[user, default: 0] += 1
+            self.presence.changed(user, connections: counts[user, default: 0])
             return true
         }
     }
@@ -132,6 +138,7 @@ final class ServerServices: Sendable {
     func releaseConnection(for user: String) {
         self.connectionsPerUser.withLockedValue { counts in
             counts[user, default: 1] -= 1
+            self.presence.changed(user, connections: counts[user, default: 0])
             if counts[user] == 0 { counts[user] = nil }
         }
     }

@@ -14,6 +14,12 @@ struct PushOptions: ParsableArguments {
     @Option(help: "A push still failing this long after its entry was committed is dropped, e.g. 1h.")
     var pushGiveUpAfter: String = "1h"
 
+    @Option(help: "Push only to people with no open connection (on any node) for longer than this, e.g. 30s; 0s: whoever is not connected now.")
+    var pushAwayAfter: String = "30s"
+
+    @Option(help: "A device is pushed about one circle at most once per this, e.g. 10s: a burst waits and only its newest post is sent; 0s: every push at once.")
+    var pushBurstInterval: String = "10s"
+
     @Flag(help: "Push endpoints may be http:// (tests with a local push service only; push services use https://).")
     var pushAllowHTTP = false
 
@@ -37,6 +43,14 @@ struct PushOptions: ParsableArguments {
             throw ValidationError("--push-give-up-after must be a duration of at least 1s, such as 10m or 1h, not \"\(self.pushGiveUpAfter)\"")
         }
         settings.retry.giveUpAfter = giveUp
+        guard let away = parseDuration(self.pushAwayAfter), away <= .seconds(86400) else {
+            throw ValidationError("--push-away-after must be a duration from 0s to 1d, such as 30s or 5m, not \"\(self.pushAwayAfter)\"")
+        }
+        settings.awayAfter = away
+        guard let burst = parseDuration(self.pushBurstInterval), burst <= .seconds(3600) else {
+            throw ValidationError("--push-burst-interval must be a duration from 0s to 1h, such as 10s, not \"\(self.pushBurstInterval)\"")
+        }
+        settings.burstInterval = burst
         settings.allowHTTP = self.pushAllowHTTP
         settings.allowPrivateAddresses = self.pushAllowPrivate
         settings.contentFree = self.pushContentFree

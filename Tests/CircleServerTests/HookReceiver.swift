@@ -43,6 +43,8 @@ final class HookReceiver: Sendable {
     struct Call: Sendable {
         var headers: [String: String]
         var body: [UInt8]
+        /// The request's target (path and query).
+        var uri: String = ""
         var json: [String: Any]? { try? JSONSerialization.jsonObject(with: Data(self.body)) as? [String: Any] }
         var data: [String: Any]? { self.json?["data"] as? [String: Any] }
     }
@@ -135,6 +137,7 @@ final class HookReceiver: Sendable {
         let receiver: HookReceiver
         var headers: [String: String] = [:]
         var body: [UInt8] = []
+        var uri = ""
 
         init(receiver: HookReceiver) { self.receiver = receiver }
 
@@ -142,11 +145,12 @@ final class HookReceiver: Sendable {
             switch self.unwrapInboundIn(data) {
             case .head(let head):
                 self.headers = Dictionary(head.headers.map { ($0.name.lowercased(), $0.value) }) { $1 }
+                self.uri = head.uri
                 self.body = []
             case .body(let buffer):
                 self.body += buffer.readableBytesView
             case .end:
-                let answer = self.receiver.received(Call(headers: self.headers, body: self.body))
+                let answer = self.receiver.received(Call(headers: self.headers, body: self.body, uri: self.uri))
                 switch answer {
                 case .hang: return
                 case .json(let json): Self.respond(context, 200, "application/json", json, handler: self)

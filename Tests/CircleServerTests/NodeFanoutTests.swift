@@ -17,7 +17,11 @@ import Testing
         private var pools: [Task<Void, Never>] = []
 
         /// - Parameter sharedData: both nodes on one data directory (photos, uploads).
-        init(muteA: Bool = false, pollInterval: Duration = .seconds(1), sharedData: Bool = false) async throws {
+        /// - Parameter configure: changes both nodes' configuration.
+        init(
+            muteA: Bool = false, pollInterval: Duration = .seconds(1), sharedData: Bool = false,
+            configure: (inout CircleServerConfiguration) -> Void = { _ in }
+        ) async throws {
             self.a = TestServer()
             self.b = TestServer(dataDirectory: sharedData ? self.a.dataDirectory : nil)
             let url = try await PostgresTestServer.shared.freshDatabase()
@@ -28,6 +32,7 @@ import Testing
                 self.pools.append(Task { await store.run() })
                 node.store = muted ? MutedStore(store) : store
                 node.configuration.nodePollInterval = pollInterval
+                configure(&node.configuration)
                 try await node.start()
             }
         }
@@ -323,6 +328,17 @@ final class MutedStore: SharedCircleStore {
         try await self.base.finishPushes(results, node: node)
     }
     func queuedPushes() async throws -> Int { try await self.base.queuedPushes() }
+    func markConnections(node: String, counts: [String: Int], now: Int64) async throws {
+        try await self.base.markConnections(node: node, counts: counts, now: now)
+    }
+    func refreshConnections(node: String, now: Int64, forgetBefore: Int64) async throws {
+        try await self.base.refreshConnections(node: node, now: now, forgetBefore: forgetBefore)
+    }
+    func connectionMarks(users: [String]) async throws -> [String: [ConnectionMark]] { try await self.base.connectionMarks(users: users) }
+    func lastPushesSent(_ keys: [PushBurstKey]) async throws -> [PushBurstKey: Int64] { try await self.base.lastPushesSent(keys) }
+    func recordPushesSent(_ keys: [PushBurstKey], at: Int64, forgetBefore: Int64) async throws {
+        try await self.base.recordPushesSent(keys, at: at, forgetBefore: forgetBefore)
+    }
     func livePosts(by author: String, limit: Int) async throws -> [EntryRef] { try await self.base.livePosts(by: author, limit: limit) }
     func reactions(by user: String, limit: Int) async throws -> [ReactionRef] { try await self.base.reactions(by: user, limit: limit) }
     func eraseAccountData(of user: String, removeAccount: Bool, audit: AuditEntry) async throws -> ErasedFiles {

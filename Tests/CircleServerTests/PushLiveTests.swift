@@ -114,6 +114,139 @@ struct PushLiveTests {
     }
 }
 
+/// The away rule live: a member connected (to any node) gets no push, one who is away does;
+/// decided when the push is claimed.
+@Suite("Web Push, away only", .serialized, .timeLimit(.minutes(3)))
+struct PushAwayLiveTests {
+    static func configure(_ configuration: inout CircleServerConfiguration) {
+        configuration.push.contact = "mailto:ops@example.com"
+        configuration.push.allowHTTP = true
+        configuration.push.allowPrivateAddresses = true
+        configuration.push.timeout = .milliseconds(500)
+        configuration.push.pollInterval = .milliseconds(100)
+        // Whoever is not connected now is away: the test need not wait out a real 30 s.
+        configuration.push.awayAfter = .zero
+        configuration.push.presenceInterval = .milliseconds(200)
+    }
+
+    /// Waits until the store's marks say `user` has `connected` (or no) connections open.
+    static func waitForMark(_ store: any CircleStore, _ user: String, connected: Bool) async throws {
+        let deadline = ContinuousClock.now + .seconds(20)
+        while ContinuousClock.now < deadline {
+            let marks = try await store.connectionMarks(users: [user])[user] ?? []
+            if marks.contains(where: { $0.connections > 0 }) == connected { return }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        Issue.record("\(user)'s connection mark never said connected: \(connected)")
+    }
+
+    /// Waits until the outbox is empty (every queued push claimed and recorded).
+    static func waitForEmptyOutbox(_ store: any CircleStore) async throws {
+        let deadline = ContinuousClock.now + .seconds(20)
+        while ContinuousClock.now < deadline {
+            if try await store.queuedPushes() == 0 { return }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        Issue.record("pushes still queued")
+    }
+
+    /// bob is connected (to `bobNode`), carol never is; alice mentions both through `postNode`:
+    /// only carol's push reaches the push service, bob's is counted as skipped. Once bob's
+    /// connection closes, the next mention reaches him.
+    func connectedGetsNone(postNode: TestServer, bobNode: TestServer, metricsOf nodes: [TestServer], store: any CircleStore) async throws {
+        let service = HookReceiver()
+        try await service.start()
+        defer { Task { await service.stop() } }
+        service.answer { _ in .raw(status: 201, contentType: nil, body: "") }
+        let live = PushLiveTests()
+        try await postNode.createCircle("den", owner: "alice", isPrivate: true)
+        for user in ["bob", "carol"] {
+            let added = try await postNode.http("POST", HTTPAPI.Path.members("den"), token: try await postNode.token("alice"), json: #"{"user":"\#(user)"}"#)
+            #expect(added.status == 201 || added.status == 200, "\(added.body)")
+        }
+        _ = try await live.subscribe(postNode, "bob", endpoint: "http://127.0.0.1:\(service.port)/push/bob")
+        _ = try await live.subscribe(postNode, "carol", endpoint: "http://127.0.0.1:\(service.port)/push/carol")
+        let bob = try await TestClient.connect(bobNode, user: "bob")
+        try await Self.waitForMark(store, "bob", connected: true)
+
+        try await live.post(postNode, "alice", "den", "hi @bob @carol", id: "m1")
+        await service.waitForCalls(1)
+        try await Self.waitForEmptyOutbox(store)
+        #expect(service.calls.map(\.uri) == ["/push/carol"])
+        var skipped = 0.0
+        for node in nodes {
+            let metrics = try await node.http("GET", "/metrics")
+            skipped += NodeFanoutTests.counter("circle_pushes_skipped_connected_total", in: metrics.body)
+        }
+        #expect(skipped == 1)
+
+        await bob.close()
+        try await Self.waitForMark(store, "bob", connected: false)
+        try await live.post(postNode, "alice", "den", "again @bob", id: "m2")
+        await service.waitForCalls(2)
+        try await Self.waitForEmptyOutbox(store)
+        #expect(service.calls.map(\.uri) == ["/push/carol", "/push/bob"])
+    }
+
+    @Test("a burst of mentions becomes at most two pushes, the last of them the newest post")
+    func burst() async throws {
+        let server = TestServer()
+        Self.configure(&server.configuration)
+        server.configuration.push.burstInterval = .seconds(2)
+        defer { server.remove() }
+        let running = try await server.start()
+        let store = running.services.store
+        let service = HookReceiver()
+        try await service.start()
+        defer { Task { await service.stop() } }
+        service.answer { _ in .raw(status: 201, contentType: nil, body: "") }
+        let live = PushLiveTests()
+        try await server.createCircle("den", owner: "alice", isPrivate: true)
+        let added = try await server.http("POST", HTTPAPI.Path.members("den"), token: try await server.token("alice"), json: #"{"user":"bob"}"#)
+        #expect(added.status == 201 || added.status == 200, "\(added.body)")
+        let (key, auth) = try await live.subscribe(server, "bob", endpoint: "http://127.0.0.1:\(service.port)/push/bob")
+        for index in 1...5 { try await live.post(server, "alice", "den", "@bob \(index)", id: "b\(index)") }
+        // However the claims fell, the outbox empties and the newest post is the last push.
+        let deadline = ContinuousClock.now + .seconds(20)
+        while ContinuousClock.now < deadline {
+            if try await store.queuedPushes() == 0, let last = service.calls.last,
+                (try? JSONDecoder().decode(PushPayload.self, from: Data(PushLiveTests.decrypt(last.body, receiver: key, auth: auth))))?.seq == 5
+            {
+                break
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(try await store.queuedPushes() == 0)
+        let seqs = try service.calls.map { try JSONDecoder().decode(PushPayload.self, from: Data(PushLiveTests.decrypt($0.body, receiver: key, auth: auth))).seq }
+        #expect((1...2).contains(seqs.count), "\(seqs)")
+        #expect(seqs.last == 5)
+        await server.stop()
+    }
+
+    @Test("SQLite: a connected member gets no push, an away member gets one")
+    func sqlite() async throws {
+        let server = TestServer()
+        Self.configure(&server.configuration)
+        defer { server.remove() }
+        let running = try await server.start()
+        try await self.connectedGetsNone(postNode: server, bobNode: server, metricsOf: [server], store: running.services.store)
+        await server.stop()
+    }
+
+    @Test("PostgreSQL, two nodes: a member connected to node B is not pushed by node A")
+    func twoNodes() async throws {
+        let nodes = try await NodeFanoutTests.Nodes(pollInterval: .milliseconds(200), configure: Self.configure)
+        do {
+            let store = try #require(nodes.a.store)
+            try await self.connectedGetsNone(postNode: nodes.a, bobNode: nodes.b, metricsOf: [nodes.a, nodes.b], store: store)
+        } catch {
+            await nodes.stop()
+            throw error
+        }
+        await nodes.stop()
+    }
+}
+
 /// Counts calls across threads.
 final class ManagedCounter: Sendable {
     private let value = NIOLockedValueBox(0)

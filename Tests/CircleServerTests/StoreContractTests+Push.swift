@@ -160,3 +160,59 @@ extension StoreContractTests {
     }
 }
 
+extension StoreContractTests {
+    /// The marks the away rule reads: each node's count of a user's connections and when it was
+    /// written; a refresh moves the time of the connected ones of its node only; old marks go.
+    @Test(arguments: StoreKind.allCases) func connectionMarksPerUserPerNode(_ kind: StoreKind) async throws {
+        try await self.withStore(kind) { store in
+            try await store.markConnections(node: "n1", counts: ["bob": 2, "carol": 1], now: 1000)
+            try await store.markConnections(node: "n2", counts: ["bob": 1], now: 1100)
+            try await store.markConnections(node: "n1", counts: ["carol": 0], now: 1200)
+            var marks = try await store.connectionMarks(users: ["bob", "carol", "dave"])
+            #expect(marks["dave"] == nil)
+            #expect(Set(marks["bob"] ?? []) == [ConnectionMark(node: "n1", connections: 2, seenAt: 1000), ConnectionMark(node: "n2", connections: 1, seenAt: 1100)])
+            #expect(marks["carol"] == [ConnectionMark(node: "n1", connections: 0, seenAt: 1200)])
+            // An older write does not move a mark's time back.
+            try await store.markConnections(node: "n2", counts: ["bob": 1], now: 900)
+            #expect(try await store.connectionMarks(users: ["bob"])["bob"]?.first { $0.node == "n2" }?.seenAt == 1100)
+            // n1 refreshes: bob's mark there moves, carol's (no connection) does not; marks
+            // older than 1150 of any node go (bob's on n2).
+            try await store.refreshConnections(node: "n1", now: 5000, forgetBefore: 1150)
+            marks = try await store.connectionMarks(users: ["bob", "carol"])
+            #expect(marks["bob"] == [ConnectionMark(node: "n1", connections: 2, seenAt: 5000)])
+            #expect(marks["carol"] == [ConnectionMark(node: "n1", connections: 0, seenAt: 1200)])
+            try await store.refreshConnections(node: "n1", now: 6000, forgetBefore: 5500)
+            #expect(try await store.connectionMarks(users: ["bob", "carol"]) == ["bob": [ConnectionMark(node: "n1", connections: 2, seenAt: 6000)]])
+        }
+    }
+
+    /// When a device was last pushed about a circle (the burst rule): recorded, read, moved only
+    /// forward, forgotten when old; a deferred push is due again at its time, attempts unchanged.
+    @Test(arguments: StoreKind.allCases) func pushesSentAndDeferred(_ kind: StoreKind) async throws {
+        try await self.withStore(kind) { store in
+            let den = PushBurstKey(endpoint: "https://push.example.net/b1", circle: "den")
+            let yard = PushBurstKey(endpoint: "https://push.example.net/b1", circle: "yard")
+            #expect(try await store.lastPushesSent([den, yard]).isEmpty)
+            try await store.recordPushesSent([den, yard], at: 1000, forgetBefore: 0)
+            try await store.recordPushesSent([den], at: 900, forgetBefore: 0)
+            #expect(try await store.lastPushesSent([den, yard]) == [den: 1000, yard: 1000])
+            try await store.recordPushesSent([den], at: 3000, forgetBefore: 2000)
+            #expect(try await store.lastPushesSent([den, yard]) == [den: 3000])
+
+            _ = try await store.createCircle(name: "den", owner: "alice", isPrivate: true, createdAt: 1)
+            try await store.addMember("bob", to: "den")
+            try await store.putPushSubscription(self.pushSubscription("bob", "b1"), maxPerUser: 10)
+            _ = try await self.commit(store, self.newPost("den", id: "p1", text: "@bob 1"))
+            _ = try await self.commit(store, self.newPost("den", id: "p2", text: "@bob 2"))
+            let t = Identity.now + 1000
+            let claimed = try await store.claimPushes(node: "n1", now: t, lease: 10_000, limit: 10)
+            #expect(claimed.count == 2)
+            try await store.finishPushes([(claimed[0], .folded), (claimed[1], .deferred(until: t + 5000))], node: "n1")
+            #expect(try await store.queuedPushes() == 1)
+            #expect(try await store.claimPushes(node: "n1", now: t + 4999, lease: 10_000, limit: 10).isEmpty)
+            let again = try await store.claimPushes(node: "n2", now: t + 5000, lease: 10_000, limit: 10)
+            #expect(again.map(\.id) == [claimed[1].id])
+            #expect(again.map(\.attempts) == [0])
+        }
+    }
+}

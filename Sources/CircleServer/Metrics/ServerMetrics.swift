@@ -35,6 +35,10 @@ final class ServerMetrics: Sendable {
     let heapTrims: CoreMetrics.Counter
     /// Entries removed by retention policies.
     let retentionRemoved: CoreMetrics.Counter
+    /// Pushes not sent because their recipient was connected (``PushPresence``).
+    let pushesSkipped: CoreMetrics.Counter
+    /// Users' connection counts written to the store for the away rule (``PresenceRecorder``).
+    let connectionMarks: CoreMetrics.Counter
     /// Posts the search backfill has indexed (those stored before the index existed).
     let searchBackfillIndexed: CoreMetrics.Meter
     /// 1 once the search index holds every post, 0 while the backfill runs.
@@ -73,6 +77,8 @@ final class ServerMetrics: Sendable {
         self.nodeReads = CoreMetrics.Counter(label: "circle_node_reads_total", factory: factory)
         self.heapTrims = CoreMetrics.Counter(label: "circle_heap_trims_total", factory: factory)
         self.retentionRemoved = CoreMetrics.Counter(label: "circle_retention_removed_entries_total", factory: factory)
+        self.pushesSkipped = CoreMetrics.Counter(label: "circle_pushes_skipped_connected_total", factory: factory)
+        self.connectionMarks = CoreMetrics.Counter(label: "circle_connection_marks_written_total", factory: factory)
     }
 
     /// Counts an error reply or refusal by its code.
@@ -129,6 +135,8 @@ final class ServerMetrics: Sendable {
         "circle_node_signals_sent_total": "Signals sent to the other nodes sharing the store.",
         "circle_node_signals_received_total": "Signals received from the other nodes sharing the store.",
         "circle_node_reads_total": "Store reads for posts this node learned of without their content (holes, lost signals).",
+        "circle_pushes_skipped_connected_total": "Pushes not sent because their recipient was connected, or was within --push-away-after.",
+        "circle_connection_marks_written_total": "Users' connection counts this node wrote to the store for the push away rule (at connection opens and closes, coalesced).",
         "circle_heap_trims_total": "Times the server returned the allocator's free pages to the kernel (heapTrimInterval).",
         "circle_errors_total": "Error replies and refusals, by error code.",
         "circle_http_requests_total": "HTTP requests, by route and status.",

@@ -30,6 +30,15 @@ public struct PushSettings: Sendable, Hashable {
     /// Pushes carry no text: only the circle, seq and kind (for operators who want no text to
     /// pass through push services).
     public var contentFree: Bool
+    /// A push goes only to a person who has had no open connection (on any node) for longer
+    /// than this (``PushPresence``); one who is connected, or was within it, is not pushed to.
+    public var awayAfter: Duration
+    /// How often a node refreshes the store's record of who is connected to it; a node silent
+    /// for three of these counts as gone (its users as away since its last refresh).
+    public var presenceInterval: Duration
+    /// A device is pushed about one circle at most once per this (``PushBurst``): the pushes of
+    /// a burst wait, and only the newest is sent. Zero: every push goes at once.
+    public var burstInterval: Duration
 
     public init(
         contact: String? = nil,
@@ -40,7 +49,10 @@ public struct PushSettings: Sendable, Hashable {
         maxInFlight: Int = 32,
         allowPrivateAddresses: Bool = false,
         allowHTTP: Bool = false,
-        contentFree: Bool = false
+        contentFree: Bool = false,
+        awayAfter: Duration = .seconds(30),
+        presenceInterval: Duration = .seconds(10),
+        burstInterval: Duration = .seconds(10)
     ) {
         self.contact = contact
         self.timeout = timeout
@@ -51,6 +63,9 @@ public struct PushSettings: Sendable, Hashable {
         self.allowPrivateAddresses = allowPrivateAddresses
         self.allowHTTP = allowHTTP
         self.contentFree = contentFree
+        self.awayAfter = awayAfter
+        self.presenceInterval = presenceInterval
+        self.burstInterval = burstInterval
     }
 
     /// Why `contact` cannot be the VAPID `sub`, or `nil`.
@@ -150,12 +165,16 @@ final class PushDispatcher: Sendable {
     let node: String
     let logger: Logger
     let keys: VAPIDKeys
+    let metrics: ServerMetrics
+    private let presence: PushPresence
     private let http: OutboundHTTP
     private let bell = Doorbell()
 
-    init(store: any CircleStore, settings: PushSettings, allowPrivateOutbound: Bool, node: String, logger: Logger) {
+    init(store: any CircleStore, settings: PushSettings, allowPrivateOutbound: Bool, node: String, metrics: ServerMetrics, logger: Logger) {
         self.store = store
         self.settings = settings
+        self.metrics = metrics
+        self.presence = PushPresence(settings)
         self.keys = VAPIDKeys(store: store)
         self.node = node
         self.logger = logger
@@ -202,8 +221,38 @@ final class PushDispatcher: Sendable {
                 await self.bell.wait(upTo: self.settings.pollInterval)
                 continue
             }
-            let results = await withTaskGroup(of: (PendingPush, PushResult).self) { group in
-                for push in claimed {
+            // The away rule, now rather than at commit: whoever is connected (or was, within
+            // awayAfter) gets no push; without the marks, the pushes wait for the next claim.
+            let marks: [String: [ConnectionMark]]
+            do {
+                marks = try await self.store.connectionMarks(users: claimed.map(\.subscription.user))
+            } catch {
+                if Task.isCancelled { break }
+                self.logger.warning("could not read who is connected", metadata: ["error": "\(error)"])
+                try? await self.store.finishPushes(claimed.map { ($0, .released) }, node: self.node)
+                await self.bell.wait(upTo: self.settings.pollInterval)
+                continue
+            }
+            let now = Identity.now
+            let (present, away) = self.presence.partition(claimed, marks: marks, now: now)
+            if !present.isEmpty { self.metrics.pushesSkipped.increment(by: Int64(present.count)) }
+            var results: [(push: PendingPush, result: PushResult)] = present.map { ($0, .present) }
+            // A burst: one push per device and circle per burstInterval, the newest.
+            let burst = PushBurst(interval: WebhookRetryPolicy.milliseconds(self.settings.burstInterval))
+            var due = away
+            if burst.interval > 0 && !away.isEmpty {
+                do {
+                    let plan = burst.plan(away, lastSent: try await self.store.lastPushesSent(away.map(PushBurstKey.init)), now: now)
+                    results += plan.folded.map { ($0, .folded) } + plan.deferred.map { ($0.push, .deferred(until: $0.until)) }
+                    due = plan.send
+                } catch {
+                    // Without the record, everything goes now (a burst is then not gathered).
+                    self.logger.warning("could not read when devices were last pushed to", metadata: ["error": "\(error)"])
+                }
+            }
+            let sending = due
+            results += await withTaskGroup(of: (PendingPush, PushResult).self) { group in
+                for push in sending {
                     group.addTask { (push, await self.send(push, key: vapid, contact: contact)) }
                 }
                 var results: [(push: PendingPush, result: PushResult)] = []
@@ -212,6 +261,11 @@ final class PushDispatcher: Sendable {
             }
             do {
                 try await self.store.finishPushes(results, node: self.node)
+                let sent = results.filter { $0.result == .delivered }.map { PushBurstKey($0.push) }
+                if burst.interval > 0 && !sent.isEmpty {
+                    let at = Identity.now
+                    try await self.store.recordPushesSent(sent, at: at, forgetBefore: at - burst.interval)
+                }
             } catch {
                 // The leases end and the pushes go again.
                 self.logger.warning("could not record pushes", metadata: ["error": "\(error)"])

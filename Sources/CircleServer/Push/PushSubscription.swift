@@ -155,6 +155,14 @@ public enum PushResult: Sendable, Hashable {
     case dropped
     /// Not tried (shutdown): the lease ends, nothing else changes.
     case released
+    /// Not sent: the recipient is connected, or was within ``PushSettings/awayAfter``
+    /// (``PushPresence``): the row goes.
+    case present
+    /// Not sent: a newer push for the same device and circle was claimed with it (``PushBurst``): the row goes.
+    case folded
+    /// Not tried yet: the device was pushed about the circle less than
+    /// ``PushSettings/burstInterval`` ago (``PushBurst``); due again then, attempts unchanged.
+    case deferred(until: Int64)
 }
 
 /// The push outbox and the subscriptions (docs/API.md, "Push notifications"): commits fill the
@@ -182,4 +190,17 @@ public protocol PushStore: Sendable {
     func finishPushes(_ results: [(push: PendingPush, result: PushResult)], node: String) async throws
     /// How many pushes are queued (metrics and tests).
     func queuedPushes() async throws -> Int
+    /// Records that each of `counts`' users has that many connections open on `node` now (0:
+    /// the last one closed now) (``PresenceRecorder``).
+    func markConnections(node: String, counts: [String: Int], now: Int64) async throws
+    /// The users with connections open on `node` were seen `now`; every node's marks older than
+    /// `forgetBefore` go.
+    func refreshConnections(node: String, now: Int64, forgetBefore: Int64) async throws
+    /// Every node's marks of each of `users` (a user with none is absent), for ``PushPresence``.
+    func connectionMarks(users: [String]) async throws -> [String: [ConnectionMark]]
+    /// When each of `keys` (a device and a circle) was last pushed to, for those that were since
+    /// their record was forgotten (``PushBurst``).
+    func lastPushesSent(_ keys: [PushBurstKey]) async throws -> [PushBurstKey: Int64]
+    /// Records that `keys` were pushed to at `at`; records older than `forgetBefore` go.
+    func recordPushesSent(_ keys: [PushBurstKey], at: Int64, forgetBefore: Int64) async throws
 }

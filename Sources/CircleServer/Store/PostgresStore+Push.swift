@@ -147,7 +147,7 @@ extension PostgresStore {
             try await self.client.withTransaction(logger: self.logger) { connection in
                 for (push, result) in results {
                     switch result {
-                    case .delivered, .dropped:
+                    case .delivered, .dropped, .present, .folded:
                         try await connection.query("DELETE FROM pushes WHERE id = \(push.id) AND lease_node = \(node)", logger: self.logger)
                     case .gone:
                         try await connection.query("DELETE FROM pushes WHERE endpoint = \(push.subscription.endpoint)", logger: self.logger)
@@ -160,6 +160,11 @@ extension PostgresStore {
                             """,
                             logger: self.logger
                         )
+                    case .deferred(let until):
+                        try await connection.query(
+                            "UPDATE pushes SET next_attempt_at = \(until), lease_node = NULL, lease_until = NULL WHERE id = \(push.id) AND lease_node = \(node)",
+                            logger: self.logger
+                        )
                     case .released:
                         try await connection.query(
                             "UPDATE pushes SET lease_node = NULL, lease_until = NULL WHERE id = \(push.id) AND lease_node = \(node)",
@@ -167,6 +172,88 @@ extension PostgresStore {
                         )
                     }
                 }
+            }
+        }
+    }
+
+    public func markConnections(node: String, counts: [String: Int], now: Int64) async throws {
+        guard !counts.isEmpty else { return }
+        let users = Array(counts.keys).sorted()
+        let connections = users.map { counts[$0] ?? 0 }
+        try await self.operation("record connections") {
+            _ = try await self.client.query(
+                """
+                INSERT INTO user_connections (user_name, node, connections, seen_at)
+                SELECT u, \(node), c, \(now) FROM unnest(\(users)::text[], \(connections)::bigint[]) AS t(u, c)
+                ON CONFLICT (user_name, node) DO UPDATE SET connections = EXCLUDED.connections,
+                    seen_at = GREATEST(user_connections.seen_at, EXCLUDED.seen_at)
+                """,
+                logger: self.logger
+            )
+        }
+    }
+
+    public func refreshConnections(node: String, now: Int64, forgetBefore: Int64) async throws {
+        try await self.operation("refresh connections") {
+            try await self.client.withTransaction(logger: self.logger) { connection in
+                try await connection.query(
+                    "UPDATE user_connections SET seen_at = GREATEST(seen_at, \(now)) WHERE node = \(node) AND connections > 0", logger: self.logger
+                )
+                try await connection.query("DELETE FROM user_connections WHERE seen_at < \(forgetBefore)", logger: self.logger)
+            }
+        }
+    }
+
+    public func connectionMarks(users: [String]) async throws -> [String: [ConnectionMark]] {
+        guard !users.isEmpty else { return [:] }
+        return try await self.operation("read connections") {
+            var marks: [String: [ConnectionMark]] = [:]
+            let rows = try await self.client.query(
+                "SELECT user_name, node, connections, seen_at FROM user_connections WHERE user_name = ANY(\(Array(Set(users))))",
+                logger: self.logger
+            )
+            for try await (user, node, connections, seenAt) in rows.decode((String, String, Int32, Int64).self) {
+                marks[user, default: []].append(ConnectionMark(node: node, connections: Int(connections), seenAt: seenAt))
+            }
+            return marks
+        }
+    }
+
+    public func lastPushesSent(_ keys: [PushBurstKey]) async throws -> [PushBurstKey: Int64] {
+        guard !keys.isEmpty else { return [:] }
+        let unique = Array(Set(keys))
+        return try await self.operation("read pushes sent") {
+            var sent: [PushBurstKey: Int64] = [:]
+            let rows = try await self.client.query(
+                """
+                SELECT s.endpoint, s.circle, s.sent_at FROM push_sent s
+                JOIN unnest(\(unique.map(\.endpoint))::text[], \(unique.map(\.circle))::text[]) AS k(endpoint, circle)
+                    ON s.endpoint = k.endpoint AND s.circle = k.circle
+                """,
+                logger: self.logger
+            )
+            for try await (endpoint, circle, at) in rows.decode((String, String, Int64).self) {
+                sent[PushBurstKey(endpoint: endpoint, circle: circle)] = at
+            }
+            return sent
+        }
+    }
+
+    public func recordPushesSent(_ keys: [PushBurstKey], at: Int64, forgetBefore: Int64) async throws {
+        let unique = Array(Set(keys)).sorted { ($0.endpoint, $0.circle) < ($1.endpoint, $1.circle) }
+        try await self.operation("record pushes sent") {
+            try await self.client.withTransaction(logger: self.logger) { connection in
+                if !unique.isEmpty {
+                    try await connection.query(
+                        """
+                        INSERT INTO push_sent (endpoint, circle, sent_at)
+                        SELECT e, c, \(at) FROM unnest(\(unique.map(\.endpoint))::text[], \(unique.map(\.circle))::text[]) AS k(e, c)
+                        ON CONFLICT (endpoint, circle) DO UPDATE SET sent_at = GREATEST(push_sent.sent_at, EXCLUDED.sent_at)
+                        """,
+                        logger: self.logger
+                    )
+                }
+                try await connection.query("DELETE FROM push_sent WHERE sent_at < \(forgetBefore)", logger: self.logger)
             }
         }
     }

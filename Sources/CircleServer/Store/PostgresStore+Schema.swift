@@ -445,6 +445,28 @@ extension PostgresStore {
             )
             """
         ],
+        // Push only to people who are away (as SQLite's step of that summary).
+        [
+            """
+            CREATE TABLE user_connections (
+                user_name text COLLATE "C" NOT NULL,
+                node text COLLATE "C" NOT NULL,
+                connections integer NOT NULL,
+                seen_at bigint NOT NULL,
+                PRIMARY KEY (user_name, node)
+            )
+            """,
+            "CREATE INDEX user_connections_by_seen ON user_connections (seen_at)",
+            """
+            CREATE TABLE push_sent (
+                endpoint text COLLATE "C" NOT NULL,
+                circle text COLLATE "C" NOT NULL,
+                sent_at bigint NOT NULL,
+                PRIMARY KEY (endpoint, circle)
+            )
+            """,
+            "CREATE INDEX push_sent_by_time ON push_sent (sent_at)",
+        ],
     ]
 
     /// The schema version this build writes and understands.

@@ -120,7 +120,7 @@ extension SQLiteStore {
                 for (push, result) in results {
                     let id = SQLiteData.integer(Int(push.id))
                     switch result {
-                    case .delivered, .dropped:
+                    case .delivered, .dropped, .present, .folded:
                         _ = try await connection.query("DELETE FROM pushes WHERE id = ? AND lease_node = ?", [id, .text(node)])
                     case .gone:
                         _ = try await connection.query("DELETE FROM pushes WHERE endpoint = ?", [.text(push.subscription.endpoint)])
@@ -129,6 +129,11 @@ extension SQLiteStore {
                         _ = try await connection.query(
                             "UPDATE pushes SET attempts = attempts + 1, next_attempt_at = ?, lease_node = NULL, lease_until = NULL WHERE id = ? AND lease_node = ?",
                             [.integer(Int(at)), id, .text(node)]
+                        )
+                    case .deferred(let until):
+                        _ = try await connection.query(
+                            "UPDATE pushes SET next_attempt_at = ?, lease_node = NULL, lease_until = NULL WHERE id = ? AND lease_node = ?",
+                            [.integer(Int(until)), id, .text(node)]
                         )
                     case .released:
                         _ = try await connection.query("UPDATE pushes SET lease_node = NULL, lease_until = NULL WHERE id = ? AND lease_node = ?", [id, .text(node)])
@@ -141,6 +146,81 @@ extension SQLiteStore {
     public func queuedPushes() async throws -> Int {
         try await self.exclusive("count pushes") { connection in
             Int(try Self.integer(try await connection.query("SELECT count(*) AS n FROM pushes").first.unwrap(), "n"))
+        }
+    }
+
+    public func markConnections(node: String, counts: [String: Int], now: Int64) async throws {
+        guard !counts.isEmpty else { return }
+        try await self.exclusiveWithoutSync("record connections") { connection in
+            try await Self.transaction(on: connection, logger: self.logger) {
+                for (user, count) in counts {
+                    _ = try await connection.query(
+                        """
+                        INSERT INTO user_connections (user, node, connections, seen_at) VALUES (?, ?, ?, ?)
+                        ON CONFLICT (user, node) DO UPDATE SET connections = excluded.connections, seen_at = max(seen_at, excluded.seen_at)
+                        """,
+                        [.text(user), .text(node), .integer(count), .integer(Int(now))]
+                    )
+                }
+            }
+        }
+    }
+
+    public func refreshConnections(node: String, now: Int64, forgetBefore: Int64) async throws {
+        try await self.exclusiveWithoutSync("refresh connections") { connection in
+            try await Self.transaction(on: connection, logger: self.logger) {
+                _ = try await connection.query(
+                    "UPDATE user_connections SET seen_at = max(seen_at, ?) WHERE node = ? AND connections > 0", [.integer(Int(now)), .text(node)]
+                )
+                _ = try await connection.query("DELETE FROM user_connections WHERE seen_at < ?", [.integer(Int(forgetBefore))])
+            }
+        }
+    }
+
+    public func connectionMarks(users: [String]) async throws -> [String: [ConnectionMark]] {
+        guard !users.isEmpty else { return [:] }
+        return try await self.exclusiveWithoutSync("read connections") { connection in
+            var marks: [String: [ConnectionMark]] = [:]
+            for user in Set(users) {
+                for row in try await connection.query("SELECT node, connections, seen_at FROM user_connections WHERE user = ?", [.text(user)]) {
+                    marks[user, default: []].append(
+                        ConnectionMark(node: try Self.text(row, "node"), connections: Int(try Self.integer(row, "connections")), seenAt: try Self.integer(row, "seen_at"))
+                    )
+                }
+            }
+            return marks
+        }
+    }
+
+    public func lastPushesSent(_ keys: [PushBurstKey]) async throws -> [PushBurstKey: Int64] {
+        guard !keys.isEmpty else { return [:] }
+        return try await self.exclusiveWithoutSync("read pushes sent") { connection in
+            var sent: [PushBurstKey: Int64] = [:]
+            for key in Set(keys) {
+                if let row = try await connection.query(
+                    "SELECT sent_at FROM push_sent WHERE endpoint = ? AND circle = ?", [.text(key.endpoint), .text(key.circle)]
+                ).first {
+                    sent[key] = try Self.integer(row, "sent_at")
+                }
+            }
+            return sent
+        }
+    }
+
+    public func recordPushesSent(_ keys: [PushBurstKey], at: Int64, forgetBefore: Int64) async throws {
+        try await self.exclusiveWithoutSync("record pushes sent") { connection in
+            try await Self.transaction(on: connection, logger: self.logger) {
+                for key in Set(keys) {
+                    _ = try await connection.query(
+                        """
+                        INSERT INTO push_sent (endpoint, circle, sent_at) VALUES (?, ?, ?)
+                        ON CONFLICT (endpoint, circle) DO UPDATE SET sent_at = max(sent_at, excluded.sent_at)
+                        """,
+                        [.text(key.endpoint), .text(key.circle), .integer(Int(at))]
+                    )
+                }
+                _ = try await connection.query("DELETE FROM push_sent WHERE sent_at < ?", [.integer(Int(forgetBefore))])
+            }
         }
     }
 

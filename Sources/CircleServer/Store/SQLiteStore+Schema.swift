@@ -492,6 +492,34 @@ extension SQLiteStore {
                 """
             ]
         ),
+        Migration(
+            summary: "push only to people who are away",
+            statements: [
+                // Per user per node: how many connections the user has open there and when that
+                // was last true (PushPresence); the push dispatcher of any node reads it.
+                """
+                CREATE TABLE user_connections (
+                    user TEXT NOT NULL,
+                    node TEXT NOT NULL,
+                    connections INTEGER NOT NULL,
+                    seen_at INTEGER NOT NULL,
+                    PRIMARY KEY (user, node)
+                ) WITHOUT ROWID, STRICT
+                """,
+                "CREATE INDEX user_connections_by_seen ON user_connections (seen_at)",
+                // When a device was last pushed to about a circle (PushBurst): a burst becomes one
+                // notification per device per circle per --push-burst-interval.
+                """
+                CREATE TABLE push_sent (
+                    endpoint TEXT NOT NULL,
+                    circle TEXT NOT NULL,
+                    sent_at INTEGER NOT NULL,
+                    PRIMARY KEY (endpoint, circle)
+                ) WITHOUT ROWID, STRICT
+                """,
+                "CREATE INDEX push_sent_by_time ON push_sent (sent_at)",
+            ]
+        ),
     ]
 
     /// The schema version this build writes and understands.

@@ -4,8 +4,8 @@ import NIOCore
 import HTTPTypes
 import Hummingbird
 
-/// The browser chat page: the files in `Web/page` (HTML, CSS, JavaScript, an icon; no build
-/// step, no CDN), shipped as this target's package resources and served at `/` and
+/// The browser chat page: the files in `Web/page` (HTML, CSS, JavaScript, an icon, the web app
+/// manifest and the service worker; no build step, no CDN), shipped as this target's package resources and served at `/` and
 /// `/assets/NAME` with a strict Content-Security-Policy (docs/API.md, "The chat page").
 ///
 /// The files are read once, from the resource folder SwiftPM puts beside the executable
@@ -50,7 +50,12 @@ struct ChatPage: Sendable {
         "js": "text/javascript; charset=utf-8",
         "svg": "image/svg+xml",
         "png": "image/png",
+        "webmanifest": "application/manifest+json",
     ]
+
+    /// The service worker (`sw.js`): served under `/assets/` but registered with scope `/`, which
+    /// its `Service-Worker-Allowed` header allows (docs/PAGE.md, "Installable app and notifications").
+    static let serviceWorker = "sw.js"
 
     /// The folder names SwiftPM gives this target's resources.
     static let bundleNames = ["Circle_CircleServer.resources", "Circle_CircleServer.bundle"]
@@ -114,6 +119,7 @@ struct ChatPage: Sendable {
             return response
         }
         var headers: HTTPFields = [.contentType: asset.contentType, .eTag: asset.etag, .cacheControl: "no-cache"]
+        if name == Self.serviceWorker, let allowed = HTTPField.Name("Service-Worker-Allowed") { headers[allowed] = "/" }
         // Always revalidated (cheap with the ETag), so a new server version's page is used at once.
         self.addSecurityHeaders(to: &headers)
         if let tags = requestHeaders[.ifNoneMatch],

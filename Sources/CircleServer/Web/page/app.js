@@ -649,7 +649,11 @@ function enterApp(profile, list) {
   connect();
   loadPeople();
   const last = sessionStorage.getItem("circle.current");
-  if (last && !PHONE.matches && S.circles.some((circle) => circle.name === last)) openCircle(last);
+  const asked = S.openAtStart;
+  S.openAtStart = null;
+  if (asked) openCircle(asked);
+  else if (last && !PHONE.matches && S.circles.some((circle) => circle.name === last)) openCircle(last);
+  startWorker();
   // Signed in by token, the server decides: the token's user needs an account to approve.
   if (S.deviceCode) openDeviceApproval(S.deviceCode);
 }
@@ -708,6 +712,8 @@ function displayName(name) {
 
 async function signOut() {
   closeAccountMenu();
+  // This device no longer gets the account's pushes (the server deletes them all on "sign out everywhere").
+  try { await disablePush(); } catch { /* signed out anyway */ }
   if (S.csrf) {
     try { await api("/v1/auth/signout", { method: "POST" }); } catch { /* the session may be gone already */ }
   }
@@ -1217,6 +1223,7 @@ function renderCircles() {
   // The open circle counts too while its newest posts are not seen (tab in the background).
   const total = S.circles.reduce((sum, c) => sum + (c.unread || 0), 0);
   document.title = (total ? `(${total}) ` : "") + (S.current ? `${circleTitle(S.current)} · Circle` : "Circle");
+  showBadge(total);
   const info = S.current && S.circles.find((c) => c.name === S.current);
   $("notifyrow").classList.toggle("hidden", !info);
   if (info) $("notify").value = info.notify || (info.direct ? "all" : "mentions");
@@ -2737,6 +2744,7 @@ $("menu").addEventListener("click", (event) => {
   else if (panel === "sessions") openSessions();
   else if (panel === "tokens") openTokens();
   else if (panel === "device") openDeviceApproval(null);
+  else if (panel === "push") togglePush();
   else if (panel === "admin") openAdmin();
 });
 document.addEventListener("click", (event) => {
@@ -3381,10 +3389,11 @@ $("back").addEventListener("click", () => {
 
 // ---------------------------------------------------------------- start
 
-/// Reads a #setup= or #invite= link once and takes it out of the address bar, so the secret
-/// does not stay in the history or on the screen.
+/// Reads a #setup=, #invite=, #device= or #circle= link once and takes it out of the address
+/// bar, so a secret does not stay in the history or on the screen. #circle=NAME (a notification's
+/// click, docs/PAGE.md) opens that circle once signed in.
 function takeFragment() {
-  const match = /^#(setup|invite|device)=([^&]+)/.exec(location.hash);
+  const match = /^#(setup|invite|device|circle)=([^&]+)/.exec(location.hash);
   if (!match) return null;
   history.replaceState(null, "", location.pathname + location.search);
   return { kind: match[1], token: decodeURIComponent(match[2]) };
@@ -3401,6 +3410,7 @@ async function start() {
   S.setupRequired = !!(state && state.setupRequired);
   S.methods = (state && state.methods) || [];
   if (link && link.kind === "device") S.deviceCode = link.token;
+  if (link && link.kind === "circle") S.openAtStart = link.token;
   if (link && link.kind === "setup") {
     S.setupToken = link.token;
     showCard("setupform");
@@ -3419,6 +3429,10 @@ async function start() {
 // A link opened in a tab already showing the page changes only the fragment: read it the same way.
 window.addEventListener("hashchange", () => {
   const link = takeFragment();
+  if (link && link.kind === "circle") {
+    if (S.user) openCircle(link.token); else S.openAtStart = link.token;
+    return;
+  }
   if (link && link.kind === "device") {
     if (S.user) openDeviceApproval(link.token);
     else { S.deviceCode = link.token; showSignIn(""); }
@@ -3433,5 +3447,126 @@ window.addEventListener("hashchange", () => {
     showInvite(link.token);
   }
 });
+
+// ---------------------------------------------------------------- installable app and notifications
+
+/// The service worker (/assets/sw.js, scope /): registered once signed in, without asking for
+/// any permission; notifications are asked for only when "Notify me on this device" is turned on.
+const PUSH = { registration: null, subscribed: false, busy: false, badge: -1 };
+
+async function startWorker() {
+  if (!("serviceWorker" in navigator)) { showPushSwitch(); return; }
+  try {
+    PUSH.registration = await navigator.serviceWorker.register("/assets/sw.js", { scope: "/" });
+    const subscription = PUSH.registration.pushManager ? await PUSH.registration.pushManager.getSubscription() : null;
+    PUSH.subscribed = !!subscription && Notification.permission === "granted";
+  } catch (error) {
+    PUSH.registration = null;
+    console.warn("the service worker did not register:", error);
+  }
+  showPushSwitch();
+  PUSH.badge = -1;
+  renderCircles();
+}
+
+/// The worker asks an open page to show a circle (a notification was clicked).
+if ("serviceWorker" in navigator) {
+  navigator.serviceWorker.addEventListener("message", (event) => {
+    const data = event.data || {};
+    if (data.type === "open" && data.circle && S.user) openCircle(String(data.circle));
+  });
+}
+
+function showPushSwitch() {
+  const item = $("menupush");
+  item.setAttribute("aria-checked", PUSH.subscribed ? "true" : "false");
+  item.textContent = PUSH.subscribed ? "Notify me on this device: on" : "Notify me on this device: off";
+}
+
+/// The unread total as the app badge (where the browser has one) and to the worker, which
+/// counts on from it as pushes come.
+function showBadge(total) {
+  if (total === PUSH.badge) return;
+  PUSH.badge = total;
+  if (navigator.setAppBadge) {
+    (total ? navigator.setAppBadge(total) : navigator.clearAppBadge()).catch(() => { /* not installed */ });
+  }
+  const worker = navigator.serviceWorker && navigator.serviceWorker.controller;
+  if (worker) worker.postMessage({ type: "unread", total });
+}
+
+/// base64url → bytes (the VAPID key for applicationServerKey).
+function base64urlBytes(text) {
+  const base64 = text.replace(/-/g, "+").replace(/_/g, "/") + "===".slice((text.length + 3) % 4);
+  return Uint8Array.from(atob(base64), (c) => c.charCodeAt(0));
+}
+
+async function togglePush() {
+  if (PUSH.busy) return;
+  PUSH.busy = true;
+  try {
+    if (PUSH.subscribed) await disablePush(); else await enablePush();
+  } catch (error) {
+    toast("Notifications on this device: " + error.message);
+  } finally {
+    PUSH.busy = false;
+    showPushSwitch();
+  }
+}
+
+/// Turns notifications on for this browser: asks for the permission, subscribes with the
+/// server's VAPID key and gives the subscription to the server. Each failure says what failed.
+async function enablePush() {
+  if (!("serviceWorker" in navigator) || !("PushManager" in window) || !("Notification" in window)) {
+    throw new Error("this browser cannot receive push notifications");
+  }
+  const key = await api("/v1/push/key");
+  if (!key.enabled || !key.publicKey) throw new Error("this server sends no push notifications");
+  const permission = await Notification.requestPermission();
+  if (permission !== "granted") throw new Error("the browser's permission was not given (allow notifications for this site in its settings)");
+  if (!PUSH.registration) PUSH.registration = await navigator.serviceWorker.register("/assets/sw.js", { scope: "/" });
+  await navigator.serviceWorker.ready;
+  // A browser that cannot reach its push service may never answer: given up after 20 s (tests
+  // shorten it with sessionStorage "circle.pushTimeout", in ms), and a late subscription is undone.
+  const pending = PUSH.registration.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: base64urlBytes(key.publicKey) });
+  const limit = Number(sessionStorage.getItem("circle.pushTimeout")) || 20000;
+  let timer = null;
+  const late = new Promise((resolve) => { timer = setTimeout(() => resolve(null), limit); });
+  let subscription;
+  try {
+    subscription = await Promise.race([pending, late]);
+  } catch (error) {
+    throw new Error("the browser's push service refused to subscribe: " + (error && error.message ? error.message : error));
+  } finally {
+    clearTimeout(timer);
+  }
+  if (!subscription) {
+    pending.then((s) => s.unsubscribe()).catch(() => {});
+    throw new Error(`the browser's push service did not answer in ${Math.round(limit / 1000)} s`);
+  }
+  try {
+    await api("/v1/push/subscriptions", { method: "POST", body: JSON.stringify(subscription.toJSON()) });
+  } catch (error) {
+    await subscription.unsubscribe().catch(() => {});
+    throw new Error("the server did not take the subscription: " + error.message);
+  }
+  PUSH.subscribed = true;
+  toast("Notifications on this device are on.");
+}
+
+/// Turns them off: the browser forgets the subscription and the server deletes it.
+async function disablePush() {
+  const registration = PUSH.registration;
+  const subscription = registration && registration.pushManager ? await registration.pushManager.getSubscription() : null;
+  PUSH.subscribed = false;
+  if (!subscription) return;
+  const endpoint = subscription.endpoint;
+  await subscription.unsubscribe().catch(() => {});
+  try {
+    await api(`/v1/push/subscriptions?endpoint=${encodeURIComponent(endpoint)}`, { method: "DELETE" });
+  } catch (error) {
+    if (!(error instanceof APIError && error.status === 404)) throw new Error("the server did not delete the subscription: " + error.message);
+  }
+}
 
 start();
