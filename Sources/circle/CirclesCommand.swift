@@ -190,6 +190,8 @@ struct CirclesCommand: AsyncParsableCommand {
             if let keep = setting.keep { parts.append("keeps the newest \(keep) entr\(keep == 1 ? "y" : "ies")") }
             return parts.isEmpty ? "keeps everything" : parts.joined(separator: " and ")
         }
+    }
+
     struct SystemEntries: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "system-entries",
