@@ -188,11 +188,12 @@ struct PushAwayLiveTests {
         #expect(service.calls.map(\.uri) == ["/push/carol", "/push/bob"])
     }
 
-    @Test("a burst of mentions becomes at most two pushes, the last of them the newest post")
+    @Test("a burst of mentions becomes at most two pushes, the newest post among them")
     func burst() async throws {
         let server = TestServer()
         Self.configure(&server.configuration)
-        server.configuration.push.burstInterval = .seconds(2)
+        let interval = Duration.seconds(10)
+        server.configuration.push.burstInterval = interval
         defer { server.remove() }
         let running = try await server.start()
         let store = running.services.store
@@ -206,21 +207,28 @@ struct PushAwayLiveTests {
         #expect(added.status == 201 || added.status == 200, "\(added.body)")
         let (key, auth) = try await live.subscribe(server, "bob", endpoint: "http://127.0.0.1:\(service.port)/push/bob")
         // Seq 1 is the system entry of bob's addition; the mentions are 2…6.
+        let started = ContinuousClock.now
         for index in 1...5 { try await live.post(server, "alice", "den", "@bob \(index)", id: "b\(index)") }
-        // However the claims fell, the outbox empties and the newest post is the last push.
-        let deadline = ContinuousClock.now + .seconds(20)
+        let posting = ContinuousClock.now - started
+        func pushedSeqs() throws -> [Int64] {
+            try service.calls.map { try JSONDecoder().decode(PushPayload.self, from: Data(PushLiveTests.decrypt($0.body, receiver: key, auth: auth))).seq }
+        }
+        // However the claims fell, the outbox empties and the newest post is pushed.
+        let deadline = ContinuousClock.now + .seconds(60)
         while ContinuousClock.now < deadline {
-            if try await store.queuedPushes() == 0, let last = service.calls.last,
-                (try? JSONDecoder().decode(PushPayload.self, from: Data(PushLiveTests.decrypt(last.body, receiver: key, auth: auth))))?.seq == 6
-            {
-                break
-            }
-            try await Task.sleep(for: .milliseconds(20))
+            if try await store.queuedPushes() == 0, try pushedSeqs().contains(6) { break }
+            try await Task.sleep(for: .milliseconds(50))
         }
         #expect(try await store.queuedPushes() == 0)
-        let seqs = try service.calls.map { try JSONDecoder().decode(PushPayload.self, from: Data(PushLiveTests.decrypt($0.body, receiver: key, auth: auth))).seq }
-        #expect((1...2).contains(seqs.count), "\(seqs)")
-        #expect(seqs.last == 6)
+        let seqs = try pushedSeqs()
+        #expect(seqs.contains(6), "\(seqs)")
+        #expect(seqs.allSatisfy { (2...6).contains($0) }, "\(seqs)")
+        // Posted within one interval (not on a machine too loaded for that): the first push
+        // goes at once and the other four are folded into one, the newest. A push whose record
+        // failed may go again with its seq (at least once), so distinct seqs are counted.
+        if posting < interval {
+            #expect(Set(seqs).count <= 2, "posted in \(posting): \(seqs)")
+        }
         await server.stop()
     }
 
