@@ -154,7 +154,7 @@ struct BackupRestoreTests {
         process.standardError = errors
         process.standardOutput = FileHandle.nullDevice
         process.standardInput = FileHandle.nullDevice
-        try process.run()
+        try launch(process)
         let stderr = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         process.waitUntilExit()
         return (process.terminationStatus, stderr)
@@ -235,7 +235,7 @@ struct BackupRestoreTests {
             process.standardOutput = output
             process.standardError = errors
             process.standardInput = FileHandle.nullDevice
-            try process.run()
+            try launch(process)
             let listed = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
             let stderr = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
             process.waitUntilExit()

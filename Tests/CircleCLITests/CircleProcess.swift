@@ -53,7 +53,7 @@ final class CircleProcess {
         self.stdoutCollector = OutputCollector(output.fileHandleForReading)
         self.stderrCollector = OutputCollector(error.fileHandleForReading)
         // `run()` closes this process's copies of the child's pipe ends, so the readers see end of file.
-        try self.process.run()
+        try launch(self.process)
         self.stdoutCollector.start()
         self.stderrCollector.start()
     }

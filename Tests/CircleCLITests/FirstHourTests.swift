@@ -37,7 +37,7 @@ struct FirstHourTests {
         process.standardError = output
         process.standardInput = FileHandle.nullDevice
         let collector = OutputCollector(output.fileHandleForReading)
-        try process.run()
+        try launch(process)
         collector.start()
         let deadline = ContinuousClock.now + timeout
         while process.isRunning || !collector.isFinished {

@@ -136,7 +136,7 @@ struct ServeDataDirectoryTests {
         process.standardOutput = FileHandle.nullDevice
         process.standardError = error
         let collector = OutputCollector(error.fileHandleForReading)
-        try process.run()
+        try launch(process)
         collector.start()
         let deadline = ContinuousClock.now + .seconds(60)
         while process.isRunning || !collector.isFinished {

@@ -88,7 +88,7 @@ struct HTTP2Tests {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             process.terminationHandler = { _ in continuation.resume() }
             do {
-                try process.run()
+                try launch(process)
             } catch {
                 process.terminationHandler = nil
                 continuation.resume()

@@ -92,7 +92,7 @@ public actor PostgresTestServer {
         let output = Pipe()
         process.standardOutput = output
         process.standardInput = FileHandle.nullDevice
-        try process.run()
+        try launch(process)
         // initdb and a start take a few seconds, bounded by the script's own timeouts. The blocking
         // read and wait run on a thread of their own, not on the tests' cooperative pool.
         let (status, text) = await withCheckedContinuation { (continuation: CheckedContinuation<(Int32, String), Never>) in

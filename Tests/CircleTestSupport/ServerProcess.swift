@@ -77,7 +77,7 @@ public final class ServerProcess: @unchecked Sendable {
         }
         // The child has its own copy of the log's descriptor; ours is closed once it runs.
         defer { try? log?.close() }
-        try process.run()
+        try launch(process)
         self.process = process
         // Generous: every suite runs at once on a loaded machine, and a node's migration may wait
         // for another node's. An early exit ends the wait at once (below).
