@@ -2,9 +2,12 @@ import Foundation
 
 private let processLaunchLock = NSLock()
 
-/// Starts `process`, one launch at a time in this test process. Foundation's `Process.run()`
-/// crashed (signal 11 in a memcpy inside it) while the tests launched processes from several
-/// threads at once; every test that starts a process goes through here.
+/// Starts `process`, one launch at a time in this test process; every test that starts a
+/// process goes through here. Foundation's `Process.run()` (Swift 6.3.1) crashed twice in full
+/// test runs with signal 11 in a memcpy inside it. The likely cause is not concurrency but an
+/// over-read of `dirent.d_name` in its `findMaximumOpenFromProcSelfFD()`
+/// (swiftlang/swift-corelibs-foundation#5472), which this lock does not prevent: the one place
+/// to replace `Process.run()` with a launcher of our own (posix_spawn) until the fix ships.
 public func launch(_ process: Process) throws {
     processLaunchLock.lock()
     defer { processLaunchLock.unlock() }
