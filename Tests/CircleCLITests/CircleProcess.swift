@@ -27,7 +27,7 @@ final class CircleProcess {
             .path
     }
 
-    private let process = Process()
+    private let process: SpawnedProcess
     private let input = Pipe()
     private let stdoutCollector: OutputCollector
     private let stderrCollector: OutputCollector
@@ -43,17 +43,21 @@ final class CircleProcess {
         self.arguments = arguments
         let output = Pipe()
         let error = Pipe()
-        self.process.executableURL = URL(fileURLWithPath: path)
-        self.process.arguments = arguments
-        if let directory { self.process.currentDirectoryURL = URL(fileURLWithPath: directory) }
-        if !environment.isEmpty { self.process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 } }
-        self.process.standardInput = self.input
-        self.process.standardOutput = output
-        self.process.standardError = error
+        self.process = try SpawnedProcess(
+            executable: path,
+            arguments: arguments,
+            directory: directory,
+            environment: environment.isEmpty ? nil : ProcessInfo.processInfo.environment.merging(environment) { $1 },
+            standardInput: self.input.fileHandleForReading.fileDescriptor,
+            standardOutput: output.fileHandleForWriting.fileDescriptor,
+            standardError: error.fileHandleForWriting.fileDescriptor
+        )
+        // This process's copies of the child's pipe ends go, so the readers see end of file.
+        try self.input.fileHandleForReading.close()
+        try output.fileHandleForWriting.close()
+        try error.fileHandleForWriting.close()
         self.stdoutCollector = OutputCollector(output.fileHandleForReading)
         self.stderrCollector = OutputCollector(error.fileHandleForReading)
-        // `run()` closes this process's copies of the child's pipe ends, so the readers see end of file.
-        try launch(self.process)
         self.stdoutCollector.start()
         self.stderrCollector.start()
     }
