@@ -162,7 +162,7 @@ public final class WebSocket: Sendable {
                 throw handshakeError
             } catch {}
             if case ChannelError.connectTimeout = error {
-                throw WebSocketError(.connectTimeout, "no TCP connection to \(target.address) within the connect timeout", underlying: error)
+                throw WebSocketError(.connectTimeout, "no TCP connection to \(target.address) within \(configuration.connectTimeout.nanoseconds / 1_000_000) ms", underlying: error)
             }
             throw WebSocketError(.connectionFailed, "could not connect to \(target.address)", underlying: error)
         }

@@ -118,13 +118,13 @@ struct BackupRestoreTests {
         sender.closeInput()
         try await sender.waitForStdout("#300\n", timeout: .seconds(120))
         let ackedBefore = Set(Self.acked(sender.stdout))
-        let dump = try Self.runProgram(bin + "/pg_dump", ["--format=custom", "--file=" + root + "/circle.dump", database])
+        let dump = try await SpawnedProcess.run(bin + "/pg_dump", ["--format=custom", "--file=" + root + "/circle.dump", database], timeout: .seconds(300))
         #expect(dump.status == 0, "\(dump.stderr)")
         #expect(try await sender.waitForExit(timeout: .seconds(180)) == 0, "\(sender.stderr)")
         server.stop()
 
         let restoredDatabase = try await PostgresTestServer.shared.freshDatabase()
-        let restore = try Self.runProgram(bin + "/pg_restore", ["--no-owner", "--dbname=" + restoredDatabase, root + "/circle.dump"])
+        let restore = try await SpawnedProcess.run(bin + "/pg_restore", ["--no-owner", "--dbname=" + restoredDatabase, root + "/circle.dump"], timeout: .seconds(300))
         #expect(restore.status == 0, "\(restore.stderr)")
         let again = ServerProcess(port: try unusedPort(), dataDirectory: root + "/data", arguments: ["--postgres", restoredDatabase])
         try await again.start()
@@ -143,21 +143,6 @@ struct BackupRestoreTests {
         let live = await reader.posts(in: "storm", timeout: .seconds(30)) { $0.seq == newest + 1 }
         #expect(live.posts.last?.text == "after the restore")
         await reader.close()
-    }
-
-    /// Runs a program to its end; its status and what it wrote to stderr.
-    private static func runProgram(_ path: String, _ arguments: [String]) throws -> (status: Int32, stderr: String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: path)
-        process.arguments = arguments
-        let errors = Pipe()
-        process.standardError = errors
-        process.standardOutput = FileHandle.nullDevice
-        process.standardInput = FileHandle.nullDevice
-        try launch(process)
-        let stderr = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        return (process.terminationStatus, stderr)
     }
 
     @Test("bad input: a destination that is not empty, a data directory without a database, a damaged or incomplete backup, a manifest that points outside; nothing is written")
@@ -224,22 +209,12 @@ struct BackupRestoreTests {
         // own; root only): status 5, "the disk is full", nothing left there.
         if getuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/bin/unshare") {
             try FileManager.default.createDirectory(atPath: root + "/small", withIntermediateDirectories: true)
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/unshare")
-            process.arguments = [
+            let result = try await SpawnedProcess.run("/usr/bin/unshare", [
                 "-m", "/bin/sh", "-c", #"mount -t tmpfs -o size=64k tmpfs "$0" && "$1" backup "$0/b" --data "$2"; status=$?; ls -A "$0"; exit $status"#,
                 root + "/small", CircleProcess.executablePath, root + "/data",
-            ]
-            let output = Pipe()
-            let errors = Pipe()
-            process.standardOutput = output
-            process.standardError = errors
-            process.standardInput = FileHandle.nullDevice
-            try launch(process)
-            let listed = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            let stderr = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            process.waitUntilExit()
-            #expect(process.terminationStatus == 5, "\(stderr)")
+            ])
+            let (listed, stderr) = (result.stdout, result.stderr)
+            #expect(result.status == 5, "\(stderr)")
             #expect(stderr.contains("the disk is full"), "\(stderr)")
             #expect(listed.isEmpty, "left behind: \(listed)")
         }

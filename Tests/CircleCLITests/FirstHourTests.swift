@@ -29,15 +29,17 @@ struct FirstHourTests {
     /// Runs a shell pipeline through bash and returns its stdout (the pipeline prints what the
     /// test needs, such as PIPESTATUS).
     private func shell(_ script: String, timeout: Duration = .seconds(40)) async throws -> String {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/bash")
-        process.arguments = ["-c", script]
         let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        process.standardInput = FileHandle.nullDevice
+        let input = try SpawnedProcess.open("/dev/null", forWriting: false)
+        defer { close(input) }
+        let process = try SpawnedProcess(
+            executable: "/bin/bash", arguments: ["-c", script],
+            standardInput: input,
+            standardOutput: output.fileHandleForWriting.fileDescriptor,
+            standardError: output.fileHandleForWriting.fileDescriptor
+        )
+        try output.fileHandleForWriting.close()
         let collector = OutputCollector(output.fileHandleForReading)
-        try launch(process)
         collector.start()
         let deadline = ContinuousClock.now + timeout
         while process.isRunning || !collector.isFinished {

@@ -128,25 +128,8 @@ struct ServeDataDirectoryTests {
 
     /// Runs a program to its end (at most 60 s) and returns its status and stderr.
     private static func run(_ executable: String, _ arguments: [String]) async throws -> (status: Int32, stderr: String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        let error = Pipe()
-        process.standardInput = FileHandle.nullDevice
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = error
-        let collector = OutputCollector(error.fileHandleForReading)
-        try launch(process)
-        collector.start()
-        let deadline = ContinuousClock.now + .seconds(60)
-        while process.isRunning || !collector.isFinished {
-            guard ContinuousClock.now < deadline else {
-                if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-                throw CircleProcess.TimedOut(description: "\(executable) \(arguments) still running after 60 s; stderr: \(collector.text)")
-            }
-            try await Task.sleep(for: .milliseconds(20))
-        }
-        return (process.terminationStatus, collector.text)
+        let result = try await SpawnedProcess.run(executable, arguments)
+        return (result.status, result.stderr)
     }
 }
 #endif

@@ -80,21 +80,22 @@ struct HTTP2Tests {
         }
         let isVersion = arguments == ["-V"]
         _ = FileManager.default.createFile(atPath: base + ".out", contents: nil)
-        let output = try FileHandle(forWritingTo: URL(fileURLWithPath: base + ".out"))
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["curl"] + (isVersion ? arguments : ["-s", "-m", "20", "-w", "%{http_code} %{http_version}\\n", "-o", base + ".body"] + arguments)
-        process.standardOutput = output
+        let output = try SpawnedProcess.open(base + ".out", forWriting: true)
+        defer { close(output) }
+        let input = try SpawnedProcess.open("/dev/null", forWriting: false)
+        defer { close(input) }
+        let process = try SpawnedProcess(
+            executable: "/usr/bin/env",
+            arguments: ["curl"] + (isVersion ? arguments : ["-s", "-m", "20", "-w", "%{http_code} %{http_version}\\n", "-o", base + ".body"] + arguments),
+            standardInput: input, standardOutput: output, standardError: 2
+        )
+        // curl ends within its -m 20; the blocking wait runs on a thread of its own.
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            process.terminationHandler = { _ in continuation.resume() }
-            do {
-                try launch(process)
-            } catch {
-                process.terminationHandler = nil
+            Thread.detachNewThread {
+                process.waitUntilExit()
                 continuation.resume()
             }
         }
-        try? output.close()
         let text = (try? String(contentsOfFile: base + ".out", encoding: .utf8)) ?? ""
         guard !isVersion else { return CurlResult(status: 0, version: "", data: Data(), output: text) }
         let body = (try? Data(contentsOf: URL(fileURLWithPath: base + ".body"))) ?? Data()

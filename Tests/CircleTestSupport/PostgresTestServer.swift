@@ -86,13 +86,16 @@ public actor PostgresTestServer {
     static func script(_ arguments: [String]) async throws -> String {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         let script = root.appendingPathComponent("scripts/postgres-test-server").path
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/bash")
-        process.arguments = [script] + arguments
         let output = Pipe()
-        process.standardOutput = output
-        process.standardInput = FileHandle.nullDevice
-        try launch(process)
+        let input = try SpawnedProcess.open("/dev/null", forWriting: false)
+        defer { close(input) }
+        let process = try SpawnedProcess(
+            executable: "/bin/bash", arguments: [script] + arguments,
+            standardInput: input, standardOutput: output.fileHandleForWriting.fileDescriptor, standardError: 2
+        )
+        // Ours goes, so that the read below sees end of file when the script (and what it
+        // started in the background, which must not hold stdout) is done.
+        try output.fileHandleForWriting.close()
         // initdb and a start take a few seconds, bounded by the script's own timeouts. The blocking
         // read and wait run on a thread of their own, not on the tests' cooperative pool.
         let (status, text) = await withCheckedContinuation { (continuation: CheckedContinuation<(Int32, String), Never>) in

@@ -10,7 +10,7 @@ public final class ServerProcess: @unchecked Sendable {
     // @unchecked: driven by one test task at a time.
     public let port: Int
     public let dataDirectory: String
-    private var process: Process?
+    private var process: SpawnedProcess?
     /// More `circle serve` options.
     public let arguments: [String]
     /// Run the server with this open-file limit (`ulimit -n`, soft and hard).
@@ -45,39 +45,32 @@ public final class ServerProcess: @unchecked Sendable {
         guard FileManager.default.isExecutableFile(atPath: Self.binary.path) else {
             throw ServerProcessError("\(Self.binary.path) is missing: run `swift build` first")
         }
-        let process = Process()
         let arguments = [
             "serve", "--port", "\(self.port)", "--data", self.dataDirectory, "--jwt-secret", testSecret,
             "--log-level", "warning", "--posts-per-second", "10000", "--post-burst", "10000",
         ] + self.arguments
+        let executable: String
+        let commandArguments: [String]
         if self.openFileLimit != nil || self.cpuList != nil {
             // The shell sets the limit and becomes the server (exec; taskset execs too), so the
             // pid is the server's.
             let limit = self.openFileLimit.map { "ulimit -n \($0) && " } ?? ""
             let pin = self.cpuList.map { "taskset -c \($0) " } ?? ""
-            process.executableURL = URL(fileURLWithPath: "/bin/sh")
-            process.arguments = ["-c", "\(limit)exec \(pin)\"$0\" \"$@\"", Self.binary.path] + arguments
+            executable = "/bin/sh"
+            commandArguments = ["-c", "\(limit)exec \(pin)\"$0\" \"$@\"", Self.binary.path] + arguments
         } else {
-            process.executableURL = Self.binary
-            process.arguments = arguments
+            executable = Self.binary.path
+            commandArguments = arguments
         }
-        var log: FileHandle?
-        if let logFile = self.logFile {
-            if !FileManager.default.fileExists(atPath: logFile) {
-                _ = FileManager.default.createFile(atPath: logFile, contents: nil)
-            }
-            guard let handle = FileHandle(forWritingAtPath: logFile) else { throw ServerProcessError("cannot write \(logFile)") }
-            handle.seekToEndOfFile()
-            process.standardOutput = handle
-            process.standardError = handle
-            log = handle
-        } else {
-            process.standardOutput = FileHandle.nullDevice
-            process.standardError = FileHandle.nullDevice
-        }
-        // The child has its own copy of the log's descriptor; ours is closed once it runs.
-        defer { try? log?.close() }
-        try launch(process)
+        let input = try SpawnedProcess.open("/dev/null", forWriting: false)
+        defer { close(input) }
+        let output = try SpawnedProcess.open(self.logFile ?? "/dev/null", forWriting: true)
+        // The child has its own copies of the descriptors; ours are closed once it runs.
+        defer { close(output) }
+        let process = try SpawnedProcess(
+            executable: executable, arguments: commandArguments,
+            standardInput: input, standardOutput: output, standardError: output
+        )
         self.process = process
         // Generous: every suite runs at once on a loaded machine, and a node's migration may wait
         // for another node's. An early exit ends the wait at once (below).

@@ -12,13 +12,13 @@ import Glibc
 /// (swiftlang/swift-corelibs-foundation#5472, fixed upstream, not in Swift 6.3.1). It did, twice
 /// in a day of full runs here. This does what the tests need of `Process` without that scan:
 /// the child's descriptors above 2 are closed with `posix_spawn_file_actions_addclosefrom_np`.
-final class SpawnedProcess: @unchecked Sendable {
+public final class SpawnedProcess: @unchecked Sendable {
     // @unchecked: `waitStatus` is only touched while `lock` is held.
-    let processIdentifier: pid_t
+    public let processIdentifier: pid_t
     private let lock = NSLock()
     private var waitStatus: Int32?
 
-    struct SpawnError: Error, CustomStringConvertible {
+    public struct SpawnError: Error, CustomStringConvertible {
         public var code: Int32
         public var executable: String
         public var description: String { "posix_spawn \(self.executable) failed: \(String(cString: strerror(self.code)))" }
@@ -27,7 +27,7 @@ final class SpawnedProcess: @unchecked Sendable {
     /// Starts `executable` with `arguments`, its stdin, stdout and stderr on the given
     /// descriptors, in `directory` when given, with `environment` (this process's when `nil`),
     /// every signal at its default disposition and none blocked.
-    init(
+    public init(
         executable: String,
         arguments: [String],
         directory: String? = nil,
@@ -88,7 +88,7 @@ final class SpawnedProcess: @unchecked Sendable {
     }
 
     /// Whether the child has not exited yet (reaps it when it has).
-    var isRunning: Bool {
+    public var isRunning: Bool {
         self.lock.withLock {
             guard self.waitStatus == nil else { return false }
             var status: Int32 = 0
@@ -101,7 +101,7 @@ final class SpawnedProcess: @unchecked Sendable {
 
     /// As `Process.terminationStatus`: the exit status, or the signal that ended the child.
     /// Only meaningful once ``isRunning`` is `false`.
-    var terminationStatus: Int32 {
+    public var terminationStatus: Int32 {
         self.lock.withLock {
             guard let status = self.waitStatus, status >= 0 else { return -1 }
             let signal = status & 0x7F
@@ -110,7 +110,81 @@ final class SpawnedProcess: @unchecked Sendable {
     }
 
     /// Sends SIGINT.
-    func interrupt() {
+    public func interrupt() {
         kill(self.processIdentifier, SIGINT)
+    }
+
+    /// Sends SIGTERM.
+    public func terminate() {
+        kill(self.processIdentifier, SIGTERM)
+    }
+
+    /// Blocks until the child has exited (reaping it). Call it off the cooperative pool, or
+    /// after a signal that ends the child at once.
+    public func waitUntilExit() {
+        if self.lock.withLock({ self.waitStatus != nil }) { return }
+        var status: Int32 = 0
+        var reaped: pid_t
+        repeat {
+            reaped = waitpid(self.processIdentifier, &status, 0)
+        } while reaped == -1 && errno == EINTR
+        self.lock.withLock {
+            // `isRunning` on another thread may have reaped it first (then this saw ECHILD).
+            if self.waitStatus == nil { self.waitStatus = reaped == self.processIdentifier ? status : -1 }
+        }
+    }
+
+    /// What ``run(_:_:timeout:)`` saw.
+    public struct Finished: Sendable {
+        public var status: Int32
+        public var stdout: String
+        public var stderr: String
+    }
+
+    /// Runs `executable` with `arguments` to its end (stdin from /dev/null), at most `timeout`:
+    /// then it is killed and this throws.
+    public static func run(_ executable: String, _ arguments: [String], timeout: Duration = .seconds(60)) async throws -> Finished {
+        let base = NSTemporaryDirectory() + "spawned-\(getpid())-\(UUID().uuidString)"
+        defer {
+            unlink(base + ".out")
+            unlink(base + ".err")
+        }
+        let process: SpawnedProcess
+        do {
+            let input = try Self.open("/dev/null", forWriting: false)
+            defer { close(input) }
+            let output = try Self.open(base + ".out", forWriting: true)
+            defer { close(output) }
+            let errors = try Self.open(base + ".err", forWriting: true)
+            defer { close(errors) }
+            process = try SpawnedProcess(executable: executable, arguments: arguments, standardInput: input, standardOutput: output, standardError: errors)
+        }
+        let deadline = ContinuousClock.now + timeout
+        while process.isRunning {
+            guard ContinuousClock.now < deadline else {
+                kill(process.processIdentifier, SIGKILL)
+                process.waitUntilExit()
+                let stderr = (try? String(contentsOfFile: base + ".err", encoding: .utf8)) ?? ""
+                throw TimedOut(description: "\(executable) \(arguments) still running after \(timeout); stderr: \(stderr)")
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        return Finished(
+            status: process.terminationStatus,
+            stdout: (try? String(contentsOfFile: base + ".out", encoding: .utf8)) ?? "",
+            stderr: (try? String(contentsOfFile: base + ".err", encoding: .utf8)) ?? ""
+        )
+    }
+
+    public struct TimedOut: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    /// Opens `path` for the child's standard input (read) or output (append, created when
+    /// missing); the caller closes the descriptor once the child has started.
+    public static func open(_ path: String, forWriting: Bool) throws -> Int32 {
+        let fd = forWriting ? Glibc.open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o644) : Glibc.open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw SpawnError(code: errno, executable: path) }
+        return fd
     }
 }
