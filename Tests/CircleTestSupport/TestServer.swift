@@ -17,6 +17,9 @@ public final class TestServer: @unchecked Sendable {
     public private(set) var server: CircleServer?
     /// The store to serve from; `nil`: the server's own SQLite store in ``dataDirectory``.
     public var store: (any CircleStore)?
+    /// This server's own HTTP connections: with `URLSession.shared` a pooled keep-alive
+    /// connection to an earlier test's server that had the same port was reused and reset (CI).
+    private let session = URLSession(configuration: .ephemeral)
 
     /// - Parameter dataDirectory: by default a new temporary directory; another server's to share it.
     public init(limits: CircleServerConfiguration.Limits = .init(), echo: Bool = false, dev: Bool = false, dataDirectory: String? = nil) {
@@ -83,8 +86,12 @@ public final class TestServer: @unchecked Sendable {
             request.httpBody = Data(json.utf8)
             request.setValue("application/json", forHTTPHeaderField: "Content-Type")
         }
-        let (data, response) = try await URLSession.shared.data(for: request)
+        let (data, response) = try await self.session.data(for: request)
         return ((response as! HTTPURLResponse).statusCode, String(decoding: data, as: UTF8.self))
+    }
+
+    deinit {
+        self.session.finishTasksAndInvalidate()
     }
 
     public func createCircle(_ name: String, owner: String, isPrivate: Bool = false) async throws {
