@@ -229,8 +229,14 @@ struct PushAwayLiveTests {
         // Posted within one interval (not on a machine too loaded for that): the first push
         // goes at once and the other four are folded into one, the newest. A push whose record
         // failed may go again with its seq (at least once), so distinct seqs are counted.
+        let metrics = try await server.http("GET", "/metrics").body
+        let delivered = NodeFanoutTests.counter(#"circle_pushes_total{result="delivered"}"#, in: metrics)
+        let folded = NodeFanoutTests.counter(#"circle_pushes_total{result="folded"}"#, in: metrics)
+        #expect(delivered >= 1, "\(metrics)")
         if posting < interval {
             #expect(Set(seqs).count <= 2, "posted in \(posting): \(seqs)")
+            // Five pushes, at most two sent: the others were folded, and counted.
+            #expect(folded >= 3, "folded \(folded), delivered \(delivered)")
         }
         await server.stop()
     }

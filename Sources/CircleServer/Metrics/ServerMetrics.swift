@@ -92,6 +92,22 @@ final class ServerMetrics: Sendable {
         CoreMetrics.Counter(label: "circle_limit_hits_total", dimensions: [("limit", limit)], factory: self.factory).increment()
     }
 
+    /// Counts a push that was settled (sent or not) by how: docs/API.md lists the results.
+    func push(_ result: PushResult) {
+        let name: String
+        switch result {
+        case .delivered: name = "delivered"
+        case .gone: name = "gone"
+        case .retry: name = "retry"
+        case .dropped: name = "dropped"
+        case .released: return
+        case .present: name = "present"
+        case .folded: name = "folded"
+        case .deferred: name = "deferred"
+        }
+        CoreMetrics.Counter(label: "circle_pushes_total", dimensions: [("result", name)], factory: self.factory).increment()
+    }
+
     /// Counts an HTTP request by route and status.
     func httpRequest(route: String, status: UInt) {
         CoreMetrics.Counter(label: "circle_http_requests_total", dimensions: [("route", route), ("status", "\(status)")], factory: self.factory)
@@ -135,6 +151,7 @@ final class ServerMetrics: Sendable {
         "circle_node_signals_sent_total": "Signals sent to the other nodes sharing the store.",
         "circle_node_signals_received_total": "Signals received from the other nodes sharing the store.",
         "circle_node_reads_total": "Store reads for posts this node learned of without their content (holes, lost signals).",
+        "circle_pushes_total": "Pushes claimed from the outbox, by what became of them: delivered, gone, retry, dropped, present, folded, deferred.",
         "circle_pushes_skipped_connected_total": "Pushes not sent because their recipient was connected, or was within --push-away-after.",
         "circle_connection_marks_written_total": "Users' connection counts this node wrote to the store for the push away rule (at connection opens and closes, coalesced).",
         "circle_heap_trims_total": "Times the server returned the allocator's free pages to the kernel (heapTrimInterval).",

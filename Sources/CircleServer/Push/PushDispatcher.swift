@@ -259,6 +259,7 @@ final class PushDispatcher: Sendable {
                 for await result in group { results.append(result) }
                 return results
             }
+            for (_, result) in results { self.metrics.push(result) }
             do {
                 try await self.store.finishPushes(results, node: self.node)
                 let sent = results.filter { $0.result == .delivered }.map { PushBurstKey($0.push) }
