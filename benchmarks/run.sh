@@ -4,12 +4,12 @@
 #
 #   benchmarks/run.sh --all            # everything (about 33 min on 2 cores), the default
 #   benchmarks/run.sh --smoke          # every script for a moment with small counts (about 80 s): do they work?
-#   benchmarks/run.sh echo fanout      # only these: echo client fanout idle recovery postpath nodes search
+#   benchmarks/run.sh echo fanout      # only these: echo client fanout idle recovery postpath nodes search push
 #   benchmarks/run.sh --build --all    # build circle and the Swift peers (release) first
 #   benchmarks/run.sh --publish --all  # also write docs/bench/ (results/*.json, *.png, tables.md)
 #
 # Extra options per script: ECHO_ARGS, CLIENT_ARGS, FANOUT_ARGS, IDLE_ARGS, RECOVERY_ARGS,
-# POSTPATH_ARGS, NODES_ARGS, SEARCH_ARGS, e.g. IDLE_ARGS="--counts 1000" benchmarks/run.sh idle
+# POSTPATH_ARGS, NODES_ARGS, SEARCH_ARGS, PUSH_ARGS, e.g. IDLE_ARGS="--counts 1000" benchmarks/run.sh idle
 # The JSON results go to a fresh /tmp/circle-bench.* directory, or to OUT=dir. CIRCLE_BIN=path
 # measures another circle binary (a debug build is fine for --smoke, not for figures).
 set -euo pipefail
@@ -25,13 +25,13 @@ for arg in "$@"; do
         --build) build=1 ;;
         --smoke) smoke=1 ;;
         --publish) publish=1 ;;
-        --all) names=(echo client fanout idle recovery postpath nodes search) ;;
-        echo|client|fanout|idle|recovery|postpath|nodes|search) names+=("$arg") ;;
+        --all) names=(echo client fanout idle recovery postpath nodes search push) ;;
+        echo|client|fanout|idle|recovery|postpath|nodes|search|push) names+=("$arg") ;;
         -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
         *) echo "unknown argument: $arg (see --help)" >&2; exit 64 ;;
     esac
 done
-[[ ${#names[@]} -eq 0 ]] && names=(echo client fanout idle recovery postpath nodes search)
+[[ ${#names[@]} -eq 0 ]] && names=(echo client fanout idle recovery postpath nodes search push)
 
 if [[ $build == 1 ]]; then
     (cd "$repo" && nice -n 10 swift build -c release --product circle --scratch-path .build-release)
@@ -66,6 +66,7 @@ if [[ $smoke == 1 ]]; then
     POSTPATH_ARGS="--writers 1,2 --webhooks off,on --warmup 0.3 --duration 1 --floor-duration 1 ${POSTPATH_ARGS:-}"
     NODES_ARGS="--smoke ${NODES_ARGS:-}"
     SEARCH_ARGS="--posts 3000 --circles 30 --queries 10 --warmup 2 ${SEARCH_ARGS:-}"
+    PUSH_ARGS="--people 50 --writers 1 --duration 1 --crypto-count 200 ${PUSH_ARGS:-}"
 else
     ECHO_ARGS="--servers $servers --repeat 3 ${ECHO_ARGS:-}"
     CLIENT_ARGS="--repeat 3 ${CLIENT_ARGS:-}"
@@ -103,7 +104,7 @@ if [[ $publish == 1 && $smoke == 0 ]]; then
     compgen -G "$out/*.png" >/dev/null && cp "$out"/*.png "$repo/docs/bench/"
     # The tables of every benchmark published so far, not only of this run's.
     published=()
-    for name in echo client fanout idle recovery postpath nodes search; do
+    for name in echo client fanout idle recovery postpath nodes search push; do
         [[ -s "$repo/docs/bench/results/$name.json" ]] && published+=("$repo/docs/bench/results/$name.json")
     done
     "$py" summary.py "${published[@]}" >"$repo/docs/bench/tables.md"

@@ -54,6 +54,32 @@ import Testing
         #expect(longest.count <= 4096 + 86)
     }
 
+    /// One VAPID header per push service origin, made anew after an hour, valid 12 hours.
+    @Test func vapidHeadersAreReusedPerOriginForAnHour() {
+        var cache = VAPIDHeaderCache()
+        var signed: [Int64] = []
+        func header(_ audience: String, at now: Int64) -> String {
+            cache.header(audience: audience, subject: "mailto:ops@example.com", now: now) { expires in
+                signed.append(expires)
+                return "\(audience) until \(expires)"
+            }
+        }
+        let start: Int64 = 1_800_000_000
+        #expect(header("https://a.example", at: start) == "https://a.example until \(start + 12 * 3600)")
+        #expect(header("https://a.example", at: start + 3599) == "https://a.example until \(start + 12 * 3600)")
+        #expect(header("https://b.example", at: start + 10) == "https://b.example until \(start + 10 + 12 * 3600)")
+        #expect(signed.count == 2)
+        // After an hour, and when the clock went back, a new one.
+        #expect(header("https://a.example", at: start + 3600) == "https://a.example until \(start + 3600 + 12 * 3600)")
+        #expect(header("https://a.example", at: start) == "https://a.example until \(start + 12 * 3600)")
+        #expect(signed.count == 4)
+        // Bounded: past the capacity it starts again.
+        for index in 0..<VAPIDHeaderCache.capacity + 5 { _ = header("https://\(index).example", at: start) }
+        let count = signed.count
+        _ = header("https://0.example", at: start)
+        #expect(signed.count == count + 1, "the first origins were forgotten when the cache started again")
+    }
+
     /// `vapid t=<JWT>,k=<key>`: an ES256 JWT whose header and claims are what RFC 8292 asks,
     /// whose signature verifies with the key in `k`.
     @Test func vapidHeaderShape() throws {

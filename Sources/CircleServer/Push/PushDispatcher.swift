@@ -169,6 +169,7 @@ final class PushDispatcher: Sendable {
     private let presence: PushPresence
     private let http: OutboundHTTP
     private let bell = Doorbell()
+    private let vapidHeaders = NIOLockedValueBox(VAPIDHeaderCache())
 
     init(store: any CircleStore, settings: PushSettings, allowPrivateOutbound: Bool, node: String, metrics: ServerMetrics, logger: Logger) {
         self.store = store
@@ -182,7 +183,9 @@ final class PushDispatcher: Sendable {
             policy: OutboundAddressPolicy(allowsPrivate: allowPrivateOutbound || settings.allowPrivateAddresses),
             timeout: settings.timeout,
             maxBodyBytes: 4096,
-            pool: HTTPConnectionPool(maxIdlePerTarget: 4)
+            // As many as are sent at once: a push service is one origin, and with fewer kept
+            // every round of a fan-out opened the rest anew.
+            pool: HTTPConnectionPool(maxIdlePerTarget: settings.maxInFlight)
         )
     }
 
@@ -251,9 +254,12 @@ final class PushDispatcher: Sendable {
                 }
             }
             let sending = due
+            // Read once per entry and circle, not per push: a fan-out claims many pushes of one post.
+            let entries = await self.entries(of: sending)
             results += await withTaskGroup(of: (PendingPush, PushResult).self) { group in
                 for push in sending {
-                    group.addTask { (push, await self.send(push, key: vapid, contact: contact)) }
+                    let (entry, direct) = entries[PushEntryKey(circle: push.circle, seq: push.seq)] ?? (nil, false)
+                    group.addTask { (push, await self.send(push, entry: entry, direct: direct, key: vapid, contact: contact)) }
                 }
                 var results: [(push: PendingPush, result: PushResult)] = []
                 for await result in group { results.append(result) }
@@ -275,12 +281,32 @@ final class PushDispatcher: Sendable {
         await self.http.pool?.closeAll()
     }
 
-    /// One attempt of one push.
-    func send(_ push: PendingPush, key: VAPIDKey, contact: String) async -> PushResult {
+    private struct PushEntryKey: Hashable {
+        var circle: String
+        var seq: Int64
+    }
+
+    /// The entries `pushes` report (`nil` when it is gone), and whether each one's circle is a
+    /// direct message: what their payloads say.
+    private func entries(of pushes: [PendingPush]) async -> [PushEntryKey: (entry: CirclePost?, direct: Bool)] {
+        var direct: [String: Bool] = [:]
+        var entries: [PushEntryKey: (entry: CirclePost?, direct: Bool)] = [:]
+        for push in pushes {
+            let key = PushEntryKey(circle: push.circle, seq: push.seq)
+            guard entries[key] == nil else { continue }
+            if direct[push.circle] == nil {
+                direct[push.circle] = (try? await self.store.circle(named: push.circle))?.direct != nil
+            }
+            let entry = try? await self.store.posts(in: push.circle, after: push.seq - 1, limit: 1).first
+            entries[key] = (entry?.seq == push.seq ? entry : nil, direct[push.circle] ?? false)
+        }
+        return entries
+    }
+
+    /// One attempt of one push, about `entry` (`nil`: gone) in a direct message or not.
+    func send(_ push: PendingPush, entry: CirclePost?, direct: Bool, key: VAPIDKey, contact: String) async -> PushResult {
         if Task.isCancelled { return .released }
-        let entry = try? await self.store.posts(in: push.circle, after: push.seq - 1, limit: 1).first
-        let direct = (try? await self.store.circle(named: push.circle))?.direct != nil
-        let plaintext = PushPayload.body(push, entry: entry?.seq == push.seq ? entry : nil, direct: direct, contentFree: self.settings.contentFree)
+        let plaintext = PushPayload.body(push, entry: entry, direct: direct, contentFree: self.settings.contentFree)
         guard let subscriberKey = Base64URL.decode(push.subscription.p256dh), let auth = Base64URL.decode(push.subscription.auth),
             let body = try? WebPushEncryption.encrypt(plaintext, subscriberKey: subscriberKey, authSecret: auth),
             let audience = PushSubscription.origin(of: push.subscription.endpoint)
@@ -296,8 +322,10 @@ final class PushDispatcher: Sendable {
         headers.add(name: "Urgency", value: "high")
         headers.add(name: "Topic", value: PushTopic.topic(circle: push.circle))
         headers.add(name: "User-Agent", value: "Circle-Push/\(CircleVersion.current)")
-        // Valid 12 hours: within RFC 8292's 24, with room for clocks that disagree.
-        headers.add(name: "Authorization", value: key.authorization(audience: audience, subject: contact, expires: now / 1000 + 12 * 3600))
+        let authorization = self.vapidHeaders.withLockedValue {
+            $0.header(audience: audience, subject: contact, now: now / 1000) { key.authorization(audience: audience, subject: contact, expires: $0) }
+        }
+        headers.add(name: "Authorization", value: authorization)
         do {
             let response = try await self.http.post(push.subscription.endpoint, headers: headers, body: body)
             let result = PushAttempt.result(

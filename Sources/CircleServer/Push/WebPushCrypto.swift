@@ -16,7 +16,7 @@ extension Base64URL {
 /// The `aes128gcm` message encryption of Web Push (RFC 8291, over RFC 8188): ECDH on P-256
 /// between a fresh key pair and the subscriber's `p256dh` key, the subscription's `auth` secret,
 /// HKDF-SHA256, and one AES-128-GCM record.
-enum WebPushEncryption {
+package enum WebPushEncryption {
     /// The record size written in the header: one record holds the whole message.
     static let recordSize: UInt32 = 4096
     /// Header (salt 16, rs 4, idlen 1, key 65) and the GCM tag: what encryption adds to a plaintext.
@@ -24,14 +24,14 @@ enum WebPushEncryption {
     /// The longest plaintext: one record of ``recordSize`` less the tag and the delimiter.
     static let maxPlaintextBytes = Int(recordSize) - 16 - 1
 
-    enum Failure: Error, Equatable {
+    package enum Failure: Error, Equatable {
         case badSubscriberKey
         case tooLong
     }
 
     /// Encrypts `plaintext` for a subscriber. `ephemeral` and `salt` are fresh unless given (the
     /// RFC's example gives both); `padding` zero bytes are added after the delimiter.
-    static func encrypt(
+    package static func encrypt(
         _ plaintext: [UInt8],
         subscriberKey: [UInt8],
         authSecret: [UInt8],
@@ -74,12 +74,46 @@ enum WebPushEncryption {
     }
 }
 
+/// The VAPID `Authorization` headers in use, one per push service origin: an ES256 signature
+/// costs more than the encryption's AES-GCM, and RFC 8292 lets one JWT serve every push to its
+/// audience until it expires. A header is made valid for ``lifetime`` and replaced once it has
+/// been used for ``renewAfter``, so that every header sent has at least 11 hours left. Pure (the
+/// signing is passed in); the dispatcher keeps it behind a lock.
+struct VAPIDHeaderCache: Sendable {
+    /// Seconds a header is valid: within RFC 8292's 24 hours, with room for clocks that disagree.
+    static let lifetime: Int64 = 12 * 3600
+    /// Seconds after which a header is made anew.
+    static let renewAfter: Int64 = 3600
+    /// Origins kept at most; past it the cache starts again (push services are few: FCM,
+    /// Mozilla, Apple, Microsoft; a test's endpoints may be many).
+    static let capacity = 256
+
+    private struct Key: Hashable {
+        var audience: String
+        var subject: String
+    }
+    private var headers: [Key: (value: String, madeAt: Int64)] = [:]
+
+    /// The header for `audience` at `now` (seconds since 1970), made with `sign(expires)` when
+    /// there is none young enough.
+    mutating func header(audience: String, subject: String, now: Int64, sign: (_ expires: Int64) -> String) -> String {
+        let key = Key(audience: audience, subject: subject)
+        if let kept = self.headers[key], now >= kept.madeAt, now - kept.madeAt < Self.renewAfter {
+            return kept.value
+        }
+        if self.headers.count >= Self.capacity { self.headers.removeAll(keepingCapacity: true) }
+        let value = sign(now + Self.lifetime)
+        self.headers[key] = (value, now)
+        return value
+    }
+}
+
 /// VAPID (RFC 8292): the application server's P-256 key signs a short JWT for each push
 /// service origin; `Authorization: vapid t=<jwt>,k=<public key>`.
-struct VAPIDKey: Sendable {
+package struct VAPIDKey: Sendable {
     let privateKey: P256.Signing.PrivateKey
 
-    init(privateKey: P256.Signing.PrivateKey = P256.Signing.PrivateKey()) {
+    package init(privateKey: P256.Signing.PrivateKey = P256.Signing.PrivateKey()) {
         self.privateKey = privateKey
     }
 
@@ -100,7 +134,7 @@ struct VAPIDKey: Sendable {
 
     /// The `Authorization` header value for a push to `audience` (the endpoint's origin),
     /// valid until `expires` (seconds since 1970), naming `subject` (mailto: or https:).
-    func authorization(audience: String, subject: String, expires: Int64) -> String {
+    package func authorization(audience: String, subject: String, expires: Int64) -> String {
         struct Header: Encodable {
             var typ = "JWT"
             var alg = "ES256"
