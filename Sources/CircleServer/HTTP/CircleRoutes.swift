@@ -246,7 +246,7 @@ struct CircleRoutes: Sendable {
         case .success(.stored), .success(.duplicate), .success(.applied):
             return
         case .success(.noSuchCircle):
-            throw APIError(.notFound, .notFound, "no circle \"\(circle)\"")
+            throw APIError(.noSuchCircle(circle))
         case .success(.rejected(let code, let message)):
             throw APIError(.badRequest, code, message)
         case .failure(let error as StoreError) where error.code == .unavailable:
@@ -276,16 +276,17 @@ struct CircleRoutes: Sendable {
         removing: Bool = false
     ) async throws -> CircleInfo {
         let name = try context.pathParameter("name")
-        let user = principal.name
-        guard let info = try await self.services.store.circle(named: name) else {
-            throw APIError(.notFound, .notFound, "no circle \"\(name)\"")
+        let visibility = try await CircleVisibility.read(name, for: principal.name, in: self.services.store)
+        switch visibility {
+        case .visible(let info):
+            return info
+        case .notMember(let info) where managing:
+            // Admins manage the members of private circles they are not in (but do not read them).
+            if try await self.managesMembers(of: info, principal: principal, removing: removing) { return info }
+        case .notMember, .noSuchCircle:
+            break
         }
-        // Admins manage the members of private circles they are not in (but do not read them).
-        if managing, info.isPrivate, try await self.managesMembers(of: info, principal: principal, removing: removing) { return info }
-        if info.isPrivate, try await !self.services.store.isMember(user, of: name) {
-            throw APIError(.forbidden, .forbidden, "\"\(name)\" is private and you are not a member")
-        }
-        return info
+        throw APIError(visibility.refusal() ?? .noSuchCircle(name))
     }
 
     /// `GET /v1/circles/{name}/messages?before=&after=&limit=`: the same paging as `history`.

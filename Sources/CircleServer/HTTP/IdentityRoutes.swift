@@ -430,7 +430,7 @@ struct IdentityRoutes: Sendable {
             throw APIError(.badRequest, .badRequest, "an invite joins at most \(Limits.inviteCircles) circles, each once")
         }
         for circle in circles where try await self.store.circle(named: circle) == nil {
-            throw APIError(.notFound, .notFound, "no circle \"\(circle.prefix(64))\"")
+            throw APIError(.noSuchCircle(circle))
         }
         let token = Identity.randomSecret(bytes: 24)
         let now = Identity.now

@@ -126,11 +126,9 @@ struct MessageRoutes: Sendable {
     /// The circle of the path, if `author` may write there: it exists, and a private one has
     /// them as a member (the WebSocket's join rule).
     private func writableCircle(_ context: some CircleRequestContext, author: String) async throws -> String {
-        let info = try await self.existingCircle(context)
-        let name = info.name
-        if info.isPrivate, try await !self.services.store.isMember(author, of: name) {
-            throw APIError(.forbidden, .forbidden, "\"\(name)\" is private and \(author) is not a member")
-        }
+        let name = try context.pathParameter("name")
+        let visibility = try await CircleVisibility.read(name, for: author, in: self.services.store)
+        if let refusal = visibility.refusal(naming: author) { throw APIError(refusal) }
         return name
     }
 
@@ -138,7 +136,7 @@ struct MessageRoutes: Sendable {
     private func existingCircle(_ context: some CircleRequestContext) async throws -> CircleInfo {
         let name = try context.pathParameter("name")
         guard let info = try await self.services.store.circle(named: name) else {
-            throw APIError(.notFound, .notFound, "no circle \"\(name.prefix(64))\"")
+            throw APIError(.noSuchCircle(name))
         }
         return info
     }

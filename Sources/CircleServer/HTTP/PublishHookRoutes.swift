@@ -76,7 +76,7 @@ struct PublishHookRoutes: Sendable {
 
     private func circle(_ context: some CircleRequestContext) async throws -> CircleInfo {
         let name = try context.pathParameter("name")
-        guard let info = try await self.store.circle(named: name) else { throw APIError(.notFound, .notFound, "no circle \"\(name.prefix(64))\"") }
+        guard let info = try await self.store.circle(named: name) else { throw APIError(.noSuchCircle(name)) }
         return info
     }
 

@@ -124,7 +124,7 @@ struct WebhookRoutes: Sendable {
             guard !events.isEmpty else { throw APIError(.badRequest, .badRequest, "give at least one event, or leave events out for all") }
         }
         if let circle = create.circle, try await self.store.circle(named: circle) == nil {
-            throw APIError(.notFound, .notFound, "no circle \"\(circle.prefix(100))\"")
+            throw APIError(.noSuchCircle(circle))
         }
         if let bot = create.bot {
             guard let account = try await self.store.account(named: bot), account.role == .bot else {
