@@ -11,7 +11,7 @@ struct PublishHookRoutes: Sendable {
     var store: any CircleStore { self.services.store }
 
     func add<Context: CircleRequestContext>(authenticated router: some RouterMethods<Context>) {
-        let path = RouterPath(HTTPAPI.Path.circles + "/{name}/publish-hook")
+        let path = RouterPath(HTTPAPI.Path.Pattern.publishHook.template)
         router.put(path) { request, context in
             let principal = try await self.requireManager(context)
             let circle = try await self.circle(context)
