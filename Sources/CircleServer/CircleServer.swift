@@ -152,11 +152,11 @@ public final class CircleServer: Service, Sendable {
         let logger = self.services.logger
         let router = Router(context: BasicCircleRequestContext.self)
         self.addMiddleware(to: router)
-        CircleRoutes(services: self.services, media: self.media).add(to: router)
+        CircleRoutes(services: self.services, media: self.media).add(to: router.group(RouterPath(configuration.pathPrefix)))
         let childChannel = CircleHTTPChannel(
             responder: Self.responder(router.buildResponder(), logger: logger),
             services: self.services,
-            paths: .init(prefix: ""),
+            paths: .init(prefix: configuration.pathPrefix),
             tls: self.sslContext
         )
         let listener: Listener<CircleHTTPChannel>
@@ -211,7 +211,7 @@ public final class CircleServer: Service, Sendable {
         let configuration = self.services.configuration
         let scheme = configuration.tls == nil ? "http" : "https"
         let host = ["0.0.0.0", "::", ""].contains(configuration.host) ? "localhost" : configuration.host
-        let origin = "\(scheme)://\(host.contains(":") ? "[\(host)]" : host):\(port)"
+        let origin = "\(scheme)://\(host.contains(":") ? "[\(host)]" : host):\(port)" + configuration.pathPrefix
         do {
             if let link = try await self.services.identity.start(listeningAt: origin) {
                 self.setupLinkBox.withLockedValue { $0 = link }

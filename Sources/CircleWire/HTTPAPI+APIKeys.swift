@@ -2,7 +2,7 @@
 extension HTTPAPI.Path {
     public static let adminAPIKeys = "/v1/admin/api-keys"
 
-    public static func adminAPIKey(_ id: String) -> String { "\(adminAPIKeys)/\(escaped(id))" }
+    public static func adminAPIKey(_ id: String) -> String { Pattern.adminAPIKey.path(id) }
 }
 
 extension HTTPAPI {

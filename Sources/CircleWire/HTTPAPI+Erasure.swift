@@ -3,7 +3,7 @@ extension HTTPAPI.Path {
     public static let adminAudit = "/v1/admin/audit"
 
     /// `POST`: erase a person's data.
-    public static func adminUserErase(_ name: String) -> String { "\(adminUsers)/\(escaped(name))/erase" }
+    public static func adminUserErase(_ name: String) -> String { Pattern.adminUserErase.path(name) }
 }
 
 extension HTTPAPI {

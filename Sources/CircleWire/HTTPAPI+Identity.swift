@@ -19,9 +19,9 @@ extension HTTPAPI.Path {
     public static let deviceApprove = "/v1/auth/device/approve"
     public static let deviceToken = "/v1/auth/device/token"
 
-    public static func authSession(_ id: String) -> String { "\(authSessions)/\(escaped(id))" }
-    public static func adminUser(_ name: String) -> String { "\(adminUsers)/\(escaped(name))" }
-    public static func adminInvite(_ id: String) -> String { "\(adminInvites)/\(escaped(id))" }
+    public static func authSession(_ id: String) -> String { Pattern.authSession.path(id) }
+    public static func adminUser(_ name: String) -> String { Pattern.adminUser.path(name) }
+    public static func adminInvite(_ id: String) -> String { Pattern.adminInvite.path(id) }
 }
 
 extension HTTPAPI {
@@ -368,7 +368,7 @@ extension HTTPAPI.Path {
     public static let passkeySignInOptions = "/v1/auth/passkeys/signin/options"
     public static let passkeySignIn = "/v1/auth/passkeys/signin"
 
-    public static func passkey(_ id: String) -> String { "\(passkeys)/\(escaped(id))" }
+    public static func passkey(_ id: String) -> String { Pattern.passkey.path(id) }
 }
 
 extension HTTPAPI {

@@ -1,10 +1,10 @@
 /// The paths and JSON shapes of posting over HTTP (docs/API.md, "Posting over HTTP").
 extension HTTPAPI.Path {
     /// `PATCH`, `DELETE`: one post of a circle.
-    public static func message(_ seq: Int64, in circle: String) -> String { "\(messages(circle))/\(seq)" }
+    public static func message(_ seq: Int64, in circle: String) -> String { Pattern.message.path(circle, String(seq)) }
     /// `PUT`, `DELETE`: the caller's reaction `emoji` to a post.
     public static func reaction(_ emoji: String, to seq: Int64, in circle: String) -> String {
-        "\(message(seq, in: circle))/reactions/\(escaped(emoji))"
+        Pattern.reaction.path(circle, String(seq), emoji)
     }
 }
 

@@ -1,9 +1,9 @@
 /// The JSON shapes of moderation (docs/API.md, "Moderation").
 extension HTTPAPI.Path {
     /// `PUT`: whether a circle is read-only for its members.
-    public static func readOnly(_ circle: String) -> String { "\(Self.circle(circle))/read-only" }
+    public static func readOnly(_ circle: String) -> String { Pattern.readOnly.path(circle) }
     /// `POST`: ends every connection of a user, on every node.
-    public static func adminUserDisconnect(_ name: String) -> String { "\(Self.adminUser(name))/disconnect" }
+    public static func adminUserDisconnect(_ name: String) -> String { Pattern.adminUserDisconnect.path(name) }
 }
 
 extension HTTPAPI {

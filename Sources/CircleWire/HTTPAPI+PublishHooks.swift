@@ -1,7 +1,7 @@
 /// The JSON shapes of publish hooks (docs/API.md, "Publish hooks").
 extension HTTPAPI.Path {
     /// `PUT`, `GET`, `DELETE`: a circle's publish hook.
-    public static func publishHook(_ circle: String) -> String { "\(Self.circle(circle))/publish-hook" }
+    public static func publishHook(_ circle: String) -> String { Pattern.publishHook.path(circle) }
 }
 
 extension HTTPAPI {

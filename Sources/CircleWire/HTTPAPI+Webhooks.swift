@@ -2,10 +2,10 @@
 extension HTTPAPI.Path {
     public static let adminWebhooks = "/v1/admin/webhooks"
 
-    public static func adminWebhook(_ id: String) -> String { "\(adminWebhooks)/\(escaped(id))" }
-    public static func adminWebhookDeliveries(_ id: String) -> String { "\(adminWebhook(id))/deliveries" }
-    public static func adminWebhookRotate(_ id: String) -> String { "\(adminWebhook(id))/rotate" }
-    public static func adminWebhookRetry(_ id: String, delivery: String) -> String { "\(adminWebhookDeliveries(id))/\(escaped(delivery))/retry" }
+    public static func adminWebhook(_ id: String) -> String { Pattern.adminWebhook.path(id) }
+    public static func adminWebhookDeliveries(_ id: String) -> String { Pattern.adminWebhookDeliveries.path(id) }
+    public static func adminWebhookRotate(_ id: String) -> String { Pattern.adminWebhookRotate.path(id) }
+    public static func adminWebhookRetry(_ id: String, delivery: String) -> String { Pattern.adminWebhookRetry.path(id, delivery) }
 }
 
 extension HTTPAPI {

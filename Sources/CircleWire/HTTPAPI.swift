@@ -5,7 +5,8 @@ import Foundation
 public enum HTTPAPI {
     // MARK: - Paths
 
-    /// The paths a client asks for. The server's router declares the same paths as patterns.
+    /// The paths a client asks for; the server's router registers the same constants, and the
+    /// ``Pattern``s behind the functions (HTTPAPI+Patterns.swift).
     public enum Path {
         public static let health = "/healthz"
         public static let metrics = "/metrics"
@@ -18,17 +19,15 @@ public enum HTTPAPI {
         public static let media = "/v1/media"
         public static let uploads = "/v1/media/uploads"
 
-        public static func circle(_ name: String) -> String { "/v1/circles/\(escaped(name))" }
-        public static func messages(_ circle: String) -> String { "/v1/circles/\(escaped(circle))/messages" }
-        public static func notify(_ circle: String) -> String { "/v1/circles/\(escaped(circle))/notify" }
-        public static func retention(_ circle: String) -> String { "/v1/circles/\(escaped(circle))/retention" }
-        public static func members(_ circle: String) -> String { "/v1/circles/\(escaped(circle))/members" }
-        public static func systemEntries(_ circle: String) -> String { "/v1/circles/\(escaped(circle))/system-entries" }
-        public static func member(_ user: String, of circle: String) -> String {
-            "/v1/circles/\(escaped(circle))/members/\(escaped(user))"
-        }
-        public static func mediaItem(_ id: String) -> String { "/v1/media/\(escaped(id))" }
-        public static func upload(_ id: String) -> String { "/v1/media/uploads/\(escaped(id))" }
+        public static func circle(_ name: String) -> String { Pattern.circle.path(name) }
+        public static func messages(_ circle: String) -> String { Pattern.messages.path(circle) }
+        public static func notify(_ circle: String) -> String { Pattern.notify.path(circle) }
+        public static func retention(_ circle: String) -> String { Pattern.retention.path(circle) }
+        public static func members(_ circle: String) -> String { Pattern.members.path(circle) }
+        public static func systemEntries(_ circle: String) -> String { Pattern.systemEntries.path(circle) }
+        public static func member(_ user: String, of circle: String) -> String { Pattern.member.path(circle, user) }
+        public static func mediaItem(_ id: String) -> String { Pattern.mediaItem.path(id) }
+        public static func upload(_ id: String) -> String { Pattern.upload.path(id) }
 
         /// Escapes one path segment (circle and user names are plain ASCII, but a user may type anything).
         static func escaped(_ segment: String) -> String {

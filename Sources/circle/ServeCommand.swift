@@ -130,6 +130,15 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(
         name: .long,
         help: ArgumentHelp(
+            "Serve everything under this path, e.g. /chat (the page at /chat/, the WebSocket at /chat/v1/ws), for a reverse proxy that keeps the path.",
+            valueName: "path"
+        )
+    )
+    var pathPrefix: String?
+
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
             "The address people open the page at, e.g. https://chat.example.com: setup and invite links, the session cookie's Secure flag, origin checks; passkeys need it (its host is their RP ID). Env: CIRCLE_PUBLIC_URL.",
             valueName: "url"
         )
@@ -302,6 +311,7 @@ struct ServeCommand: AsyncParsableCommand {
             retentionInterval: retentionInterval,
             identity: IdentityConfiguration(publicURL: self.effectivePublicURL)
         )
+        configuration.pathPrefix = self.pathPrefix ?? ""
         try self.issuers.apply(to: &configuration)
         try self.webhooks.apply(to: &configuration.webhooks)
         try self.push.apply(to: &configuration.push)

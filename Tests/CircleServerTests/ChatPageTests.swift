@@ -37,7 +37,7 @@ struct ChatPageTests {
         #expect(index.headers[HTTPField.Name("X-Frame-Options")!] == "DENY")
         #expect(index.headers[HTTPField.Name("X-Content-Type-Options")!] == "nosniff")
         #expect(index.headers[HTTPField.Name("Referrer-Policy")!] == "no-referrer")
-        #expect(try await self.body(index).contains("<script src=\"/assets/app.js\""))
+        #expect(try await self.body(index).contains("<script src=\"assets/app.js\""))
 
         let script = page.response(for: "app.js", headers: self.headers())
         #expect(script.headers[.contentType] == "text/javascript; charset=utf-8")

@@ -62,6 +62,18 @@ struct MountTests {
         #expect(health.body.contains(#""status":"ok""#))
         let unknown = try await Self.get(base + "/chat/v1/nothing")
         #expect(unknown.status == 404)
+        // The page at /chat/; /chat redirects there with a relative Location that cannot leave
+        // the origin, whatever the request's path and query say.
+        let chatPage = try await Self.get(base + "/chat/")
+        #expect(chatPage.status == 200 && chatPage.body.contains("<script src=\"assets/app.js\""))
+        for (target, location) in [("/chat", "./chat/"), ("/chat?x=//evil.example/", "./chat/?x=//evil.example/"), ("//chat", "./chat/")] {
+            let connection = try RawTCP(port: port)
+            connection.send("GET \(target) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            let (bytes, _) = await connection.readToEnd(timeout: .seconds(15))
+            let answer = String(decoding: bytes, as: UTF8.self)
+            #expect(answer.hasPrefix("HTTP/1.1 308"), "\(target): \(answer)")
+            #expect(answer.lowercased().contains("location: \(location)\r\n"), "\(target): \(answer)")
+        }
 
         let token = try await circle.mintToken(user: "alice")
         let created = try await Self.send("POST", base + "/chat/v1/circles", token: token, json: #"{"name":"general"}"#)

@@ -551,7 +551,7 @@ struct SessionStateTests {
             == ["send history h1 [1] more false", "history h3"])
         // h2 and h3 are under way: the failed decode still waits, and reading stays paused.
         #expect(state.queuedRequestCount == 1)
-        #expect(Self.describe(state.historyRead(Self.request(.history, "h2"), .success(.forbidden), now: clock.now))
+        #expect(Self.describe(state.historyRead(Self.request(.history, "h2"), .success(.refused(.notMember("general"))), now: clock.now))
             == ["error h2 forbidden: \"general\" is private and you are not a member", "error bad bad_request: nope", "read"])
     }
 

@@ -140,7 +140,7 @@ class Raw:
 
     def __init__(self, server, user):
         self.ws = websocket.create_connection(
-            f"ws://127.0.0.1:{server.port}/v1/ws?token={server.token(user)}", subprotocols=["circle.v1"], timeout=15)
+            "ws" + server.url[len("http"):] + f"/v1/ws?token={server.token(user)}", subprotocols=["circle.v1"], timeout=15)
         self.counter = 0
 
     def request(self, message):
@@ -182,14 +182,29 @@ def holds_for(predicate, seconds, what="condition"):
         time.sleep(0.05)
 
 
-def browser(width=1000, height=700):
+def browser(width=1000, height=700, network_log=False):
+    """Headless Chromium; with `network_log`, the DevTools performance log records every request
+    and WebSocket the page makes (read with `requested_urls`)."""
     options = webdriver.ChromeOptions()
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", f"--window-size={width},{height}", "--disable-gpu",
                      "--force-device-scale-factor=1", "--hide-scrollbars", "--lang=en-GB"):
         options.add_argument(argument)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", **({"performance": "ALL"} if network_log else {})})
     options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
     return webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"), options=options)
+
+
+def requested_urls(page):
+    """The URLs of the requests and WebSockets the page made since the last call (the DevTools
+    performance log of a `browser(network_log=True)`)."""
+    urls = []
+    for entry in page.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message["method"] == "Network.requestWillBeSent":
+            urls.append(message["params"]["request"]["url"])
+        elif message["method"] == "Network.webSocketCreated":
+            urls.append(message["params"]["url"])
+    return urls
 
 
 def set_viewport(page, width, height):

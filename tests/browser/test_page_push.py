@@ -5,6 +5,7 @@ writes it), a #circle= link and the worker's "open" message opening the circle, 
 "Notify me on this device" switch asking for permission only when turned on."""
 
 import json
+from urllib.parse import urljoin
 import time
 import urllib.request
 
@@ -122,20 +123,23 @@ def test_manifest_and_worker_are_served(push_server):
     if isinstance(manifest, bytes):
         manifest = json.loads(manifest)
     assert manifest["name"] == "Circle"
-    assert manifest["start_url"] == "/" and manifest["scope"] == "/"
+    # Relative to the manifest (/assets/manifest.webmanifest), so they hold under a mount path too.
+    manifest_url = push_server.url + "/assets/manifest.webmanifest"
+    assert urljoin(manifest_url, manifest["start_url"]) == push_server.url + "/"
+    assert urljoin(manifest_url, manifest["scope"]) == push_server.url + "/"
     assert manifest["display"] == "standalone"
-    assert {"src": "/assets/icon.svg", "sizes": "any", "type": "image/svg+xml", "purpose": "any"} in manifest["icons"]
+    assert {"src": "icon.svg", "sizes": "any", "type": "image/svg+xml", "purpose": "any"} in manifest["icons"]
     assert push_server.http("GET", "/assets/icon.svg")[0] == 200
     status, headers, script = push_server.http("GET", "/assets/sw.js")
     assert status == 200
     assert headers["Content-Type"].split(";")[0] == "text/javascript"
-    # The worker lives under /assets/ but controls the page at /.
-    assert headers["Service-Worker-Allowed"] == "/"
+    # The worker lives under assets/ but controls the page one level up (/, or /chat/ mounted).
+    assert headers["Service-Worker-Allowed"] == "../"
     assert "script-src 'self'" in headers["Content-Security-Policy"]
     assert b'addEventListener("push"' in script
     # The page links the manifest.
     status, _, html = push_server.http("GET", "/")
-    assert b'<link rel="manifest" href="/assets/manifest.webmanifest">' in html
+    assert b'<link rel="manifest" href="assets/manifest.webmanifest">' in html
 
 
 def test_worker_shows_a_notification_per_circle_for_a_delivered_push(push_server, new_page):

@@ -55,6 +55,13 @@ extension CircleServerConfiguration {
         try Self.check(self.port, Allowed.port, "port")
         try Self.check(self.compressionMinimumBytes, Allowed.compressionMinimumBytes, "compressionMinimumBytes")
         try Self.checkPositive(self.nodePollInterval, "nodePollInterval")
+        if !Self.isValidPathPrefix(self.pathPrefix) {
+            throw InvalidSetting(
+                setting: "pathPrefix",
+                value: "\"\(self.pathPrefix.prefix(100))\"",
+                allowed: "empty, or /SEGMENT[/SEGMENT…] of letters, digits, . _ ~ - (not . or ..), at most 200 bytes, no trailing /"
+            )
+        }
         if let interval = self.heapTrimInterval { try Self.checkPositive(interval, "heapTrimInterval") }
         if let url = self.identity.publicURL, !IdentityConfiguration.isValidPublicURL(url) {
             throw InvalidSetting(setting: "identity.publicURL", value: url, allowed: "an origin such as https://chat.example.com, without a path")
@@ -161,6 +168,21 @@ package func formatNumber(_ value: Double) -> String {
 extension CircleServerConfiguration {
     /// The issuers: each with an `iss`, once, a user claim, and an `http(s)` JWKS URL or a file;
     /// the JWKS timings more than zero.
+    /// Whether `prefix` can be ``pathPrefix``: empty, or `/` and segments of letters, digits,
+    /// `.`, `_`, `~`, `-` (not `.` or `..`), at most 200 bytes, no trailing `/`.
+    static func isValidPathPrefix(_ prefix: String) -> Bool {
+        if prefix.isEmpty { return true }
+        guard prefix.utf8.count <= 200, prefix.hasPrefix("/") else { return false }
+        let segments = prefix.dropFirst().split(separator: "/", omittingEmptySubsequences: false)
+        return segments.allSatisfy { segment in
+            !segment.isEmpty && segment != "." && segment != ".."
+                && segment.utf8.allSatisfy { byte in
+                    (byte >= 0x61 && byte <= 0x7A) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x30 && byte <= 0x39)
+                        || byte == 0x2E || byte == 0x5F || byte == 0x7E || byte == 0x2D
+                }
+        }
+    }
+
     public func validateIssuers() throws(InvalidSetting) {
         var seen: Set<String> = []
         for (index, issuer) in self.tokenIssuers.enumerated() {

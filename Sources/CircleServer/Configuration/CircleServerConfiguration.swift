@@ -107,6 +107,13 @@ public struct CircleServerConfiguration: Sendable {
     public var retentionInterval: Duration
     /// Accounts, sessions, sign-in: the public URL, session lifetimes, password rules.
     public var identity: IdentityConfiguration
+    /// The path under which the standalone server (``CircleServer/run()``) answers everything —
+    /// the page, the API, the WebSocket — such as `/chat` (then `/chat/`, `/chat/v1/ws`, …):
+    /// for a reverse proxy that forwards a path without stripping it. Empty (the default) for
+    /// the root. Segments of letters, digits, `.`, `_`, `~`, `-`; no trailing `/`. An app that
+    /// mounts Circle in its own router chooses the prefix there instead (docs/API.md, "Mounting
+    /// Circle in your app").
+    public var pathPrefix: String = ""
 
     public struct Limits: Sendable {
         /// Largest post text, in UTF-8 bytes (`too_large`).

@@ -102,3 +102,10 @@ func bearerToken(authorization: String?, uri: URI) -> String? {
     }
     return uri.queryParameters.get("token")
 }
+
+extension APIError {
+    /// The HTTP answer of a circle that may not be seen: 404 `not_found` or 403 `forbidden`.
+    init(_ refusal: CircleVisibility.Refusal) {
+        self.init(refusal.code == .notFound ? .notFound : .forbidden, refusal.code, refusal.message)
+    }
+}

@@ -33,7 +33,7 @@ struct APIKeyRoutes: Sendable {
             _ = try await IdentityRoutes(services: self.services).requireAdmin(context)
             return Response.json(.ok, HTTPAPI.APIKeyList(keys: try await self.store.apiKeys().map { Self.info($0) }))
         }
-        router.delete(RouterPath(HTTPAPI.Path.adminAPIKeys + "/{id}")) { _, context in
+        router.delete(RouterPath(HTTPAPI.Path.Pattern.adminAPIKey.template)) { _, context in
             let admin = try await IdentityRoutes(services: self.services).requireAdmin(context)
             let id = try context.pathParameter("id")
             guard id.utf8.count <= 64, try await self.store.revokeAPIKey(id: id, at: Identity.now) else {

@@ -34,11 +34,20 @@ struct CircleRoutes: Sendable {
                 }
             }
         }
-        router.get("/") { request, _ in ChatPage.shared.response(for: nil, headers: request.headers) }
-        router.get("/assets/{file}") { request, context in
+        router.get(RouterPath(HTTPAPI.Path.page)) { request, _ in
+            // The page's URLs are relative to where it was served: under a prefix it needs the
+            // trailing slash (`/chat` → `/chat/`). A relative `./SEGMENT/` cannot leave the origin.
+            let path = request.uri.path
+            if !path.hasSuffix("/"), let last = path.split(separator: "/").last {
+                let query = request.uri.query.map { "?" + $0 } ?? ""
+                return Response(status: .permanentRedirect, headers: [.location: "./\(last)/\(query)"])
+            }
+            return ChatPage.shared.response(for: nil, headers: request.headers)
+        }
+        router.get(RouterPath(HTTPAPI.Path.Pattern.asset.template)) { request, context in
             ChatPage.shared.response(for: try context.pathParameter("file"), headers: request.headers)
         }
-        router.get("/favicon.ico") { _, _ in Response(status: .noContent, headers: [.contentType: "image/x-icon"]) }
+        router.get(RouterPath(HTTPAPI.Path.favicon)) { _, _ in Response(status: .noContent, headers: [.contentType: "image/x-icon"]) }
         router.get(RouterPath(HTTPAPI.Path.config)) { _, _ in
             Response.json(.ok, HTTPAPI.ServerConfig(developmentTokens: services.configuration.developmentTokens, subprotocol: circleSubprotocol))
         }
@@ -143,8 +152,7 @@ struct CircleRoutes: Sendable {
             let listed = try await store.circles(visibleTo: user, named: info.name).first
             return Response.json(.ok, Self.body(listed ?? info))
         }
-        let circle = HTTPAPI.Path.circles + "/{name}"
-        router.put(RouterPath(circle + "/notify")) { request, context in
+                router.put(RouterPath(HTTPAPI.Path.Pattern.notify.template)) { request, context in
             let principal = try context.requirePrincipal(.read)
             let info = try await self.visibleCircle(context, principal: principal)
             var request = request
@@ -156,23 +164,23 @@ struct CircleRoutes: Sendable {
             self.services.hub.send(.notify(circle: info.name, level: listed.summary.notify), toUser: principal.name, except: nil)
             return Response.json(.ok, Self.body(listed))
         }
-        router.get(RouterPath(circle)) { _, context in
+        router.get(RouterPath(HTTPAPI.Path.Pattern.circle.template)) { _, context in
             let principal = try context.requirePrincipal(.read)
             let info = try await self.visibleCircle(context, principal: principal)
             // With the user's read marker and unread count, as in the list.
             let listed = try await store.circles(visibleTo: principal.name, named: info.name).first
             return Response.json(.ok, Self.body(listed ?? info))
         }
-        router.get(RouterPath(circle + "/messages")) { request, context in
+        router.get(RouterPath(HTTPAPI.Path.Pattern.messages.template)) { request, context in
             let principal = try context.requirePrincipal(.read)
             let info = try await self.visibleCircle(context, principal: principal)
             return try await self.messages(request, circle: info.name, viewer: principal.name)
         }
-        router.get(RouterPath(circle + "/members")) { _, context in
+        router.get(RouterPath(HTTPAPI.Path.Pattern.members.template)) { _, context in
             let info = try await self.visibleCircle(context, principal: try context.requirePrincipal(.manage), managing: true)
             return Response.json(.ok, HTTPAPI.MemberList(members: try await store.members(of: info.name)))
         }
-        router.post(RouterPath(circle + "/members")) { request, context in
+        router.post(RouterPath(HTTPAPI.Path.Pattern.members.template)) { request, context in
             let principal = try context.requirePrincipal(.manage)
             let info = try await self.visibleCircle(context, principal: principal, managing: true)
             guard try await self.managesMembers(of: info, principal: principal) else {
@@ -190,7 +198,7 @@ struct CircleRoutes: Sendable {
             try await self.changeMembership(.added, of: add.user, in: info.name, by: principal.name)
             return Response.json(.ok, HTTPAPI.MemberList(members: try await store.members(of: info.name)))
         }
-        router.put(RouterPath(circle + "/system-entries")) { request, context in
+        router.put(RouterPath(HTTPAPI.Path.Pattern.systemEntries.template)) { request, context in
             let principal = try context.requirePrincipal(.manage)
             let info = try await self.visibleCircle(context, principal: principal, managing: true)
             guard try await self.managesMembers(of: info, principal: principal) else {
@@ -204,7 +212,7 @@ struct CircleRoutes: Sendable {
             changed.systemEntries = setting.enabled
             return Response.json(.ok, Self.body(changed))
         }
-        router.delete(RouterPath(circle + "/members/{user}")) { _, context in
+        router.delete(RouterPath(HTTPAPI.Path.Pattern.member.template)) { _, context in
             // A moderator's key removes members too (it does not add them).
             let principal = try context.requirePrincipal(.manage, .moderate)
             let info = try await self.visibleCircle(context, principal: principal, managing: true, removing: true)
@@ -246,7 +254,7 @@ struct CircleRoutes: Sendable {
         case .success(.stored), .success(.duplicate), .success(.applied):
             return
         case .success(.noSuchCircle):
-            throw APIError(.notFound, .notFound, "no circle \"\(circle)\"")
+            throw APIError(.noSuchCircle(circle))
         case .success(.rejected(let code, let message)):
             throw APIError(.badRequest, code, message)
         case .failure(let error as StoreError) where error.code == .unavailable:
@@ -276,16 +284,17 @@ struct CircleRoutes: Sendable {
         removing: Bool = false
     ) async throws -> CircleInfo {
         let name = try context.pathParameter("name")
-        let user = principal.name
-        guard let info = try await self.services.store.circle(named: name) else {
-            throw APIError(.notFound, .notFound, "no circle \"\(name)\"")
+        let visibility = try await CircleVisibility.read(name, for: principal.name, in: self.services.store)
+        switch visibility {
+        case .visible(let info):
+            return info
+        case .notMember(let info) where managing:
+            // Admins manage the members of private circles they are not in (but do not read them).
+            if try await self.managesMembers(of: info, principal: principal, removing: removing) { return info }
+        case .notMember, .noSuchCircle:
+            break
         }
-        // Admins manage the members of private circles they are not in (but do not read them).
-        if managing, info.isPrivate, try await self.managesMembers(of: info, principal: principal, removing: removing) { return info }
-        if info.isPrivate, try await !self.services.store.isMember(user, of: name) {
-            throw APIError(.forbidden, .forbidden, "\"\(name)\" is private and you are not a member")
-        }
-        return info
+        throw APIError(visibility.refusal() ?? .noSuchCircle(name))
     }
 
     /// `GET /v1/circles/{name}/messages?before=&after=&limit=`: the same paging as `history`.

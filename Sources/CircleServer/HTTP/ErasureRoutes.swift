@@ -11,7 +11,7 @@ struct ErasureRoutes: Sendable {
     static let maxAuditPage = 200
 
     func add<Context: CircleRequestContext>(authenticated router: some RouterMethods<Context>) {
-        router.post(RouterPath(HTTPAPI.Path.adminUsers + "/{name}/erase")) { request, context in
+        router.post(RouterPath(HTTPAPI.Path.Pattern.adminUserErase.template)) { request, context in
             let admin = try await IdentityRoutes(services: self.services).requireAdmin(context)
             let user = try context.pathParameter("name")
             guard TokenAuthority.isValidUserName(user) else { throw APIError(.badRequest, .badRequest, "\"\(user.prefix(64))\" is not a valid user name") }

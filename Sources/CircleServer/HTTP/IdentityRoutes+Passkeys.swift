@@ -52,7 +52,7 @@ extension IdentityRoutes {
             let passkeys = try await self.store.passkeys(of: account.name)
             return Response.json(.ok, HTTPAPI.PasskeyList(passkeys: passkeys.map { HTTPAPI.PasskeyInfo(id: $0.id, name: $0.name, createdAt: $0.createdAt, lastUsedAt: $0.lastUsedAt) }))
         }
-        authenticated.delete(RouterPath(HTTPAPI.Path.passkeys + "/{id}")) { _, context in
+        authenticated.delete(RouterPath(HTTPAPI.Path.Pattern.passkey.template)) { _, context in
             let user = try context.requireUser()
             let id = try context.pathParameter("id")
             guard try await self.store.deletePasskey(id: id, of: user.name) else {

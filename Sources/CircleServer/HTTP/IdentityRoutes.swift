@@ -72,7 +72,7 @@ struct IdentityRoutes: Sendable {
             let sessions = try await self.store.sessions(of: try await self.requireAccount(user).name)
             return Response.json(.ok, HTTPAPI.SessionList(sessions: sessions.map { Self.info($0, current: user.sessionID) }))
         }
-        authenticated.delete(RouterPath(HTTPAPI.Path.authSessions + "/{id}")) { _, context in
+        authenticated.delete(RouterPath(HTTPAPI.Path.Pattern.authSession.template)) { _, context in
             let user = try context.requireUser()
             let id = try context.pathParameter("id")
             guard try await !self.store.deleteSessions(of: user.name, id: id, kind: nil).isEmpty else {
@@ -102,7 +102,7 @@ struct IdentityRoutes: Sendable {
             _ = try await self.requireAdmin(context)
             return Response.json(.ok, HTTPAPI.UserList(users: try await self.store.accounts().map(Self.userInfo)))
         }
-        admin.patch(RouterPath(HTTPAPI.Path.adminUsers + "/{name}")) { request, context in
+        admin.patch(RouterPath(HTTPAPI.Path.Pattern.adminUser.template)) { request, context in
             try await self.updateUser(request, context: context)
         }
         admin.post(RouterPath(HTTPAPI.Path.adminBots)) { request, context in
@@ -115,7 +115,7 @@ struct IdentityRoutes: Sendable {
         admin.post(RouterPath(HTTPAPI.Path.adminInvites)) { request, context in
             try await self.createInvite(request, context: context)
         }
-        admin.delete(RouterPath(HTTPAPI.Path.adminInvites + "/{id}")) { _, context in
+        admin.delete(RouterPath(HTTPAPI.Path.Pattern.adminInvite.template)) { _, context in
             _ = try await self.requireAdmin(context)
             let id = try context.pathParameter("id")
             guard try await self.store.revokeInvite(id: id) else { throw APIError(.notFound, .notFound, "no invite \"\(id)\"") }
@@ -430,7 +430,7 @@ struct IdentityRoutes: Sendable {
             throw APIError(.badRequest, .badRequest, "an invite joins at most \(Limits.inviteCircles) circles, each once")
         }
         for circle in circles where try await self.store.circle(named: circle) == nil {
-            throw APIError(.notFound, .notFound, "no circle \"\(circle.prefix(64))\"")
+            throw APIError(.noSuchCircle(circle))
         }
         let token = Identity.randomSecret(bytes: 24)
         let now = Identity.now

@@ -12,8 +12,7 @@ struct MessageRoutes: Sendable {
     static let idempotencyKeyHeader = HTTPField.Name("Idempotency-Key")!
 
     func add<Context: CircleRequestContext>(authenticated router: some RouterMethods<Context>) {
-        let messages = HTTPAPI.Path.circles + "/{name}/messages"
-        router.post(RouterPath(messages)) { request, context in
+                router.post(RouterPath(HTTPAPI.Path.Pattern.messages.template)) { request, context in
             let principal = try context.requirePrincipal(.postAsBot, .postAsUser)
             var request = request
             let body = try await request.jsonBody()
@@ -33,7 +32,7 @@ struct MessageRoutes: Sendable {
                 NewPost(circle: circle, author: author, clientID: id, text: message.text, attachment: message.attachment, time: Identity.now, replyTo: message.replyTo)
             )
         }
-        router.patch(RouterPath(messages + "/{seq}")) { request, context in
+        router.patch(RouterPath(HTTPAPI.Path.Pattern.message.template)) { request, context in
             let principal = try context.requirePrincipal(.postAsBot, .postAsUser)
             var request = request
             let body = try await request.jsonBody()
@@ -48,7 +47,7 @@ struct MessageRoutes: Sendable {
                 NewPost(circle: circle, author: author, clientID: id, text: edit.text, attachment: nil, time: Identity.now, change: .edit, target: target)
             )
         }
-        router.delete(RouterPath(messages + "/{seq}")) { request, context in
+        router.delete(RouterPath(HTTPAPI.Path.Pattern.message.template)) { request, context in
             let principal = try context.requirePrincipal(.postAsBot, .postAsUser, .moderate)
             let named = request.uri.queryParameters.get("as")
             // A key with `moderate` deletes any post, in any circle, as its bot (or as `as`).
@@ -90,7 +89,7 @@ struct MessageRoutes: Sendable {
                     NewPost(circle: circle, author: author, clientID: id, text: nil, attachment: nil, time: Identity.now, change: change, target: target, emoji: emoji)
                 )
             }
-            router.on(RouterPath(messages + "/{seq}/reactions/{emoji}"), method: change == .react ? .put : .delete, use: handler)
+            router.on(RouterPath(HTTPAPI.Path.Pattern.reaction.template), method: change == .react ? .put : .delete, use: handler)
         }
     }
 
@@ -126,11 +125,9 @@ struct MessageRoutes: Sendable {
     /// The circle of the path, if `author` may write there: it exists, and a private one has
     /// them as a member (the WebSocket's join rule).
     private func writableCircle(_ context: some CircleRequestContext, author: String) async throws -> String {
-        let info = try await self.existingCircle(context)
-        let name = info.name
-        if info.isPrivate, try await !self.services.store.isMember(author, of: name) {
-            throw APIError(.forbidden, .forbidden, "\"\(name)\" is private and \(author) is not a member")
-        }
+        let name = try context.pathParameter("name")
+        let visibility = try await CircleVisibility.read(name, for: author, in: self.services.store)
+        if let refusal = visibility.refusal(naming: author) { throw APIError(refusal) }
         return name
     }
 
@@ -138,7 +135,7 @@ struct MessageRoutes: Sendable {
     private func existingCircle(_ context: some CircleRequestContext) async throws -> CircleInfo {
         let name = try context.pathParameter("name")
         guard let info = try await self.services.store.circle(named: name) else {
-            throw APIError(.notFound, .notFound, "no circle \"\(name.prefix(64))\"")
+            throw APIError(.noSuchCircle(name))
         }
         return info
     }

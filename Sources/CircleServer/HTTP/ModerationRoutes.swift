@@ -10,10 +10,10 @@ struct ModerationRoutes: Sendable {
     var store: any CircleStore { self.services.store }
 
     func add<Context: CircleRequestContext>(authenticated router: some RouterMethods<Context>) {
-        router.put(RouterPath(HTTPAPI.Path.circles + "/{name}/read-only")) { request, context in
+        router.put(RouterPath(HTTPAPI.Path.Pattern.readOnly.template)) { request, context in
             let principal = try context.requirePrincipal(.moderate, .admin)
             let name = try context.pathParameter("name")
-            guard let circle = try await self.store.circle(named: name) else { throw APIError(.notFound, .notFound, "no circle \"\(name.prefix(64))\"") }
+            guard let circle = try await self.store.circle(named: name) else { throw APIError(.noSuchCircle(name)) }
             if principal.apiKeyScopes == nil, circle.owner != principal.name {
                 _ = try await self.requireAdminAccount(principal)
             }
@@ -23,7 +23,7 @@ struct ModerationRoutes: Sendable {
             await self.services.publishHooks.reload()
             return Response.json(.ok, HTTPAPI.ReadOnly(circle: circle.name, readOnly: change.readOnly))
         }
-        router.post(RouterPath(HTTPAPI.Path.adminUsers + "/{name}/disconnect")) { _, context in
+        router.post(RouterPath(HTTPAPI.Path.Pattern.adminUserDisconnect.template)) { _, context in
             let principal = try context.requirePrincipal(.moderate, .admin)
             if principal.apiKeyScopes == nil { _ = try await self.requireAdminAccount(principal) }
             let user = try context.pathParameter("name")

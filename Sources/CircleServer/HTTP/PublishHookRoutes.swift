@@ -11,7 +11,7 @@ struct PublishHookRoutes: Sendable {
     var store: any CircleStore { self.services.store }
 
     func add<Context: CircleRequestContext>(authenticated router: some RouterMethods<Context>) {
-        let path = RouterPath(HTTPAPI.Path.circles + "/{name}/publish-hook")
+        let path = RouterPath(HTTPAPI.Path.Pattern.publishHook.template)
         router.put(path) { request, context in
             let principal = try await self.requireManager(context)
             let circle = try await self.circle(context)
@@ -76,7 +76,7 @@ struct PublishHookRoutes: Sendable {
 
     private func circle(_ context: some CircleRequestContext) async throws -> CircleInfo {
         let name = try context.pathParameter("name")
-        guard let info = try await self.store.circle(named: name) else { throw APIError(.notFound, .notFound, "no circle \"\(name.prefix(64))\"") }
+        guard let info = try await self.store.circle(named: name) else { throw APIError(.noSuchCircle(name)) }
         return info
     }
 

@@ -5,7 +5,7 @@ import Hummingbird
 extension CircleRoutes {
     func addRetention<Context: CircleRequestContext>(to router: some RouterMethods<Context>) {
         let store = self.services.store
-        let path = RouterPath(HTTPAPI.Path.circles + "/{name}/retention")
+        let path = RouterPath(HTTPAPI.Path.Pattern.retention.template)
         router.get(path) { _, context in
             let principal = try context.requirePrincipal(.read)
             let info = try await self.visibleCircle(context, principal: principal)

@@ -27,11 +27,11 @@ struct WebhookRoutes: Sendable {
             for webhook in try await self.store.webhooks() { list.append(try await self.info(webhook)) }
             return Response.json(.ok, HTTPAPI.WebhookList(webhooks: list))
         }
-        router.get(RouterPath(HTTPAPI.Path.adminWebhooks + "/{id}")) { _, context in
+        router.get(RouterPath(HTTPAPI.Path.Pattern.adminWebhook.template)) { _, context in
             _ = try await self.requireAdmin(context)
             return Response.json(.ok, try await self.info(try await self.webhook(context)))
         }
-        router.patch(RouterPath(HTTPAPI.Path.adminWebhooks + "/{id}")) { request, context in
+        router.patch(RouterPath(HTTPAPI.Path.Pattern.adminWebhook.template)) { request, context in
             let admin = try await self.requireAdmin(context)
             var webhook = try await self.webhook(context)
             let change = try await IdentityRoutes.body(request, HTTPAPI.UpdateWebhook.self, send: #"{"enabled": true}"#)
@@ -41,13 +41,13 @@ struct WebhookRoutes: Sendable {
             self.services.webhooks.webhooksChanged()
             return Response.json(.ok, try await self.info(webhook))
         }
-        router.delete(RouterPath(HTTPAPI.Path.adminWebhooks + "/{id}")) { _, context in
+        router.delete(RouterPath(HTTPAPI.Path.Pattern.adminWebhook.template)) { _, context in
             _ = try await self.requireAdmin(context)
             guard try await self.store.deleteWebhook(id: try context.pathParameter("id")) else { throw Self.noSuchWebhook }
             self.services.webhooks.webhooksChanged()
             return Response(status: .noContent)
         }
-        router.post(RouterPath(HTTPAPI.Path.adminWebhooks + "/{id}/rotate")) { request, context in
+        router.post(RouterPath(HTTPAPI.Path.Pattern.adminWebhookRotate.template)) { request, context in
             _ = try await self.requireAdmin(context)
             var webhook = try await self.webhook(context)
             let rotate = try await IdentityRoutes.body(request, HTTPAPI.RotateWebhookSecret.self, send: #"{"keepPrevious": true}"#)
@@ -57,7 +57,7 @@ struct WebhookRoutes: Sendable {
             self.services.webhooks.webhooksChanged()
             return Response.json(.ok, try await self.info(webhook, secret: secret))
         }
-        router.get(RouterPath(HTTPAPI.Path.adminWebhooks + "/{id}/deliveries")) { request, context in
+        router.get(RouterPath(HTTPAPI.Path.Pattern.adminWebhookDeliveries.template)) { request, context in
             _ = try await self.requireAdmin(context)
             let webhook = try await self.webhook(context)
             let limit: Int
@@ -72,7 +72,7 @@ struct WebhookRoutes: Sendable {
             let deliveries = try await self.store.deliveries(of: webhook.id, limit: limit)
             return Response.json(.ok, HTTPAPI.WebhookDeliveryList(deliveries: deliveries.map(Self.info)))
         }
-        router.post(RouterPath(HTTPAPI.Path.adminWebhooks + "/{id}/deliveries/{delivery}/retry")) { _, context in
+        router.post(RouterPath(HTTPAPI.Path.Pattern.adminWebhookRetry.template)) { _, context in
             _ = try await self.requireAdmin(context)
             let webhook = try await self.webhook(context)
             guard try await self.store.retryDelivery(try context.pathParameter("delivery"), of: webhook.id, now: Identity.now) else {
@@ -124,7 +124,7 @@ struct WebhookRoutes: Sendable {
             guard !events.isEmpty else { throw APIError(.badRequest, .badRequest, "give at least one event, or leave events out for all") }
         }
         if let circle = create.circle, try await self.store.circle(named: circle) == nil {
-            throw APIError(.notFound, .notFound, "no circle \"\(circle.prefix(100))\"")
+            throw APIError(.noSuchCircle(circle))
         }
         if let bot = create.bot {
             guard let account = try await self.store.account(named: bot), account.role == .bot else {

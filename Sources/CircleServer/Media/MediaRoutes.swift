@@ -33,19 +33,19 @@ struct MediaRoutes: Sendable {
             return try await self.media.createUpload(body: body, user: try context.requireUser().name)
         }
         for method in [HTTPRequest.Method.head, .get] {
-            router.on(RouterPath(HTTPAPI.Path.uploads + "/{upload}"), method: method) { _, context in
+            router.on(RouterPath(HTTPAPI.Path.Pattern.upload.template), method: method) { _, context in
                 try await self.media.uploadStatus(id: try context.pathParameter("upload"), user: try context.requireUser().name)
             }
         }
-        router.patch(RouterPath(HTTPAPI.Path.uploads + "/{upload}")) { request, context in
+        router.patch(RouterPath(HTTPAPI.Path.Pattern.upload.template)) { request, context in
             let id = try context.pathParameter("upload")
             return try await self.streamUpload(request, user: try context.requireUser().name, route: .append(id))
         }
-        router.delete(RouterPath(HTTPAPI.Path.uploads + "/{upload}")) { _, context in
+        router.delete(RouterPath(HTTPAPI.Path.Pattern.upload.template)) { _, context in
             try await self.media.deleteUpload(id: try context.pathParameter("upload"), user: try context.requireUser().name)
         }
         for method in [HTTPRequest.Method.get, .head] {
-            router.on(RouterPath(HTTPAPI.Path.media + "/{id}"), method: method) { request, context in
+            router.on(RouterPath(HTTPAPI.Path.Pattern.mediaItem.template), method: method) { request, context in
                 try await self.download(request, id: try context.pathParameter("id"), user: try context.requireUser().name)
             }
         }

@@ -221,8 +221,8 @@ struct MediaService: Sendable {
     private static func created(_ info: MediaInfo, upload: MediaUpload) -> Response {
         .json(
             .created,
-            HTTPAPI.Media(id: info.id, size: info.size, contentType: info.contentType, url: "/v1/media/\(info.id)"),
-            headers: [.location: "/v1/media/\(info.id)", .uploadOffset: "\(upload.length)"]
+            HTTPAPI.Media(id: info.id, size: info.size, contentType: info.contentType, url: HTTPAPI.Path.mediaItem(info.id)),
+            headers: [.location: HTTPAPI.Path.mediaItem(info.id), .uploadOffset: "\(upload.length)"]
         )
     }
 
@@ -253,7 +253,7 @@ struct MediaService: Sendable {
             return .json(
                 .created,
                 HTTPAPI.Upload(upload: upload.id, offset: 0, length: upload.length, contentType: contentType, media: nil),
-                headers: [.location: "/v1/media/uploads/\(upload.id)", .uploadOffset: "0", .uploadLength: "\(upload.length)"]
+                headers: [.location: HTTPAPI.Path.upload(upload.id), .uploadOffset: "0", .uploadLength: "\(upload.length)"]
             )
         } catch let error as APIError {
             throw error

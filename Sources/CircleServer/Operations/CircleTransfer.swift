@@ -83,7 +83,7 @@ public enum CircleTransfer {
     public static func export(circle name: String, store: any CircleStore, dataDirectory: String, to destination: String) async throws(Failure) -> Summary {
         let circle: CircleInfo
         do {
-            guard let found = try await store.circle(named: name) else { throw Failure(.notFound, "no circle \"\(name.prefix(64))\"") }
+            guard let found = try await store.circle(named: name) else { throw Failure(.notFound, CircleVisibility.Refusal.noSuchCircle(name).message) }
             circle = found
         } catch let failure as Failure {
             throw failure

@@ -62,11 +62,8 @@ struct SearchAnswer: Sendable {
             // A circle named on purpose that the reader cannot read is an error they can act on;
             // the store filters by readable circles anyway.
             for circle in Set(query.circles).sorted() {
-                guard let info = try await self.store.circle(named: circle) else {
-                    throw SearchRefusal(.notFound, "no circle \"\(circle)\"")
-                }
-                if info.isPrivate, try await !self.store.isMember(reader, of: circle) {
-                    throw SearchRefusal(.forbidden, "\"\(circle)\" is private and you are not a member")
+                if let refusal = try await CircleVisibility.read(circle, for: reader, in: self.store).refusal() {
+                    throw SearchRefusal(refusal.code, refusal.message)
                 }
             }
             let page = try await self.store.search(query, reader: reader, options: options)

@@ -342,9 +342,7 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, Sessi
         let user = self.user.name
         let store = self.services.store
         self.onLoop({ () async throws -> JoinAccess in
-            guard let info = try await store.circle(named: circle) else { return .noSuchCircle }
-            if info.isPrivate, try await !store.isMember(user, of: circle) { return .notMember }
-            return .allowed(info)
+            JoinAccess(try await CircleVisibility.read(circle, for: user, in: store))
         }) { handler, result in
             let access: JoinAccess
             switch result {
@@ -368,8 +366,7 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, Sessi
         let limit = request.limit ?? HistoryPaging.defaultLimit
         let store = self.services.store
         self.onLoop({ () async throws -> HistoryAnswer in
-            guard let info = try await store.circle(named: circle) else { return .notFound }
-            if info.isPrivate, try await !store.isMember(user, of: circle) { return .forbidden }
+            if let refusal = try await CircleVisibility.read(circle, for: user, in: store).refusal() { return .refused(refusal) }
             let page = try await store.historyPage(in: circle, before: request.before, after: request.after, limit: limit, viewer: user)
             return .page(page.posts, more: page.more, lastSeq: page.lastSeq)
         }) { handler, result in

@@ -22,12 +22,21 @@ enum JoinAccess: Sendable, Hashable {
     case noSuchCircle
     case notMember
     case failed(String)
+
+    /// The join's outcome by the visibility rule.
+    init(_ visibility: CircleVisibility) {
+        switch visibility {
+        case .visible(let circle): self = .allowed(circle)
+        case .noSuchCircle: self = .noSuchCircle
+        case .notMember: self = .notMember
+        }
+    }
 }
 
 /// The outcome of a `history` request's store read.
 enum HistoryAnswer: Sendable, Hashable {
-    case notFound
-    case forbidden
+    /// The circle may not be seen (``CircleVisibility``).
+    case refused(CircleVisibility.Refusal)
     case page([CirclePost], more: Bool, lastSeq: Int64)
 }
 
@@ -336,10 +345,8 @@ struct SessionState {
         var actions: [Action] = []
         let circle = request.circle
         switch result {
-        case .success(.notFound):
-            self.fail(request.id, .notFound, "no circle \"\(circle)\"", into: &actions)
-        case .success(.forbidden):
-            self.fail(request.id, .forbidden, "\"\(circle)\" is private and you are not a member", into: &actions)
+        case .success(.refused(let refusal)):
+            self.fail(request.id, refusal.code, refusal.message, into: &actions)
         case .success(.page(let posts, let more, let lastSeq)):
             actions.append(.send(.history(id: request.id, circle: circle, posts: posts, more: more, lastSeq: lastSeq)))
         case .failure(let error):
@@ -359,7 +366,8 @@ struct SessionState {
             actions.append(.send(.ack(id: request.id, seq: marker.seq, time: nil, duplicate: false)))
             if marker.moved { actions.append(.broadcastRead(circle: request.circle, seq: marker.seq)) }
         case .failure(let error as StoreError) where error.code == .notFound:
-            self.fail(request.id, .notFound, "no circle \"\(request.circle)\"", into: &actions)
+            let refusal = CircleVisibility.Refusal.noSuchCircle(request.circle)
+            self.fail(request.id, refusal.code, refusal.message, into: &actions)
         case .failure(let error):
             self.fail(request.id, .internalError, "the read marker was not stored (\(error)); retry", into: &actions)
         }
@@ -618,8 +626,8 @@ struct SessionState {
         let held = membership.heldPosts
         let refusal: (CircleErrorCode, String)?
         switch access {
-        case .noSuchCircle: refusal = (.notFound, "no circle \"\(circle)\"")
-        case .notMember: refusal = (.forbidden, "\"\(circle)\" is private and you are not a member")
+        case .noSuchCircle: refusal = CircleVisibility.Refusal.noSuchCircle(circle).pair
+        case .notMember: refusal = CircleVisibility.Refusal.notMember(circle).pair
         case .failed(let error): refusal = (.internalError, "could not read the circle: \(error)")
         case .allowed: refusal = nil
         }
@@ -716,7 +724,7 @@ struct SessionState {
         guard let membership = self.memberships.remove(circle) else { return }
         actions.append(.unsubscribe(circle))
         // A join still being checked is answered as refused, and the posts held behind it too.
-        let refusal = "\"\(circle)\" is private and you are not a member"
+        let refusal = CircleVisibility.Refusal.notMember(circle).message
         for id in membership.pendingJoins { self.fail(id, .forbidden, refusal, into: &actions) }
         for post in membership.heldPosts {
             self.fail(post.id, .forbidden, "the join of \"\(circle)\" was refused: \(refusal)", into: &actions)

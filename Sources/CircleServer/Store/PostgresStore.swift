@@ -206,7 +206,7 @@ public final class PostgresStore: CircleStore {
             let rows = try await self.client.query("SELECT 1 FROM circles WHERE name = \(circle)", logger: self.logger)
             var exists = false
             for try await _ in rows.decode(Int32.self) { exists = true }
-            guard exists else { throw StoreError(.notFound, "no circle \"\(circle)\"") }
+            guard exists else { throw StoreError.noSuchCircle(circle) }
             if let level {
                 try await self.client.query(
                     """
@@ -286,7 +286,7 @@ public final class PostgresStore: CircleStore {
             for try await marker in current.decode(Int64.self) {
                 return ReadMarker(seq: marker, moved: false)
             }
-            throw StoreError(.notFound, "no circle \"\(circle)\"")
+            throw StoreError.noSuchCircle(circle)
         }
     }
 
@@ -298,7 +298,7 @@ public final class PostgresStore: CircleStore {
                     logger: self.logger
                 )
             } catch let error where Self.sqlState(of: error) == Self.foreignKeyViolation {
-                throw StoreError(.notFound, "no circle \"\(circle)\"")
+                throw StoreError.noSuchCircle(circle)
             }
         }
     }
@@ -330,7 +330,7 @@ public final class PostgresStore: CircleStore {
                 logger: self.logger
             )
             for try await _ in rows { return }
-            throw StoreError(.notFound, "no circle \"\(circle)\"")
+            throw StoreError.noSuchCircle(circle)
         }
     }
 

@@ -251,7 +251,7 @@ public final class SQLiteStore: CircleStore {
                 [.text(user), .text(circle)]
             )
             guard let row = current.first else {
-                throw StoreError(.notFound, "no circle \"\(circle)\"")
+                throw StoreError.noSuchCircle(circle)
             }
             return ReadMarker(seq: try Self.integer(row, "seq"), moved: false)
         }
@@ -289,7 +289,7 @@ public final class SQLiteStore: CircleStore {
     public func setNotificationLevel(_ level: NotificationLevel?, of user: String, in circle: String) async throws {
         try await self.exclusive("set a notification level") { connection in
             guard try await !connection.query("SELECT 1 FROM circles WHERE name = ?", [.text(circle)]).isEmpty else {
-                throw StoreError(.notFound, "no circle \"\(circle)\"")
+                throw StoreError.noSuchCircle(circle)
             }
             if let level {
                 _ = try await connection.query(
@@ -314,7 +314,7 @@ public final class SQLiteStore: CircleStore {
                 )
             } catch let error as SQLiteError where error.reason == .constraintForeignKeyFailed {
                 // The foreign key to circles: one statement, no window between a check and the insert.
-                throw StoreError(.notFound, "no circle \"\(circle)\"")
+                throw StoreError.noSuchCircle(circle)
             }
         }
     }
@@ -331,7 +331,7 @@ public final class SQLiteStore: CircleStore {
                 "UPDATE circles SET system_entries = ? WHERE name = ? RETURNING name",
                 [.integer(enabled ? 1 : 0), .text(circle)]
             )
-            guard !rows.isEmpty else { throw StoreError(.notFound, "no circle \"\(circle)\"") }
+            guard !rows.isEmpty else { throw StoreError.noSuchCircle(circle) }
         }
     }
 

@@ -53,8 +53,9 @@ struct ChatPage: Sendable {
         "webmanifest": "application/manifest+json",
     ]
 
-    /// The service worker (`sw.js`): served under `/assets/` but registered with scope `/`, which
-    /// its `Service-Worker-Allowed` header allows (docs/PAGE.md, "Installable app and notifications").
+    /// The service worker (`sw.js`): served under `assets/` but registered with the page's own
+    /// scope (`/`, or `/chat/` when mounted there), which its `Service-Worker-Allowed: ../`
+    /// header (relative to the script) allows (docs/PAGE.md, "Installable app and notifications").
     static let serviceWorker = "sw.js"
 
     /// The folder names SwiftPM gives this target's resources.
@@ -119,7 +120,7 @@ struct ChatPage: Sendable {
             return response
         }
         var headers: HTTPFields = [.contentType: asset.contentType, .eTag: asset.etag, .cacheControl: "no-cache"]
-        if name == Self.serviceWorker, let allowed = HTTPField.Name("Service-Worker-Allowed") { headers[allowed] = "/" }
+        if name == Self.serviceWorker, let allowed = HTTPField.Name("Service-Worker-Allowed") { headers[allowed] = "../" }
         // Always revalidated (cheap with the ETag), so a new server version's page is used at once.
         self.addSecurityHeaders(to: &headers)
         if let tags = requestHeaders[.ifNoneMatch],

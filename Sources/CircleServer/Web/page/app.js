@@ -17,6 +17,16 @@ const LONG_PRESS_MS = 500;
 // The `circle.presence` key of sessionStorage ({"settle": ms, "away": ms}) overrides both.
 const PRESENCE = { settle: 30000, away: 120000 };
 
+/// Where the page was served, without the trailing slash: "" at the root, "/chat" when Circle is
+/// mounted under /chat (docs/PAGE.md, "Served under a path"). Every URL the page asks for is
+/// made by at(), so none leaves that path.
+const ROOT = new URL(".", location.href).pathname.replace(/\/$/, "");
+
+/// The URL of the server's path `path` ("/v1/circles", "/assets/sw.js") under ROOT.
+function at(path) {
+  return ROOT + path;
+}
+
 const S = {
   token: null,                // an access token (development or pasted), when not signed in by cookie
   csrf: null,                 // the session's X-Circle-CSRF value, when signed in with an account
@@ -104,7 +114,7 @@ function authHeaders(method = "GET") {
 }
 
 async function api(path, options = {}) {
-  const response = await fetch(path, {
+  const response = await fetch(at(path), {
     ...options,
     headers: { ...authHeaders(options.method || "GET"), "Content-Type": "application/json", ...(options.headers || {}) },
   });
@@ -126,7 +136,7 @@ async function api(path, options = {}) {
 function mediaURL(id) {
   // An <img> cannot send an Authorization header, so media take a token as ?token= (docs/MEDIA.md);
   // signed in by cookie, the browser sends the cookie itself.
-  const path = `/v1/media/${encodeURIComponent(id)}`;
+  const path = at(`/v1/media/${encodeURIComponent(id)}`);
   return S.token ? `${path}?token=${encodeURIComponent(S.token)}` : path;
 }
 
@@ -210,7 +220,7 @@ function sizePhotoBox(box, size) {
 // --dev server, kept in sessionStorage; a pasted token, kept in memory only).
 async function loadConfig() {
   try {
-    const config = await fetch("/v1/config").then((r) => r.json());
+    const config = await fetch(at("/v1/config")).then((r) => r.json());
     S.dev = !!config.developmentTokens;
   } catch {
     S.dev = false;
@@ -312,7 +322,7 @@ function showSignIn(message) {
 }
 
 async function devToken(name) {
-  const response = await fetch("/v1/dev/token?user=" + encodeURIComponent(name));
+  const response = await fetch(at("/v1/dev/token?user=" + encodeURIComponent(name)));
   const body = await response.json().catch(() => ({}));
   if (!response.ok) throw new Error(body.error ? body.error.message : "the server answered " + response.status);
   return body.token;
@@ -320,7 +330,7 @@ async function devToken(name) {
 
 /// A request of the sign-in screen (no credential yet): the parsed answer, or an APIError.
 async function authPost(path, body) {
-  const response = await fetch(path, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+  const response = await fetch(at(path), { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
   const answer = await response.json().catch(() => ({}));
   if (!response.ok) {
     const error = answer.error || {};
@@ -728,7 +738,7 @@ $("signout").addEventListener("click", signOut);
 function wsURL() {
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
   // Signed in by cookie, the browser sends the cookie (and Origin) with the upgrade.
-  return `${scheme}//${location.host}/v1/ws` + (S.token ? `?token=${encodeURIComponent(S.token)}` : "");
+  return `${scheme}//${location.host}${at("/v1/ws")}` + (S.token ? `?token=${encodeURIComponent(S.token)}` : "");
 }
 
 const CONN_TEXT = { idle: "", connecting: "Connecting…", connected: "Connected", reconnecting: "Reconnecting…", offline: "Offline" };
@@ -2374,7 +2384,7 @@ function upload(post) {
   post.progress = 0;
   renderTimeline();
   const xhr = new XMLHttpRequest();
-  xhr.open("POST", "/v1/media");
+  xhr.open("POST", at("/v1/media"));
   for (const [name, value] of Object.entries(authHeaders("POST"))) xhr.setRequestHeader(name, value);
   xhr.setRequestHeader("Content-Type", post.file.type || "application/octet-stream");
   xhr.upload.addEventListener("progress", (event) => {
@@ -2969,7 +2979,7 @@ function setProfile(profile) {
 
 /// Uploads a file (POST /v1/media): the media object.
 async function uploadFile(file) {
-  const response = await fetch("/v1/media", {
+  const response = await fetch(at("/v1/media"), {
     method: "POST",
     headers: { ...authHeaders("POST"), "Content-Type": file.type || "application/octet-stream" },
     body: file,
@@ -3404,7 +3414,7 @@ async function start() {
   await loadConfig();
   let state = null;
   try {
-    const response = await fetch("/v1/auth/state");
+    const response = await fetch(at("/v1/auth/state"));
     if (response.ok) state = await response.json();
   } catch { /* an older server, or none: the token sign-in still works */ }
   S.setupRequired = !!(state && state.setupRequired);
@@ -3457,7 +3467,7 @@ const PUSH = { registration: null, subscribed: false, busy: false, badge: -1 };
 async function startWorker() {
   if (!("serviceWorker" in navigator)) { showPushSwitch(); return; }
   try {
-    PUSH.registration = await navigator.serviceWorker.register("/assets/sw.js", { scope: "/" });
+    PUSH.registration = await navigator.serviceWorker.register(at("/assets/sw.js"), { scope: at("/") });
     const subscription = PUSH.registration.pushManager ? await PUSH.registration.pushManager.getSubscription() : null;
     PUSH.subscribed = !!subscription && Notification.permission === "granted";
   } catch (error) {
@@ -3524,7 +3534,7 @@ async function enablePush() {
   if (!key.enabled || !key.publicKey) throw new Error("this server sends no push notifications");
   const permission = await Notification.requestPermission();
   if (permission !== "granted") throw new Error("the browser's permission was not given (allow notifications for this site in its settings)");
-  if (!PUSH.registration) PUSH.registration = await navigator.serviceWorker.register("/assets/sw.js", { scope: "/" });
+  if (!PUSH.registration) PUSH.registration = await navigator.serviceWorker.register(at("/assets/sw.js"), { scope: at("/") });
   await navigator.serviceWorker.ready;
   // A browser that cannot reach its push service may never answer: given up after 20 s (tests
   // shorten it with sessionStorage "circle.pushTimeout", in ms), and a late subscription is undone.

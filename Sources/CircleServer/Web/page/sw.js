@@ -1,11 +1,13 @@
 // Circle's service worker (docs/PAGE.md, "Installable app and notifications"): shows a
 // notification for each push the server sends (the JSON of docs/API.md, "Push notifications"),
 // opens the circle when one is clicked, and keeps the app badge at the unread total.
-// Served as /assets/sw.js with Service-Worker-Allowed: / and registered with scope /.
+// Served as assets/sw.js under the page (/ or a mount path such as /chat/) with
+// Service-Worker-Allowed: ../ and registered with the page's scope; every URL here is relative
+// to that scope, so nothing leaves the mount path.
 "use strict";
 
 const BADGE_CACHE = "circle-badge";
-const BADGE_KEY = "/assets/badge-count";
+const BADGE_KEY = new URL("badge-count", self.location.href).href;
 
 self.addEventListener("install", () => self.skipWaiting());
 self.addEventListener("activate", (event) => event.waitUntil(self.clients.claim()));
@@ -27,7 +29,7 @@ function notificationFor(payload) {
       // One notification per circle: the newest replaces the older ones.
       tag: "circle:" + circle,
       renotify: true,
-      icon: "/assets/icon.svg",
+      icon: new URL("icon.svg", self.location.href).href,
       data: { circle, seq: Number(payload.seq) || 0 },
     },
   };
@@ -75,10 +77,10 @@ self.addEventListener("notificationclick", (event) => {
   const circle = (notification.data && notification.data.circle) || "";
   notification.close();
   event.waitUntil((async () => {
-    const url = new URL("/", self.location.origin);
+    const url = new URL(self.registration.scope);
     if (circle) url.hash = "circle=" + encodeURIComponent(circle);
     const windows = await self.clients.matchAll({ type: "window", includeUncontrolled: true });
-    const open = windows.find((client) => new URL(client.url).origin === self.location.origin);
+    const open = windows.find((client) => client.url.startsWith(self.registration.scope));
     if (open) {
       // The page opens the circle itself (it is signed in, its list is loaded).
       open.postMessage({ type: "open", circle });
