@@ -18,10 +18,10 @@ struct ConfigCheckCommand: ParsableCommand {
         discussion: """
             The file is a JSON object whose keys are circle serve's options without -- \
             (docs/OPERATIONS.md, "Configuration file"). Prints "ok" for a good file; otherwise one \
-            line per problem on stderr, FILE:LINE: message (FILE: message for the file as a \
-            whole or for settings that only conflict together), with "did you mean" for a key \
-            close to a real one. The environment is not consulted for the file's values, but \
-            an invalid CIRCLE_* variable is reported as circle serve would.
+            line per problem on stderr, FILE:LINE: message, with "did you mean" for a key close \
+            to a real one. Values are checked together, as circle serve takes them; a problem \
+            at no entry's door (the file as a whole, an invalid CIRCLE_* variable) is \
+            FILE: message.
 
             Exit status: 0 the file is good; 5 it cannot be opened or read (missing, a \
             directory, no permission); 64 anything else (malformed JSON, not UTF-8, more than \

@@ -156,27 +156,40 @@ enum ServeSettings {
         }
     }
 
-    /// Every problem of a file, one per entry at most, in the file's order: unknown keys (with
-    /// the nearest real one), wrong types, values `circle serve` refuses (the same message as
-    /// the option's); then, when each entry is fine alone, what is wrong with them together.
+    /// Every problem of a file, in the file's order: unknown keys (with the nearest real one)
+    /// and wrong types, entry by entry; then the values `circle serve` refuses, with the same
+    /// message as the option's, each at the line of the entry at fault. Values are checked
+    /// together, as serve takes them (`announce` needs `host`, `tls-cert` needs `tls-key`): the
+    /// entry at fault is the one without which serve's complaint changes; when none is (an
+    /// invalid `CIRCLE_*` variable), the complaint has no line.
     static func check(_ file: SettingsFile) -> [Problem] {
         var problems: [Problem] = []
-        var all: [String] = []
+        var remaining: [(line: Int, key: String, arguments: [String])] = []
         for entry in file.entries {
             switch Self.arguments(for: entry) {
             case .failure(let problem):
                 problems.append(problem)
             case .success(let arguments):
-                all += arguments
-                if let message = Self.refusal(arguments) {
-                    problems.append(Problem(line: entry.line, message: message))
-                }
+                remaining.append((entry.line, entry.key, arguments))
             }
         }
-        if problems.isEmpty, let message = Self.refusal(all) {
-            problems.append(Problem(line: 0, message: message))
+        while let message = Self.refusal(remaining.flatMap(\.arguments)) {
+            // The entries the message names first: usually one parse finds the one at fault.
+            let named = remaining.indices.filter { message.contains("--\(remaining[$0].key)") }
+            let order = named + remaining.indices.filter { !named.contains($0) }
+            let culprit = order.first { index in
+                var without = remaining
+                without.remove(at: index)
+                return Self.refusal(without.flatMap(\.arguments)) != message
+            }
+            guard let culprit else {
+                problems.append(Problem(line: 0, message: message))
+                break
+            }
+            problems.append(Problem(line: remaining[culprit].line, message: message))
+            remaining.remove(at: culprit)
         }
-        return problems
+        return problems.sorted { ($0.line == 0 ? Int.max : $0.line) < ($1.line == 0 ? Int.max : $1.line) }
     }
 
     /// Why `circle serve` would refuse these arguments (before it touches anything), or `nil`.

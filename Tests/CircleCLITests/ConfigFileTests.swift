@@ -35,7 +35,10 @@ struct ConfigFileTests {
               "jwt-issuer": ["iss=https://id.example.com,jwks=https://id.example.com/jwks"],
               "idle-timeout": "90s",
               "webhook-timeout": "5s",
-              "max-requests-in-flight": 4
+              "max-requests-in-flight": 4,
+              "tls-cert": "/etc/circle/cert.pem",
+              "tls-key": "/etc/circle/key.pem",
+              "announce": true
             }
             """,
             to: file
@@ -44,6 +47,27 @@ struct ConfigFileTests {
         #expect(try await check.waitForExit() == 0, "\(check.stderr)")
         #expect(check.stdout == "ok\n")
         #expect(check.stderr.isEmpty)
+    }
+
+    @Test("settings checked together: the entry at fault has the line; an invalid variable has none")
+    func together() async throws {
+        let directory = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let file = directory + "/circle.json"
+        try Self.write("{\n  \"port\": 9000,\n  \"tls-cert\": \"/c.pem\",\n  \"announce\": \"Team\"\n}", to: file)
+        let check = try CircleProcess(["config", "check", file])
+        #expect(try await check.waitForExit() == 64)
+        #expect(
+            check.stderr.split(separator: "\n").map(String.init) == [
+                "\(file):3: --tls-cert and --tls-key go together",
+                "\(file):4: --announce needs a server reachable from the network: add --host 0.0.0.0 (IPv4) or --host :: (IPv4 and IPv6)",
+            ],
+            "\(check.stderr)"
+        )
+        try Self.write("{\"port\": 9000}", to: file)
+        let variable = try CircleProcess(["config", "check", file], environment: ["CIRCLE_LOG_LEVEL": "loud"])
+        #expect(try await variable.waitForExit() == 64)
+        #expect(variable.stderr == "\(file): --log-level must be one of trace, debug, info, notice, warning, error, critical\n", "\(variable.stderr)")
     }
 
     @Test("unknown keys (with did you mean), wrong types and values out of range: FILE:LINE each, exit 64")
