@@ -278,17 +278,7 @@ public final class CircleServer: Service, Sendable {
     private func addMiddleware<Context: RequestContext>(to router: some RouterMethods<Context>) {
         _ = router.add(middleware: LogRequestsMiddleware<Context>(.debug))
         _ = router.add(middleware: RouteMetricsMiddleware<Context>(metrics: self.services.metrics))
-        if let origin = self.services.configuration.corsOrigin {
-            _ = router.add(
-                middleware: CORSMiddleware<Context>(
-                    allowOrigin: origin == "*" ? .all : .custom(origin),
-                    allowHeaders: [.accept, .authorization, .contentType, .origin, .uploadOffset, .uploadLength, .range, .ifRange, .ifNoneMatch],
-                    allowMethods: [.get, .post, .patch, .delete, .head, .options],
-                    exposedHeaders: ["Location", "Upload-Offset", "Upload-Length", "ETag", "Content-Range", "Accept-Ranges"],
-                    maxAge: .seconds(600)
-                )
-            )
-        }
+        _ = router.add(middleware: CurrentCORSMiddleware<Context>(services: self.services))
         _ = router.add(middleware: CircleErrorMiddleware<Context>())
     }
 

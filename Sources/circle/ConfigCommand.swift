@@ -20,8 +20,7 @@ struct ConfigCheckCommand: ParsableCommand {
             (docs/OPERATIONS.md, "Configuration file"). Prints "ok" for a good file; otherwise one \
             line per problem on stderr, FILE:LINE: message, with "did you mean" for a key close \
             to a real one. Values are checked together, as circle serve takes them; a problem \
-            at no entry's door (the file as a whole, an invalid CIRCLE_* variable) is \
-            FILE: message.
+            no entry causes (an invalid CIRCLE_* variable) is FILE: message.
 
             Exit status: 0 the file is good; 5 it cannot be opened or read (missing, a \
             directory, no permission); 64 anything else (malformed JSON, not UTF-8, more than \

@@ -72,6 +72,7 @@ struct ConfigurationReloader: Service {
             try self.server.reload { configuration in
                 configuration.limits.maxConnectionsPerUser = resolved.limits.maxConnectionsPerUser
                 configuration.limits.presenceLimit = resolved.limits.presenceLimit
+                configuration.corsOrigin = command.corsOrigin ?? ProcessInfo.processInfo.environment["CIRCLE_CORS_ORIGIN"]
             }
         } catch {
             self.logger.error("configuration not reloaded", metadata: ["problem": "\(self.path): \(ServeCommand.message(for: error))"])

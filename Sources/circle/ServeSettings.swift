@@ -32,8 +32,8 @@ enum ServeSettings {
     }
 
     /// The settings a running server changes on SIGHUP (``ConfigurationReloader``): the log level
-    /// and the limits the server reads each time it uses them. Every other one "needs a restart".
-    static let reloadable: Set<String> = ["log-level", "max-connections-per-user", "presence-limit"]
+    /// the limits the server reads each time it uses them, and the CORS origin. Every other one "needs a restart".
+    static let reloadable: Set<String> = ["log-level", "max-connections-per-user", "presence-limit", "cors-origin"]
 
     /// `circle serve` options that are not settings.
     private static let excluded: Set<String> = ["config", "help", "version"]

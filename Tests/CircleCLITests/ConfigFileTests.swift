@@ -2,6 +2,10 @@ import CircleTestSupport
 import Foundation
 import Testing
 
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
 /// `circle serve --config FILE`, `circle config check FILE` and the reload on SIGHUP
 /// (docs/OPERATIONS.md, "Configuration file").
 @Suite("circle serve --config and circle config check", .serialized)
@@ -217,10 +221,21 @@ struct ConfigFileTests {
         #expect(!serve.stderr.contains(" debug "), "debug lines at --log-level info")
 
         // The log level, a limit, and a setting that needs a restart.
-        try Self.write(settings(",\n  \"log-level\": \"debug\",\n  \"max-connections-per-user\": 1,\n  \"echo\": true"), to: file)
+        func allowedOrigin() async throws -> String? {
+            var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)/healthz")!)
+            request.setValue("https://app.example.com", forHTTPHeaderField: "Origin")
+            let (_, response) = try await URLSession.shared.data(for: request)
+            return (response as? HTTPURLResponse)?.value(forHTTPHeaderField: "Access-Control-Allow-Origin")
+        }
+        #expect(try await allowedOrigin() == nil)
+        try Self.write(
+            settings(",\n  \"log-level\": \"debug\",\n  \"max-connections-per-user\": 1,\n  \"cors-origin\": \"https://app.example.com\",\n  \"echo\": true"),
+            to: file
+        )
         serve.deliver(SIGHUP)
         try await serve.waitForStderr("configuration reloaded")
         #expect(serve.stderr.contains("configuration setting needs a restart  file=\(file) setting=echo"), "\(serve.stderr)")
+        #expect(try await allowedOrigin() == "https://app.example.com")
         let after = try CircleProcess(["send", "general", "two", "--user", "alice", "--jwt-secret", testSecret, "--server", url])
         #expect(try await after.waitForExit() != 0, "a second connection beyond max-connections-per-user 1 was let in")
         #expect(after.stderr.contains("already has 1 connections open"), "\(after.stderr)")

@@ -4,6 +4,10 @@ import CircleTestSupport
 import Foundation
 import Testing
 
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
 /// ``CircleServer/reload(_:)``, what `circle serve` does on SIGHUP: the limits read at use time
 /// change for the next connection; an invalid configuration is refused and the running one kept.
 @Suite("CircleServer.reload")
@@ -35,6 +39,25 @@ struct ServerReloadTests {
         let other = try await TestClient.connect(server, user: "ann")
         await other.close()
         await first.close()
+        await server.stop()
+    }
+
+    @Test("the CORS origin changes for the next request")
+    func cors() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        let circle = try await server.start()
+        func allowed() async throws -> String? {
+            var request = URLRequest(url: URL(string: server.httpBase + "/healthz")!)
+            request.setValue("https://app.example.com", forHTTPHeaderField: "Origin")
+            let (_, response) = try await URLSession.shared.data(for: request)
+            return (response as? HTTPURLResponse)?.value(forHTTPHeaderField: "Access-Control-Allow-Origin")
+        }
+        #expect(try await allowed() == nil)
+        try circle.reload { $0.corsOrigin = "https://app.example.com" }
+        #expect(try await allowed() == "https://app.example.com")
+        try circle.reload { $0.corsOrigin = nil }
+        #expect(try await allowed() == nil)
         await server.stop()
     }
 }
