@@ -62,6 +62,10 @@ enum FuzzTarget: String, CaseIterable {
     /// first, then exactly the members, media and entries it announces, entries with seqs 1, 2,
     /// 3, … whose changes and replies name earlier posts.
     case circleExport = "circle-export"
+    /// A `circle serve --config` file (``SettingsFile/parse(_:)``): UTF-8, bounded size and
+    /// depth, JSON with each member's line. A parsed file must keep its promises: keys unique,
+    /// every line from 1 to the file's count of lines, the same result when parsed again.
+    case settingsFile = "settings-file"
 
     func run(_ bytes: [UInt8]) {
         switch self {
@@ -90,6 +94,28 @@ enum FuzzTarget: String, CaseIterable {
             Self.pushSubscription(bytes)
         case .circleExport:
             Self.circleExport(bytes)
+        case .settingsFile:
+            Self.settingsFile(bytes)
+        }
+    }
+
+    private static func settingsFile(_ bytes: [UInt8]) {
+        let first: Result<SettingsFile, SettingsFile.Problem> = Result { () throws(SettingsFile.Problem) in try SettingsFile.parse(bytes[...]) }
+        let again: Result<SettingsFile, SettingsFile.Problem> = Result { () throws(SettingsFile.Problem) in try SettingsFile.parse(bytes[...]) }
+        guard first == again else { preconditionFailure("the same file parsed twice differently") }
+        let lines = bytes.count { $0 == 0x0A } + 1
+        switch first {
+        case .failure(let problem):
+            guard (0...lines).contains(problem.line), !problem.message.isEmpty else { preconditionFailure("a problem on line \(problem.line) of \(lines)") }
+        case .success(let file):
+            func check(_ entries: [SettingsFile.Entry]) {
+                guard Set(entries.map(\.key)).count == entries.count else { preconditionFailure("a key twice") }
+                for entry in entries {
+                    guard (1...lines).contains(entry.line) else { preconditionFailure("an entry on line \(entry.line) of \(lines)") }
+                    if case .object(let inner) = entry.value { check(inner) }
+                }
+            }
+            check(file.entries)
         }
     }
 

@@ -140,6 +140,16 @@ public final class CircleServer: Service, Sendable {
         get async throws { try await self.bound.wait() }
     }
 
+    /// Changes the settings the server reads at use time (`circle serve` on SIGHUP: the connection
+    /// and presence limits); the new configuration is checked first and, when it is invalid,
+    /// the running one is kept and ``CircleServerConfiguration/InvalidSetting`` thrown.
+    public func reload(_ change: (inout CircleServerConfiguration) -> Void) throws {
+        try self.services.reload(change)
+    }
+
+    /// The configuration as it is now (after any ``reload(_:)``).
+    public var currentConfiguration: CircleServerConfiguration { self.services.configuration }
+
     /// The bound port (0 before ``run()`` has bound).
     public var port: Int { self.bound.value.flatMap { try? $0.get() } ?? 0 }
 
@@ -268,17 +278,7 @@ public final class CircleServer: Service, Sendable {
     private func addMiddleware<Context: RequestContext>(to router: some RouterMethods<Context>) {
         _ = router.add(middleware: LogRequestsMiddleware<Context>(.debug))
         _ = router.add(middleware: RouteMetricsMiddleware<Context>(metrics: self.services.metrics))
-        if let origin = self.services.configuration.corsOrigin {
-            _ = router.add(
-                middleware: CORSMiddleware<Context>(
-                    allowOrigin: origin == "*" ? .all : .custom(origin),
-                    allowHeaders: [.accept, .authorization, .contentType, .origin, .uploadOffset, .uploadLength, .range, .ifRange, .ifNoneMatch],
-                    allowMethods: [.get, .post, .patch, .delete, .head, .options],
-                    exposedHeaders: ["Location", "Upload-Offset", "Upload-Length", "ETag", "Content-Range", "Accept-Ranges"],
-                    maxAge: .seconds(600)
-                )
-            )
-        }
+        _ = router.add(middleware: CurrentCORSMiddleware<Context>(services: self.services))
         _ = router.add(middleware: CircleErrorMiddleware<Context>())
     }
 

@@ -5,7 +5,10 @@ import NIOCore
 
 /// What every connection of one server shares.
 final class ServerServices: Sendable {
-    let configuration: CircleServerConfiguration
+    /// The configuration as it is now: what is read at use time (through this property) follows a
+    /// ``reload(_:)``; what the services below copied when they were made does not.
+    var configuration: CircleServerConfiguration { self.current.withLockedValue { $0 } }
+    private let current: NIOLockedValueBox<CircleServerConfiguration>
     let store: any CircleStore
     let hub: Hub
     let committer: PostCommitter
@@ -29,7 +32,7 @@ final class ServerServices: Sendable {
     private let channels: ChannelRegistry
 
     init(configuration: CircleServerConfiguration, store: any CircleStore, authority: TokenAuthority, logger: Logger) {
-        self.configuration = configuration
+        self.current = NIOLockedValueBox(configuration)
         self.store = store
         self.hub = Hub()
         let metrics = ServerMetrics()
@@ -120,6 +123,16 @@ final class ServerServices: Sendable {
                 metadata: ["circle.code": "\(error.code.rawValue)", "circle.reason": "\(error.message)", "circle.address": "\(input.address ?? "-")"]
             )
             throw error
+        }
+    }
+
+    /// Replaces the configuration read at use time, after checking it (``CircleServer/reload(_:)``).
+    func reload(_ change: (inout CircleServerConfiguration) -> Void) throws {
+        try self.current.withLockedValue { configuration in
+            var changed = configuration
+            change(&changed)
+            try changed.validate()
+            configuration = changed
         }
     }
 

@@ -41,12 +41,13 @@ struct CircleCommand: AsyncParsableCommand {
             ServeCommand.self, TokenCommand.self, ChatCommand.self, SendCommand.self, TailCommand.self, SearchCommand.self, CirclesCommand.self,
             UploadCommand.self,
             DownloadCommand.self, WSCommand.self, BenchCommand.self, DiscoverCommand.self, LoginCommand.self, LogoutCommand.self,
-            AdminCommand.self, BackupCommand.self, RestoreCommand.self, ExportCommand.self, ImportCommand.self,
+            AdminCommand.self, ConfigCommand.self, BackupCommand.self, RestoreCommand.self, ExportCommand.self, ImportCommand.self,
         ]
     )
 
     static func main() async {
-        let arguments = Array(CommandLine.arguments.dropFirst())
+        // `circle serve --config FILE`: the file's settings become arguments (ServeSettings).
+        let arguments = ServeSettings.expandServeArguments(Array(CommandLine.arguments.dropFirst()))
         if let mistyped = arguments.first, let message = Self.unknownCommand(mistyped) {
             Console.err("circle: \(message)\n")
             Foundation.exit(ExitStatus.usage)

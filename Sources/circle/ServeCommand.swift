@@ -6,6 +6,7 @@ import Logging
 import NIOCore
 import NIOSSL
 import ServiceLifecycle
+import UnixSignals
 
 struct ServeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -36,10 +37,14 @@ struct ServeCommand: AsyncParsableCommand {
             Every number is checked against its range (--port 0 to 65535, sizes and counts as \
             docs/API.md lists them); a value outside it is a usage error, never truncated.
 
+            With --config FILE, every option can be set in a JSON file under its name without -- \
+            ({"port": 9000, "dev": true}); the command line and the environment win over it; \
+            SIGHUP re-reads it (docs/OPERATIONS.md, "Configuration file"; circle config check FILE).
+
             Exit status: 0 stopped by SIGINT/SIGTERM; 2 PostgreSQL cannot be reached; 5 cannot start: \
             the port is in use or may not be bound, the data directory or a key or certificate file \
-            cannot be used; 6 another server serves the data directory; 64 usage, a number out of \
-            range included.
+            cannot be used, the --config file cannot be read; 6 another server serves the data \
+            directory; 64 usage, a number out of range and a --config file with problems included.
 
             Examples:
               circle serve
@@ -47,6 +52,14 @@ struct ServeCommand: AsyncParsableCommand {
               circle serve --host 0.0.0.0 --tls-cert cert.pem --tls-key key.pem
             """
     )
+
+    @Option(
+        help: ArgumentHelp(
+            "Read settings from this JSON file: keys are these options without --, e.g. {\"port\": 9000}; the command line and CIRCLE_* variables win over it. SIGHUP re-reads it (docs/OPERATIONS.md, \"Configuration file\").",
+            valueName: "file"
+        )
+    )
+    var config: String?
 
     @Option(help: "Address to bind (0.0.0.0 or :: for the network). Env: CIRCLE_HOST.")
     var host: String = ProcessInfo.processInfo.environment["CIRCLE_HOST"] ?? "127.0.0.1"
@@ -232,7 +245,17 @@ struct ServeCommand: AsyncParsableCommand {
         }
     }
 
-    private func serve() async throws {
+    /// The values `serve` derives from its options, each checked, before anything is touched;
+    /// `circle config check` runs the same checks (``ServeSettings``).
+    struct Resolved {
+        var level: Logger.Level
+        var limits: CircleServerConfiguration.Limits
+        var pollInterval: Duration
+        var heapTrimInterval: Duration?
+        var retentionInterval: Duration
+    }
+
+    func resolve() throws -> Resolved {
         guard let level = Logger.Level(rawValue: self.logLevel.lowercased()) else {
             throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical")
         }
@@ -256,25 +279,8 @@ struct ServeCommand: AsyncParsableCommand {
         guard let retentionInterval = parseDuration(self.retentionInterval), retentionInterval >= .seconds(1) else {
             throw ValidationError("--retention-interval must be a duration of at least 1s, such as 1h or 10m, not \"\(self.retentionInterval)\"")
         }
-        // Before anything uses NIO's singleton event-loop group (the server, the stores): it is
-        // made once, with the count suggested at its first use. NIO's own variable
-        // (NIO_SINGLETON_GROUP_LOOP_COUNT) is still honoured when --event-loops is not given.
-        if let loops = self.eventLoops ?? (ProcessInfo.processInfo.environment["NIO_SINGLETON_GROUP_LOOP_COUNT"] == nil ? usableCoreCount() : nil) {
-            NIOSingletons.groupLoopCountSuggestion = loops
-        }
-        var logger = Logger(label: "circle.server", factory: ServerLogHandler.init)
-        logger.logLevel = level
-        var tls: TLSConfiguration?
         let environment = ProcessInfo.processInfo.environment
-        switch (self.tlsCert ?? environment["CIRCLE_TLS_CERT"], self.tlsKey ?? environment["CIRCLE_TLS_KEY"]) {
-        case (let cert?, let key?):
-            tls = TLSConfiguration.makeServerConfiguration(
-                certificateChain: try NIOSSLCertificate.fromPEMFile(cert).map { .certificate($0) },
-                privateKey: .privateKey(try NIOSSLPrivateKey(file: key, format: .pem))
-            )
-        case (nil, nil):
-            tls = nil
-        default:
+        if ((self.tlsCert ?? environment["CIRCLE_TLS_CERT"]) == nil) != ((self.tlsKey ?? environment["CIRCLE_TLS_KEY"]) == nil) {
             throw ValidationError("--tls-cert and --tls-key go together")
         }
         var limits = CircleServerConfiguration.Limits(
@@ -290,6 +296,42 @@ struct ServeCommand: AsyncParsableCommand {
             uploadExpiry: TimeAmount(expiry)
         )
         try self.connectionLimits.apply(to: &limits)
+        // The groups' own checks, on scratch values (serve applies them to its configuration).
+        var scratch = CircleServerConfiguration(tokenKeys: .hs256(secret: String(repeating: "x", count: TokenAuthority.minimumSecretLength)))
+        try self.issuers.apply(to: &scratch)
+        try self.webhooks.apply(to: &scratch.webhooks)
+        try self.push.apply(to: &scratch.push)
+        return Resolved(level: level, limits: limits, pollInterval: pollInterval, heapTrimInterval: heapTrimInterval, retentionInterval: retentionInterval)
+    }
+
+    private func serve() async throws {
+        let resolved = try self.resolve()
+        let level = resolved.level
+        let pollInterval = resolved.pollInterval
+        let heapTrimInterval = resolved.heapTrimInterval
+        let retentionInterval = resolved.retentionInterval
+        // Before anything uses NIO's singleton event-loop group (the server, the stores): it is
+        // made once, with the count suggested at its first use. NIO's own variable
+        // (NIO_SINGLETON_GROUP_LOOP_COUNT) is still honoured when --event-loops is not given.
+        if let loops = self.eventLoops ?? (ProcessInfo.processInfo.environment["NIO_SINGLETON_GROUP_LOOP_COUNT"] == nil ? usableCoreCount() : nil) {
+            NIOSingletons.groupLoopCountSuggestion = loops
+        }
+        ServerLogHandler.level.withLockedValue { $0 = level }
+        let logger = Logger(label: "circle.server", factory: ServerLogHandler.init)
+        var tls: TLSConfiguration?
+        let environment = ProcessInfo.processInfo.environment
+        switch (self.tlsCert ?? environment["CIRCLE_TLS_CERT"], self.tlsKey ?? environment["CIRCLE_TLS_KEY"]) {
+        case (let cert?, let key?):
+            tls = TLSConfiguration.makeServerConfiguration(
+                certificateChain: try NIOSSLCertificate.fromPEMFile(cert).map { .certificate($0) },
+                privateKey: .privateKey(try NIOSSLPrivateKey(file: key, format: .pem))
+            )
+        case (nil, nil):
+            tls = nil
+        default:
+            throw ValidationError("--tls-cert and --tls-key go together")
+        }
+        let limits = resolved.limits
         // Before the token secret is written there: a data directory that cannot be used is
         // one sentence that names it.
         try DataDirectory.prepare(self.keys.data)
@@ -365,10 +407,21 @@ struct ServeCommand: AsyncParsableCommand {
             self.printBanner(port: port, tls: secure, setupLink: server.setupLink)
             return try self.makeAnnouncer(port: port, tls: secure, logger: announcerLogger)
         }
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [.init(service: server)]
+        if let path = self.config {
+            // A reload that fails is logged and changes nothing; the server goes on serving.
+            let reloader = ConfigurationReloader(
+                path: path,
+                commandLine: Array(CommandLine.arguments.drop { $0 != "serve" }.dropFirst()),
+                server: server,
+                logger: logger,
+                signals: await UnixSignalsSequence(trapping: .sighup)
+            )
+            services.append(.init(service: reloader, successTerminationBehavior: .ignore, failureTerminationBehavior: .ignore))
+        }
         let group = ServiceGroup(
             configuration: .init(
-                services: [
-                    .init(service: server),
+                services: services + [
                     // Without a usable network the server goes on serving; the announcer has logged why.
                     .init(service: announced, successTerminationBehavior: .ignore, failureTerminationBehavior: .ignore),
                 ],

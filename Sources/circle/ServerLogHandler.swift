@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 
 /// The log lines of `circle serve`, message first so that a person scanning the log reads what
 /// happened before the details:
@@ -9,7 +10,15 @@ import Logging
 /// Metadata follow as `key=value`, sorted, without the `circle.` prefix the libraries use.
 /// Lines go to standard error with `write(2)`, which fails quietly on a closed pipe.
 struct ServerLogHandler: LogHandler {
-    var logLevel: Logger.Level = .info
+    /// The level of every logger this handler serves unless one sets its own: `--log-level`,
+    /// changed on SIGHUP (``ConfigurationReloader``).
+    static let level = NIOLockedValueBox(Logger.Level.info)
+
+    private var ownLevel: Logger.Level?
+    var logLevel: Logger.Level {
+        get { self.ownLevel ?? Self.level.withLockedValue { $0 } }
+        set { self.ownLevel = newValue }
+    }
     var metadata: Logger.Metadata = [:]
     var metadataProvider: Logger.MetadataProvider?
 

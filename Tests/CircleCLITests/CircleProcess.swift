@@ -91,6 +91,11 @@ final class CircleProcess {
         kill(self.process.processIdentifier, SIGKILL)
     }
 
+    /// Sends `number` (e.g. SIGHUP) to the process.
+    func deliver(_ number: Int32) {
+        kill(self.process.processIdentifier, number)
+    }
+
     /// Sends SIGINT, as Ctrl-C would.
     func interrupt() {
         self.process.interrupt()

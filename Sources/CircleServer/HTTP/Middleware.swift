@@ -50,6 +50,25 @@ struct RouteMetricsMiddleware<Context: RequestContext>: RouterMiddleware {
     }
 }
 
+/// CORS for the configured origin as it is now (``CircleServer/reload(_:)`` may change it): no
+/// CORS headers without one; `*` for any origin.
+struct CurrentCORSMiddleware<Context: RequestContext>: RouterMiddleware {
+    let services: ServerServices
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        guard let origin = self.services.configuration.corsOrigin else { return try await next(request, context) }
+        let allowed: CORSMiddleware<Context>.AllowOriginExtended = origin == "*" ? .all : .custom(origin)
+        let cors = CORSMiddleware<Context>(
+            allowOrigin: allowed,
+            allowHeaders: [.accept, .authorization, .contentType, .origin, .uploadOffset, .uploadLength, .range, .ifRange, .ifNoneMatch],
+            allowMethods: [.get, .post, .patch, .delete, .head, .options],
+            exposedHeaders: ["Location", "Upload-Offset", "Upload-Length", "ETag", "Content-Range", "Accept-Ranges"],
+            maxAge: .seconds(600)
+        )
+        return try await cors.handle(request, context: context, next: next)
+    }
+}
+
 /// Turns whatever a route threw into Circle's JSON error body (404 for paths no route matches,
 /// 500 with the error for the unexpected) and gives answers without a `Cache-Control` of their
 /// own `no-store`.
