@@ -35,11 +35,11 @@ import json
 import subprocess
 import sys
 import time
-import urllib.request
 
 import benchlib
 import circlev1
 import postpath
+import webhooks
 
 # The P-256 base point, uncompressed (04 || x || y): a valid public key (of the private key 1)
 # for every subscription; the push service here does not decrypt.
@@ -48,75 +48,17 @@ P256_G = bytes.fromhex(
     "6B17D1F2E12C4247F8BCE6E563A440F277037D812DEB33A0F4A13945D898C296"
     "4FE342E2FE1A7F9B8EE7EB4A7C0F9E162BCE33576B315ECECBB6406837BF51F5")
 
-SERVICE = r"""
-import asyncio, os
-count = 0
+class PushService(webhooks.Receiver):
+    """webhooks.py's receiver, answering 201 at once: a push service that takes every push."""
 
-class Endpoint(asyncio.Protocol):
-    def connection_made(self, transport):
-        self.transport = transport
-        self.buffer = b""
-
-    def data_received(self, data):
-        global count
-        self.buffer += data
-        while True:
-            end = self.buffer.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            head = self.buffer[:end].decode("latin-1")
-            length = 0
-            for line in head.split("\r\n")[1:]:
-                name, _, value = line.partition(":")
-                if name.strip().lower() == "content-length":
-                    length = int(value.strip())
-            if len(self.buffer) < end + 4 + length:
-                return
-            self.buffer = self.buffer[end + 4 + length:]
-            request = head.split(" ", 2)
-            if request[0] == "GET" and request[1] == "/count":
-                self.answer(b"200 OK", str(count).encode())
-            elif request[0] == "GET" and request[1] == "/cpu":
-                t = os.times()
-                self.answer(b"200 OK", str(t.user + t.system).encode())
-            else:
-                count += 1
-                self.answer(b"201 Created", b"")
-
-    def answer(self, status, body):
-        self.transport.write(b"HTTP/1.1 " + status + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-
-async def main():
-    server = await asyncio.get_running_loop().create_server(Endpoint, "127.0.0.1", 0, backlog=1024)
-    print(server.sockets[0].getsockname()[1], flush=True)
-    await server.serve_forever()
-
-asyncio.run(main())
-"""
-
-
-class PushService:
     def __init__(self, cpu: int | None) -> None:
-        argv = (["taskset", "-c", str(cpu)] if cpu is not None else []) + [sys.executable, "-c", SERVICE]
-        self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
-        self.port = int(self.process.stdout.readline())
+        super().__init__(cpu, status="201 Created", hold=False)
 
     def endpoint(self, user: str) -> str:
         return f"http://127.0.0.1:{self.port}/push/{user}"
 
-    def _get(self, path: str) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=10) as answer:
-            return answer.read().decode()
-
     def count(self) -> int:
-        return int(self._get("/count"))
-
-    def cpu_seconds(self) -> float:
-        return float(self._get("/cpu"))
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=10)
+        return self.delivered()
 
 
 def b64url(data: bytes) -> str:

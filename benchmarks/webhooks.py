@@ -37,11 +37,13 @@ import benchlib
 import circlev1
 import postpath
 
+# argv: the status line to answer with, and "hold" to hold requests until POST /release.
 RECEIVER = r"""
 import asyncio, os, sys
 count = 0
 held = []
-holding = True
+status = sys.argv[1].encode()
+holding = sys.argv[2] == "hold"
 
 class Endpoint(asyncio.Protocol):
     def connection_made(self, transport):
@@ -77,7 +79,7 @@ class Endpoint(asyncio.Protocol):
                 held.append(self)
             else:
                 count += 1
-                self.answer(b"204 No Content", b"")
+                self.answer(status, b"")
 
     def answer(self, status, body):
         self.transport.write(b"HTTP/1.1 " + status + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
@@ -87,7 +89,7 @@ def release():
     holding = False
     for endpoint in held:
         count += 1
-        endpoint.answer(b"204 No Content", b"")
+        endpoint.answer(status, b"")
     held.clear()
 
 async def main():
@@ -100,8 +102,9 @@ asyncio.run(main())
 
 
 class Receiver:
-    def __init__(self, cpu: int | None) -> None:
-        argv = (["taskset", "-c", str(cpu)] if cpu is not None else []) + [sys.executable, "-c", RECEIVER]
+    def __init__(self, cpu: int | None, status: str = "204 No Content", hold: bool = True) -> None:
+        argv = (["taskset", "-c", str(cpu)] if cpu is not None else []) + [
+            sys.executable, "-c", RECEIVER, status, "hold" if hold else "answer"]
         self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
         self.port = int(self.process.stdout.readline())
 
