@@ -126,7 +126,9 @@ struct PushAwayLiveTests {
         configuration.push.pollInterval = .milliseconds(100)
         // Whoever is not connected now is away: the test need not wait out a real 30 s.
         configuration.push.awayAfter = .zero
-        configuration.push.presenceInterval = .milliseconds(200)
+        // Refreshed often, but a mark is taken for a dead node's only after 3 × this: with
+        // 200 ms a full run on a loaded machine missed a refresh and pushed a connected bob.
+        configuration.push.presenceInterval = .seconds(2)
     }
 
     /// Waits until the store's marks say `user` has `connected` (or no) connections open.
