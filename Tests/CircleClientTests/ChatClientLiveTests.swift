@@ -317,6 +317,13 @@ struct ChatClientLiveTests {
         let phone = try await chatClient(server, user: "bob")
         let laptop = try await chatClient(server, user: "bob")
         for client in [alice, phone, laptop] { await client.connect() }
+        // Requests (history, the circle list) need an open connection; connect() only starts one.
+        #expect(await eventually {
+            for client in [alice, phone, laptop] {
+                if await client.state != .connected { return false }
+            }
+            return true
+        })
 
         let dm = try await alice.startDirectMessage(with: ["bob"])
         #expect(dm.direct == ["alice", "bob"] && dm.notify == .all && dm.private)
@@ -364,6 +371,13 @@ struct ChatClientLiveTests {
         let phone = try await chatClient(server, user: "bob")
         let laptop = try await chatClient(server, user: "bob")
         for client in [alice, phone, laptop] { await client.connect() }
+        // Requests (history, the circle list) need an open connection; connect() only starts one.
+        #expect(await eventually {
+            for client in [alice, phone, laptop] {
+                if await client.state != .connected { return false }
+            }
+            return true
+        })
         let laptopEvents = await laptop.messages(in: "general")
         #expect(await eventually { await laptop.cursor(of: "general") != nil })
         for index in 1...3 { try await alice.post("p\(index)", to: "general") }
