@@ -7,8 +7,8 @@ import NIOCore
 final class ServerServices: Sendable {
     /// The configuration as it is now: what is read at use time (through this property) follows a
     /// ``reload(_:)``; what the services below copied when they were made does not.
-    var configuration: CircleServerConfiguration { self.current.withLockedValue { $0 } }
-    private let current: NIOLockedValueBox<CircleServerConfiguration>
+    var configuration: CircleServerConfiguration { self.live.current }
+    let live: LiveConfiguration
     let store: any CircleStore
     let hub: Hub
     let committer: PostCommitter
@@ -32,7 +32,8 @@ final class ServerServices: Sendable {
     private let channels: ChannelRegistry
 
     init(configuration: CircleServerConfiguration, store: any CircleStore, authority: TokenAuthority, logger: Logger) {
-        self.current = NIOLockedValueBox(configuration)
+        let live = LiveConfiguration(configuration)
+        self.live = live
         self.store = store
         self.hub = Hub()
         let metrics = ServerMetrics()
@@ -57,14 +58,12 @@ final class ServerServices: Sendable {
             maxTotal: configuration.limits.effectiveMaxPendingConnections,
             maxPerAddress: configuration.limits.maxPendingConnectionsPerAddress
         )
-        self.httpWrites = AuthorRateLimiter(rate: configuration.limits.postsPerSecond, burst: configuration.limits.postBurst)
+        self.httpWrites = AuthorRateLimiter(configuration: live)
         let committerBox = NIOLockedValueBox<PostCommitter?>(nil)
         let webhooks = WebhookDispatcher(
             store: store,
-            settings: configuration.webhooks,
-            allowPrivateOutbound: configuration.allowPrivateOutbound,
+            configuration: live,
             node: self.hub.link.node,
-            maxPostBytes: configuration.limits.maxPostBytes,
             logger: logger
         ) { post in
             guard let committer = committerBox.withLockedValue({ $0 }) else { return .failure(StoreError(.unavailable, "the server is starting")) }
@@ -78,7 +77,7 @@ final class ServerServices: Sendable {
             metrics: metrics,
             logger: logger,
             allowPrivateOutbound: configuration.allowPrivateOutbound || configuration.webhooks.allowPrivateAddresses,
-            maxPostBytes: configuration.limits.maxPostBytes,
+            configuration: live,
             refreshInterval: configuration.webhooks.pollInterval
         )
         self.publishHooks = hooks
@@ -128,12 +127,7 @@ final class ServerServices: Sendable {
 
     /// Replaces the configuration read at use time, after checking it (``CircleServer/reload(_:)``).
     func reload(_ change: (inout CircleServerConfiguration) -> Void) throws {
-        try self.current.withLockedValue { configuration in
-            var changed = configuration
-            change(&changed)
-            try changed.validate()
-            configuration = changed
-        }
+        try self.live.reload(change)
     }
 
     /// Reserves a connection slot for `user`; `false` when the user has the maximum open.

@@ -48,6 +48,24 @@ struct ConfigurationReloader: Service {
         )
     }
 
+    /// The limits of ``ServeSettings/reloadable``, from `resolved` (the others are as they were at
+    /// start there too, but are copied by name so that nothing else can change by accident).
+    static func apply(_ resolved: CircleServerConfiguration.Limits, to limits: inout CircleServerConfiguration.Limits) {
+        limits.maxConnectionsPerUser = resolved.maxConnectionsPerUser
+        limits.presenceLimit = resolved.presenceLimit
+        limits.maxPostBytes = resolved.maxPostBytes
+        limits.maxMessageBytes = resolved.maxMessageBytes
+        limits.postsPerSecond = resolved.postsPerSecond
+        limits.postBurst = resolved.postBurst
+        limits.outboundQueueBytes = resolved.outboundQueueBytes
+        limits.idleTimeout = resolved.idleTimeout
+        limits.maxMediaBytes = resolved.maxMediaBytes
+        limits.uploadExpiry = resolved.uploadExpiry
+        limits.requestHeadTimeout = resolved.requestHeadTimeout
+        limits.requestBodyTimeout = resolved.requestBodyTimeout
+        limits.writeStallTimeout = resolved.writeStallTimeout
+    }
+
     /// One SIGHUP: the settings now in effect from the file, key by key.
     private func reload(running: [String: [String]]) -> [String: [String]] {
         guard let wanted = self.fileSettings(ServeSettings.load(self.path)) else { return running }
@@ -69,9 +87,11 @@ struct ConfigurationReloader: Service {
         do {
             command = try ServeCommand.parse(arguments)
             resolved = try command.resolve()
+            var webhooks = self.server.currentConfiguration.webhooks
+            try command.webhooks.apply(to: &webhooks)
             try self.server.reload { configuration in
-                configuration.limits.maxConnectionsPerUser = resolved.limits.maxConnectionsPerUser
-                configuration.limits.presenceLimit = resolved.limits.presenceLimit
+                Self.apply(resolved.limits, to: &configuration.limits)
+                configuration.webhooks = webhooks
                 configuration.corsOrigin = command.corsOrigin ?? ProcessInfo.processInfo.environment["CIRCLE_CORS_ORIGIN"]
             }
         } catch {

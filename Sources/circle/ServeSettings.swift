@@ -31,9 +31,19 @@ enum ServeSettings {
         var isReloadable: Bool { ServeSettings.reloadable.contains(self.key) }
     }
 
-    /// The settings a running server changes on SIGHUP (``ConfigurationReloader``): the log level
-    /// the limits the server reads each time it uses them, and the CORS origin. Every other one "needs a restart".
-    static let reloadable: Set<String> = ["log-level", "max-connections-per-user", "presence-limit", "cors-origin"]
+    /// The settings a running server changes on SIGHUP (``ConfigurationReloader``): the log
+    /// level, the CORS origin, the limits and timeouts the server reads when a connection opens or
+    /// when it uses them, and the webhook delivery settings. Every other one "needs a restart":
+    /// it was used to build something that lives as long as the server (the listener, the
+    /// store, the token keys, the admission limits, the dispatchers' pools).
+    static let reloadable: Set<String> = [
+        "log-level", "cors-origin",
+        "max-connections-per-user", "presence-limit",
+        "max-post-bytes", "max-message-bytes", "posts-per-second", "post-burst", "outbound-queue-bytes", "idle-timeout",
+        "max-media-bytes", "upload-expiry",
+        "request-head-timeout", "request-body-timeout", "write-stall-timeout",
+        "webhook-timeout", "webhook-retry-after", "webhook-give-up-after",
+    ]
 
     /// `circle serve` options that are not settings.
     private static let excluded: Set<String> = ["config", "help", "version"]

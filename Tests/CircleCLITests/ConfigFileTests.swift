@@ -1,3 +1,4 @@
+import CircleServer
 import CircleTestSupport
 import Foundation
 import Testing
@@ -254,5 +255,54 @@ struct ConfigFileTests {
         let still = try CircleProcess(["send", "general", "four", "--user", "alice", "--jwt-secret", testSecret, "--server", url])
         #expect(try await still.waitForExit() != 0, "the bad file's limit was applied")
         #expect(serve.stderr.components(separatedBy: "configuration reloaded").count == 2, "a bad file was reported as reloaded")
+    }
+
+    @Test("SIGHUP: the post size for the next connection and the HTTP post rate at once, without a restart")
+    func reloadLimitsOnSIGHUP() async throws {
+        let directory = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let file = directory + "/circle.json"
+        let port = try unusedPort()
+        let url = "ws://127.0.0.1:\(port)/v1/ws"
+        func settings(_ limits: String) -> String {
+            "{\n  \"port\": \(port),\n  \"data\": \"\(directory)/data\",\n  \"jwt-secret\": \"\(testSecret)\",\n\(limits)\n}\n"
+        }
+        try Self.write(settings("  \"max-post-bytes\": 100,\n  \"posts-per-second\": 0.001,\n  \"post-burst\": 1"), to: file)
+        let serve = try CircleProcess(["serve", "--config", file])
+        defer { serve.killNow() }
+        try await serve.waitForStderr("Press Ctrl-C to stop.")
+        let created = try CircleProcess(["circle", "create", "general", "--user", "alice", "--jwt-secret", testSecret, "--server", url])
+        #expect(try await created.waitForExit() == 0, "\(created.stderr)")
+
+        let long = String(repeating: "a", count: 300)
+        func sendLong() async throws -> (status: Int32, stderr: String) {
+            let send = try CircleProcess(["send", "general", long, "--user", "alice", "--jwt-secret", testSecret, "--server", url])
+            let status = try await send.waitForExit()
+            return (status, send.stderr)
+        }
+        let token = try await TokenAuthority(.hs256(secret: testSecret)).mint(user: "bob", ttl: .seconds(3600))
+        func postOverHTTP(_ text: String) async throws -> Int {
+            var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)/v1/circles/general/messages")!)
+            request.httpMethod = "POST"
+            request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+            request.httpBody = Data(#"{"text":"\#(text)"}"#.utf8)
+            let (_, response) = try await URLSession.shared.data(for: request)
+            return (response as? HTTPURLResponse)?.statusCode ?? 0
+        }
+
+        let refused = try await sendLong()
+        #expect(refused.status != 0 && refused.stderr.contains("too large"), "300 bytes over max-post-bytes 100: \(refused.stderr)")
+        #expect((200..<300).contains(try await postOverHTTP("one")), "bob's first post over HTTP (burst 1)")
+        #expect(try await postOverHTTP("two") == 429, "bob's second post at 0.001 a second")
+
+        try Self.write(settings("  \"max-post-bytes\": 1000,\n  \"posts-per-second\": 1000,\n  \"post-burst\": 100"), to: file)
+        serve.deliver(SIGHUP)
+        try await serve.waitForStderr("configuration reloaded")
+        #expect(!serve.stderr.contains("needs a restart"), "\(serve.stderr)")
+        let accepted = try await sendLong()
+        #expect(accepted.status == 0, "300 bytes under max-post-bytes 1000 after the reload: \(accepted.stderr)")
+        #expect((200..<300).contains(try await postOverHTTP("three")), "bob's allowance after the reload")
+        #expect((200..<300).contains(try await postOverHTTP("four")), "bob's allowance after the reload")
     }
 }

@@ -116,4 +116,27 @@ struct AdversarialWebhookTests {
             try await canary.check("while a webhook endpoint hangs")
         }
     }
+
+    @Test("a webhook timeout reloaded (SIGHUP) applies to the next attempt: a hanging endpoint fails within it")
+    func reloadedTimeout() async throws {
+        let listener = SilentListener()
+        try await listener.start()
+        defer { Task { await listener.stop() } }
+        try await self.withAdmin(configure: {
+            $0.allowPrivateOutbound = true
+            // Longer than the test waits: only the reloaded timeout can end the attempt in time.
+            $0.webhooks.timeout = .seconds(600)
+        }) { server, canary, admin in
+            let circle = try #require(server.server)
+            try circle.reload { $0.webhooks.timeout = .seconds(1) }
+            #expect(circle.currentConfiguration.webhooks.timeout == .seconds(1))
+            let made = try await server.http("POST", HTTPAPI.Path.adminWebhooks, token: admin, json: #"{"url":"http://127.0.0.1:\#(listener.port)/hook"}"#)
+            #expect(made.status == 201, "\(made.body)")
+            let id = try #require((try JSONSerialization.jsonObject(with: Data(made.body.utf8)) as? [String: Any])?["id"] as? String)
+            try await canary.check("a post for the webhook")
+            let tried = try await self.firstAttempt(server, admin, id)
+            #expect((tried["lastError"] as? String ?? "").contains("within"), "the attempt timed out: \(tried)")
+            try await canary.check("after the reload")
+        }
+    }
 }

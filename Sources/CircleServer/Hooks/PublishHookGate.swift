@@ -47,7 +47,8 @@ final class PublishHookGate: Sendable {
     private let logger: Logger
     private let policy: OutboundAddressPolicy
     private let pool = HTTPConnectionPool(maxIdlePerTarget: 8)
-    private let maxPostBytes: Int
+    /// The post size limit, read for each answer (a reload applies at once).
+    private let configuration: LiveConfiguration
     private let maxWaiting: Int
     private let refreshInterval: Duration
     private let state = NIOLockedValueBox(State())
@@ -60,7 +61,7 @@ final class PublishHookGate: Sendable {
         metrics: ServerMetrics,
         logger: Logger,
         allowPrivateOutbound: Bool,
-        maxPostBytes: Int,
+        configuration: LiveConfiguration,
         maxWaiting: Int = 1024,
         refreshInterval: Duration = .seconds(1)
     ) {
@@ -68,7 +69,7 @@ final class PublishHookGate: Sendable {
         self.metrics = metrics
         self.logger = logger
         self.policy = OutboundAddressPolicy(allowsPrivate: allowPrivateOutbound)
-        self.maxPostBytes = maxPostBytes
+        self.configuration = configuration
         self.maxWaiting = maxWaiting
         self.refreshInterval = refreshInterval
     }
@@ -212,7 +213,7 @@ final class PublishHookGate: Sendable {
         do {
             let response = try await http.post(hook.url, headers: headers, body: body)
             return PublishHookReply.parse(
-                status: response.status, contentType: response.headers.first(name: "Content-Type"), body: response.body, maxTextBytes: self.maxPostBytes
+                status: response.status, contentType: response.headers.first(name: "Content-Type"), body: response.body, maxTextBytes: self.configuration.current.limits.maxPostBytes
             ).mapError { PublishHookFailure(message: $0.description) }
         } catch {
             return .failure(PublishHookFailure(message: String(error.message.prefix(300))))

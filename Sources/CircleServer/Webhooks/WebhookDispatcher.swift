@@ -109,12 +109,14 @@ final class Doorbell: Sendable {
 /// Never on the post path: a slow endpoint holds only its own deliveries.
 final class WebhookDispatcher: Sendable {
     let store: any CircleStore
-    let settings: WebhookSettings
+    /// `webhooks` and the post size limit are read as they are used: a reload applies to the
+    /// next claim and attempt (the pool's size and the address policy stay as they started).
+    private let configuration: LiveConfiguration
+    var settings: WebhookSettings { self.configuration.current.webhooks }
     let node: String
     let logger: Logger
     /// Commits a bot's reply (the server's group commit).
     private let post: @Sendable (NewPost) async -> Result<PostOutcome, any Error>
-    private let maxPostBytes: Int
     private let http: OutboundHTTP
     private let bell = Doorbell()
     /// A subscription was made or changed on this node: look again before the next poll.
@@ -122,21 +124,20 @@ final class WebhookDispatcher: Sendable {
 
     init(
         store: any CircleStore,
-        settings: WebhookSettings,
-        allowPrivateOutbound: Bool,
+        configuration: LiveConfiguration,
         node: String,
-        maxPostBytes: Int,
         logger: Logger,
         post: @escaping @Sendable (NewPost) async -> Result<PostOutcome, any Error>
     ) {
         self.store = store
         self.post = post
-        self.maxPostBytes = maxPostBytes
-        self.settings = settings
+        self.configuration = configuration
+        let started = configuration.current
+        let settings = started.webhooks
         self.node = node
         self.logger = logger
         self.http = OutboundHTTP(
-            policy: OutboundAddressPolicy(allowsPrivate: allowPrivateOutbound || settings.allowPrivateAddresses),
+            policy: OutboundAddressPolicy(allowsPrivate: started.allowPrivateOutbound || settings.allowPrivateAddresses),
             timeout: settings.timeout,
             maxBodyBytes: settings.maxReplyBytes,
             // An endpoint is sent to again and again: a connection for each delivery cost more
@@ -181,7 +182,8 @@ final class WebhookDispatcher: Sendable {
                     running[webhook, default: 1] -= 1
                     if running[webhook] == 0 { running[webhook] = nil }
                 case .tick:
-                    group.addTask { [bell, settings] in
+                    let settings = self.settings
+                    group.addTask { [bell] in
                         await bell.wait(upTo: settings.pollInterval)
                         // Commits come in bursts: a moment's wait gathers their deliveries into
                         // one claim, one run and one record.
@@ -338,7 +340,9 @@ final class WebhookDispatcher: Sendable {
         headers.add(name: "webhook-timestamp", value: "\(timestamp)")
         headers.add(name: "webhook-signature", value: WebhookSignature.sign(id: delivery.id, timestamp: timestamp, body: body, secrets: webhook.secrets))
         do {
-            let response = try await self.http.post(webhook.url, headers: headers, body: body)
+            var http = self.http
+            http.timeout = self.settings.timeout
+            let response = try await http.post(webhook.url, headers: headers, body: body)
             if (200..<300).contains(response.status) {
                 if let bot = webhook.bot {
                     await self.answer(response, of: delivery, as: bot)
@@ -357,7 +361,7 @@ final class WebhookDispatcher: Sendable {
     /// logged; the delivery has succeeded all the same.
     private func answer(_ response: OutboundHTTP.Response, of delivery: WebhookDelivery, as bot: String) async {
         let metadata: Logger.Metadata = ["circle.delivery": "\(delivery.id)", "circle.bot": "\(bot)"]
-        guard let parsed = WebhookReply.parse(status: response.status, contentType: response.headers.first(name: "Content-Type"), body: response.body, maxTextBytes: self.maxPostBytes)
+        guard let parsed = WebhookReply.parse(status: response.status, contentType: response.headers.first(name: "Content-Type"), body: response.body, maxTextBytes: self.configuration.current.limits.maxPostBytes)
         else { return }
         let reply: WebhookReply
         switch parsed {
