@@ -221,9 +221,9 @@ public final class CircleServer: Service, Sendable {
         let configuration = self.services.configuration
         let scheme = configuration.tls == nil ? "http" : "https"
         let host = ["0.0.0.0", "::", ""].contains(configuration.host) ? "localhost" : configuration.host
-        let origin = "\(scheme)://\(host.contains(":") ? "[\(host)]" : host):\(port)" + configuration.pathPrefix
+        let origin = "\(scheme)://\(host.contains(":") ? "[\(host)]" : host):\(port)"
         do {
-            if let link = try await self.services.identity.start(listeningAt: origin) {
+            if let link = try await self.services.identity.start(listeningAt: origin, pathPrefix: configuration.pathPrefix) {
                 self.setupLinkBox.withLockedValue { $0 = link }
                 self.services.logger.notice(
                     "no account yet: open the setup link to create the first admin (it works once, for an hour)",

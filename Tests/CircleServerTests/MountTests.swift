@@ -89,22 +89,63 @@ struct MountTests {
         let page = try await Self.send("GET", base + "/chat/v1/circles/general/messages", token: token)
         #expect(page.body.contains(#""text":"mounted""#), "\(page.body)")
 
+        // Links and Locations the server makes point under the app's prefix.
+        let photo = try await Self.send("POST", base + "/chat/v1/media", token: token, body: TestImage.bytes(64, magic: TestImage.pngMagic, seed: 7), contentType: "image/png")
+        #expect(photo.status == 201, "\(photo.body)")
+        #expect(photo.location?.hasPrefix("/chat/v1/media/") == true, "Location \(photo.location ?? "none")")
+        #expect(photo.body.contains(#""url":"\/chat\/v1\/media\/"#) || photo.body.contains(#""url":"/chat/v1/media/"#), "\(photo.body)")
+        let upload = try await Self.send("POST", base + "/chat/v1/media/uploads", token: token, json: #"{"length":64,"contentType":"image/png"}"#)
+        #expect(upload.status == 201, "\(upload.body)")
+        #expect(upload.location?.hasPrefix("/chat/v1/media/uploads/u") == true, "Location \(upload.location ?? "none")")
+        let device = try await Self.send("POST", base + "/chat/v1/auth/device", json: #"{"device":"build box"}"#)
+        #expect(device.status == 201, "\(device.body)")
+        #expect(device.body.contains("127.0.0.1:\(port)\\/chat\\/#device=") || device.body.contains("127.0.0.1:\(port)/chat/#device="), "\(device.body)")
+
         await group.triggerGracefulShutdown()
         try await running.value
     }
 
-    static func get(_ url: String) async throws -> (status: Int, body: String) {
-        try await Self.send("GET", url)
+    @Test("--path-prefix: the setup link is under the prefix, with the public URL's origin too; invites are")
+    func standaloneLinks() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        server.configuration.pathPrefix = "/chat"
+        server.configuration.identity.publicURL = "https://chat.example.com"
+        let circle = try await server.start()
+        let link = try #require(circle.setupLink)
+        #expect(link.hasPrefix("https://chat.example.com/chat/#setup="), "\(link)")
+        let token = String(try #require(link.split(separator: "#setup=").last))
+        let setup = try await Self.send(
+            "POST", server.httpBase + "/chat/v1/auth/setup", json: #"{"token":"\#(token)","name":"ada","password":"correct horse battery"}"#
+        )
+        #expect(setup.status == 201, "\(setup.body)")
+        let admin = try await circle.mintToken(user: "ada")
+        let invite = try await Self.send("POST", server.httpBase + "/chat/v1/admin/invites", token: admin, json: #"{"hours":1,"uses":1}"#)
+        #expect(invite.status == 201, "\(invite.body)")
+        #expect(
+            invite.body.contains(#"https:\/\/chat.example.com\/chat\/#invite="#) || invite.body.contains("https://chat.example.com/chat/#invite="),
+            "\(invite.body)"
+        )
+        await server.stop()
     }
 
-    static func send(_ method: String, _ url: String, token: String? = nil, json: String? = nil) async throws -> (status: Int, body: String) {
+    static func get(_ url: String) async throws -> (status: Int, body: String) {
+        let answer = try await Self.send("GET", url)
+        return (answer.status, answer.body)
+    }
+
+    static func send(
+        _ method: String, _ url: String, token: String? = nil, json: String? = nil, body: [UInt8]? = nil, contentType: String? = nil
+    ) async throws -> (status: Int, body: String, location: String?) {
         var request = URLRequest(url: try #require(URL(string: url)))
         request.httpMethod = method
         if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
         if let json { request.httpBody = Data(json.utf8) }
+        if let body { request.httpBody = Data(body) }
+        if let contentType { request.setValue(contentType, forHTTPHeaderField: "Content-Type") }
         let (data, response) = try await URLSession.shared.data(for: request)
-        let status = (response as? HTTPURLResponse)?.statusCode ?? 0
-        return (status, String(decoding: data, as: UTF8.self))
+        let http = response as? HTTPURLResponse
+        return (http?.statusCode ?? 0, String(decoding: data, as: UTF8.self), http?.value(forHTTPHeaderField: "Location"))
     }
 }
 

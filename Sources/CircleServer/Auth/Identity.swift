@@ -71,13 +71,17 @@ final class Identity: Sendable {
 
     /// Loads the accounts that may not sign in and, on an empty store, makes the setup link.
     /// - Returns: The setup link, when the store has no account yet.
-    func start(listeningAt origin: String) async throws -> String? {
+    /// - Parameters:
+    ///   - origin: The listening address's origin, for when no public URL is configured.
+    ///   - pathPrefix: `--path-prefix` (an app that mounts Circle under a group of its own has
+    ///     its prefix only in requests: this link, made before any, does not carry it).
+    func start(listeningAt origin: String, pathPrefix: String) async throws -> String? {
         let accounts = try await self.store.accounts()
         self.disabled.withLockedValue { $0 = Set(accounts.filter { $0.status != .active }.map(\.name)) }
         guard accounts.isEmpty else { return nil }
         let token = Self.randomSecret(bytes: 24)
         self.setupToken.withLockedValue { $0 = (token, .now + self.configuration.setupLinkLifetime) }
-        return "\(self.publicOrigin ?? origin)/#setup=\(token)"
+        return "\(self.publicOrigin ?? origin)\(pathPrefix)/#setup=\(token)"
     }
 
     /// The configured public origin (`https://chat.example.com`), without a trailing slash.

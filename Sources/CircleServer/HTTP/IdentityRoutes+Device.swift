@@ -38,10 +38,9 @@ extension IdentityRoutes {
                 ),
                 address: context.circleRemoteSocketAddress
             )
-            let origin = self.identity.publicOrigin ?? Self.origin(of: request)
             return Response.json(
                 .created,
-                HTTPAPI.DeviceCode(code: code, pollToken: pollToken, url: "\(origin)/#device=\(code)", expiresAt: expires, interval: Self.devicePollInterval)
+                HTTPAPI.DeviceCode(code: code, pollToken: pollToken, url: "\(self.pageURL(of: request))#device=\(code)", expiresAt: expires, interval: Self.devicePollInterval)
             )
         }
         router.post(RouterPath(HTTPAPI.Path.deviceToken)) { request, context in

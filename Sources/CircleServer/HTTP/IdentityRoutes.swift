@@ -444,8 +444,7 @@ struct IdentityRoutes: Sendable {
             circles: circles
         )
         try await self.store.createInvite(invite)
-        let origin = self.identity.publicOrigin ?? Self.origin(of: request)
-        return Response.json(.created, Self.inviteInfo(invite, token: token, url: "\(origin)/#invite=\(token)"))
+        return Response.json(.created, Self.inviteInfo(invite, token: token, url: "\(self.pageURL(of: request))#invite=\(token)"))
     }
 
     /// The account behind a principal: routes about one's account need one (a token of the
@@ -478,6 +477,12 @@ struct IdentityRoutes: Sendable {
 
     static func origin(of request: Request) -> String {
         "\(request.uri.scheme.map { "\($0)" } ?? "http")://\(request.head.authority ?? "localhost")"
+    }
+
+    /// The page's URL, for links made in answer to `request`: the public origin (else the
+    /// request's) and the prefix Circle is mounted under (``MountPrefix``), with a trailing `/`.
+    func pageURL(of request: Request) -> String {
+        "\(self.identity.publicOrigin ?? Self.origin(of: request))\(MountPrefix.of(path: request.uri.path))/"
     }
 
     static func profile(_ account: Account) -> HTTPAPI.Profile {

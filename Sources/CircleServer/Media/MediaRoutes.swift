@@ -30,7 +30,7 @@ struct MediaRoutes: Sendable {
         router.post(RouterPath(HTTPAPI.Path.uploads)) { request, context in
             var request = request
             let body = try await request.jsonBody()
-            return try await self.media.createUpload(body: body, user: try context.requireUser().name)
+            return try await self.media.createUpload(body: body, user: try context.requireUser().name, prefix: MountPrefix.of(path: request.uri.path))
         }
         for method in [HTTPRequest.Method.head, .get] {
             router.on(RouterPath(HTTPAPI.Path.Pattern.upload.template), method: method) { _, context in
@@ -55,7 +55,7 @@ struct MediaRoutes: Sendable {
 
     private func streamUpload(_ request: Request, user: String, route: MediaService.StreamedUpload) async throws -> Response {
         let target: MediaService.UploadTarget
-        switch await self.media.beginUpload(headers: request.headers, user: user, route: route) {
+        switch await self.media.beginUpload(headers: request.headers, user: user, route: route, prefix: MountPrefix.of(path: request.uri.path)) {
         case .refuse(let response):
             // Nothing of the body was read: the connection is closed after this answer.
             return response
@@ -97,7 +97,7 @@ struct MediaRoutes: Sendable {
         }
         await files.close(target.fd)
         let digest = written == target.upload.length ? hasher.map { hexString($0.finalize()) } : nil
-        return await self.media.finishUpload(target, written: written, digest: digest)
+        return await self.media.finishUpload(target, written: written, digest: digest, prefix: MountPrefix.of(path: request.uri.path))
     }
 
     // MARK: - Downloads

@@ -70,8 +70,8 @@ struct MediaService: Sendable {
 
     /// Decides whether a streamed upload (`POST /v1/media`, `PATCH /v1/media/uploads/{id}`) may
     /// start, before any of its body is read. On `.accept` the upload's lock is held until
-    /// ``finishUpload(_:written:digest:)`` or ``abandonUpload(_:)``.
-    func beginUpload(headers: HTTPFields, user: String, route: StreamedUpload) async -> UploadStart {
+    /// ``finishUpload(_:written:digest:prefix:)`` or ``abandonUpload(_:)``.
+    func beginUpload(headers: HTTPFields, user: String, route: StreamedUpload, prefix: String) async -> UploadStart {
         if headers[values: .transferEncoding].contains(where: { $0.lowercased().contains("chunked") }) {
             return .refuse(APIError(.lengthRequired, .badRequest, "send the body with a Content-Length, not chunked").response)
         }
@@ -120,7 +120,7 @@ struct MediaService: Sendable {
                         return .refuse(APIError(.notFound, .notFound, "no upload \"\(id)\"").response)
                     }
                     // Not an error, but an answer given before any body is read.
-                    return .refuse(Self.created(info, upload: upload))
+                    return .refuse(Self.created(info, upload: upload, prefix: prefix))
                 }
                 guard upload.media == nil, offset == current else {
                     self.locks.release(id)
@@ -161,7 +161,7 @@ struct MediaService: Sendable {
     /// The body of an accepted upload has been written (`written` bytes) and its descriptor
     /// closed. Completes the media when the upload has all its bytes. `digest` is the SHA-256 of
     /// the whole file when this request carried all of it from offset 0.
-    func finishUpload(_ target: UploadTarget, written: Int64, digest: String?) async -> Response {
+    func finishUpload(_ target: UploadTarget, written: Int64, digest: String?, prefix: String) async -> Response {
         let upload = target.upload
         defer { self.locks.release(upload.id) }
         let size = target.offset + written
@@ -186,7 +186,7 @@ struct MediaService: Sendable {
                 "stored an upload",
                 metadata: ["circle.user": "\(target.user)", "circle.media": "\(inspected.digest.prefix(12))", "circle.bytes": "\(inspected.size)", "circle.type": "\(upload.contentType)"]
             )
-            return Self.created(info, upload: upload)
+            return Self.created(info, upload: upload, prefix: prefix)
         } catch {
             return Self.storeFailure(error).response
         }
@@ -218,11 +218,14 @@ struct MediaService: Sendable {
         APIError(.contentTooLarge, .tooLarge, "the file has \(length) bytes; the limit is \(self.maxBytes)")
     }
 
-    private static func created(_ info: MediaInfo, upload: MediaUpload) -> Response {
-        .json(
+    /// - Parameter prefix: Where Circle is mounted (``MountPrefix``): the photo's `url` and
+    ///   `Location` are under it.
+    private static func created(_ info: MediaInfo, upload: MediaUpload, prefix: String) -> Response {
+        let url = prefix + HTTPAPI.Path.mediaItem(info.id)
+        return .json(
             .created,
-            HTTPAPI.Media(id: info.id, size: info.size, contentType: info.contentType, url: HTTPAPI.Path.mediaItem(info.id)),
-            headers: [.location: HTTPAPI.Path.mediaItem(info.id), .uploadOffset: "\(upload.length)"]
+            HTTPAPI.Media(id: info.id, size: info.size, contentType: info.contentType, url: url),
+            headers: [.location: url, .uploadOffset: "\(upload.length)"]
         )
     }
 
@@ -235,7 +238,7 @@ struct MediaService: Sendable {
     // MARK: - Buffered routes
 
     /// `POST /v1/media/uploads`: creates a resumable upload.
-    func createUpload(body: ByteBuffer, user: String) async throws -> Response {
+    func createUpload(body: ByteBuffer, user: String, prefix: String) async throws -> Response {
         let create = try body.decodeJSON(HTTPAPI.CreateUpload.self, send: #"{"length": BYTES, "contentType": "image/jpeg"}"#)
         // An empty file is no photo (its type could never be checked against its bytes).
         guard create.length >= 1 else {
@@ -253,7 +256,7 @@ struct MediaService: Sendable {
             return .json(
                 .created,
                 HTTPAPI.Upload(upload: upload.id, offset: 0, length: upload.length, contentType: contentType, media: nil),
-                headers: [.location: HTTPAPI.Path.upload(upload.id), .uploadOffset: "0", .uploadLength: "\(upload.length)"]
+                headers: [.location: prefix + HTTPAPI.Path.upload(upload.id), .uploadOffset: "0", .uploadLength: "\(upload.length)"]
             )
         } catch let error as APIError {
             throw error
