@@ -105,12 +105,21 @@ import Testing
         #expect(history.contains(#""event":"removed""#) && history.contains(#""member":"dan""#))
         let after = try await self.contract.withStore(pair.target) { store in
             for name in ["ann", "ben", "cat"] { try await self.account(store, name) }
+            // A subscription to everything: the imported entries happened long ago elsewhere and
+            // are not delivered (nor pushed); what is posted after the import is.
+            let everything = Webhook(
+                id: "everything", url: "https://hooks.example.com/", circle: nil, events: Set(WebhookEvent.allCases), secrets: ["whsec_x"],
+                createdBy: "ann", createdAt: 1
+            )
+            try await store.createWebhook(everything)
             let summary = try await CircleTransfer.importCircle(from: export, store: store, dataDirectory: targetData)
             #expect(summary.entries == 12 && summary.members == 3 && summary.media == 1)
+            #expect(try await store.deliveries(of: "everything", limit: 100).isEmpty, "imported entries were queued for a webhook")
             let snapshot = try await self.snapshot(store)
             // The imported circle goes on like any other: the next entry is seq 13.
             let next = try await store.commit([NewPost(circle: "team", author: "ann", clientID: "a4", text: "after", attachment: nil, time: 1_800_000_000_000)])
             #expect(self.contract.storedSeqs(next) == [13])
+            #expect(try await store.deliveries(of: "everything", limit: 100).map(\.seq) == [13])
             return snapshot
         }
         #expect(after == before)

@@ -220,6 +220,44 @@ import Testing
         #expect(!plan.pushWrites(subscribers: quiet).contains { $0.user == "carol" })
     }
 
+    /// Entries restored by `circle import` happened long ago elsewhere: their mentions are
+    /// recorded (for the counts above the restored read markers), but they set off no push and
+    /// no webhook delivery; the same entries written live set off both.
+    @Test func restoredEntriesTellNoOne() {
+        var known = CommitPlan.Known()
+        known.circles[BinaryText("lobby")] = CommitPlan.Circle(lastSeq: 0, owner: "alice", isPrivate: false)
+        known.circles[BinaryText("dm.x")] = CommitPlan.Circle(lastSeq: 0, owner: "alice", isPrivate: true, direct: ["alice", "bob"])
+        known.mentionable.insert(MemberKey(circle: "lobby", user: "bob"))
+        known.mentionable.insert(MemberKey(circle: "dm.x", user: "bob"))
+        func posts(restored: Bool) -> [NewPost] {
+            [
+                NewPost(circle: "lobby", author: "alice", clientID: "1", text: "@bob look", attachment: nil, time: 1, restored: restored),
+                NewPost(circle: "dm.x", author: "alice", clientID: "2", text: "psst", attachment: nil, time: 1, restored: restored),
+                NewPost(circle: "lobby", author: "alice", clientID: "3", text: "morning", attachment: nil, time: 1, restored: restored),
+            ]
+        }
+        let subscribers: [MemberKey: CommitPlan.PushTarget] = [
+            MemberKey(circle: "lobby", user: "bob"): .init(level: .all, endpoints: ["b1"]),
+            MemberKey(circle: "dm.x", user: "bob"): .init(level: nil, endpoints: ["b1"]),
+        ]
+        let everyPost = ["lobby": ["bob"]]
+        let webhooks = [Webhook(id: "all", url: "", circle: nil, events: [.post, .mention], secrets: [], createdBy: "", createdAt: 0)]
+
+        let live = CommitPlan(posts: posts(restored: false), known: known)
+        #expect(live.pushWrites(subscribers: subscribers, everyPost: everyPost).map { "\($0.circle)/\($0.seq)/\($0.kind.rawValue)" } == [
+            "lobby/1/mention", "dm.x/1/dm", "lobby/2/post",
+        ])
+        #expect(live.webhookDeliveries(webhooks, now: 9).count == 3)
+
+        let restored = CommitPlan(posts: posts(restored: true), known: known)
+        #expect(restored.outcomes.allSatisfy { if case .stored = $0 { true } else { false } })
+        #expect(restored.mentionWrites.map { "\($0.circle)/\($0.post)/\($0.user)" } == ["lobby/1/bob"], "mentions are still recorded")
+        #expect(restored.pushCandidates(everyPost: everyPost).isEmpty)
+        #expect(restored.circlesForEveryPost().isEmpty)
+        #expect(restored.pushWrites(subscribers: subscribers, everyPost: everyPost).isEmpty)
+        #expect(restored.webhookDeliveries(webhooks, now: 9).isEmpty)
+    }
+
     /// Level `all` in a circle: every post is pushed (kind `post`) to those the store found
     /// wanting it; a mention of them in the post is pushed once, as a mention; never the author;
     /// change entries and DMs are not asked about.

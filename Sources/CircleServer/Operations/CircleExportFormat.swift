@@ -171,7 +171,9 @@ public enum CircleExportFormat {
                 event: self.event,
                 member: self.member,
                 // The members are imported as they are at the end; the entry is only the record.
-                recordOnly: self.event != nil
+                recordOnly: self.event != nil,
+                // Long past: no webhook deliveries, no pushes.
+                restored: true
             )
         }
     }

@@ -23,7 +23,7 @@ extension CommitPlan {
         var seen = Set<BinaryText>()
         return self.inserts.compactMap { entry in
             let name = BinaryText(entry.circle)
-            guard entry.isPost, self.directMembers[name] == nil, seen.insert(name).inserted else { return nil }
+            guard entry.isPost, !self.restored.contains(EntryKey(entry)), self.directMembers[name] == nil, seen.insert(name).inserted else { return nil }
             return (entry.circle, self.privateCircles.contains(name))
         }
     }
@@ -37,10 +37,10 @@ extension CommitPlan {
         func add(_ circle: String, _ user: String) {
             if seen.insert(MemberKey(circle: circle, user: user)).inserted { candidates.append((circle, user)) }
         }
-        for mention in self.mentionWrites {
+        for mention in self.mentionWrites where !self.restored.contains(EntryKey(circle: mention.circle, seq: mention.seq)) {
             add(mention.circle, mention.user)
         }
-        for entry in self.inserts where entry.isPost {
+        for entry in self.inserts where entry.isPost && !self.restored.contains(EntryKey(entry)) {
             for member in self.directMembers[BinaryText(entry.circle)] ?? everyPost[entry.circle] ?? [] where BinaryText(member) != BinaryText(entry.author) {
                 add(entry.circle, member)
             }
@@ -74,7 +74,7 @@ extension CommitPlan {
                 writes.append(PushWrite(endpoint: endpoint, user: key.user.string, circle: key.circle.string, seq: seq, kind: kind))
             }
         }
-        for mention in self.mentionWrites {
+        for mention in self.mentionWrites where !self.restored.contains(EntryKey(circle: mention.circle, seq: mention.seq)) {
             let key = MemberKey(circle: mention.circle, user: mention.user)
             let direct = self.directMembers[key.circle] != nil
             guard let wanted = level(key, direct: direct), wanted != .none,
@@ -82,7 +82,7 @@ extension CommitPlan {
             else { continue }
             queue(key, seq: mention.post, kind: .mention)
         }
-        for entry in self.inserts where entry.isPost {
+        for entry in self.inserts where entry.isPost && !self.restored.contains(EntryKey(entry)) {
             let direct = self.directMembers[BinaryText(entry.circle)]
             for member in direct ?? everyPost[entry.circle] ?? [] where BinaryText(member) != BinaryText(entry.author) {
                 let key = MemberKey(circle: entry.circle, user: member)

@@ -103,6 +103,10 @@ public struct NewPost: Sendable, Hashable {
     /// An `event` restored as it was (an import): stored as its entry without changing the
     /// membership or asking whether the circle has system entries on.
     public var recordOnly: Bool
+    /// An entry restored from an export (`circle import`): it happened long ago elsewhere, so it
+    /// sets off no webhook delivery and no push (its mentions are still recorded, for the
+    /// mention counts above the read markers the import restores).
+    public var restored: Bool
 
     public init(
         circle: String,
@@ -120,8 +124,10 @@ public struct NewPost: Sendable, Hashable {
         mayMentionEveryone: Bool = false,
         event: CircleSystemEvent? = nil,
         member: String? = nil,
-        recordOnly: Bool = false
+        recordOnly: Bool = false,
+        restored: Bool = false
     ) {
+        self.restored = restored
         self.event = event
         self.member = member
         self.recordOnly = recordOnly

@@ -211,6 +211,9 @@ struct CommitPlan: Sendable {
     private(set) var directMembers: [BinaryText: [String]] = [:]
     /// The batch's circles that are private (for ``circlesForEveryPost()``).
     private(set) var privateCircles: Set<BinaryText> = []
+    /// The entries of ``inserts`` restored by an import (``NewPost/restored``): no webhook
+    /// deliveries and no pushes for them.
+    private(set) var restored: Set<EntryKey> = []
 
     // MARK: Reading
 
@@ -620,6 +623,7 @@ struct CommitPlan: Sendable {
             keyIndex[key] = entryKey
             inserted.append(entryKey)
             insertedSet.insert(entryKey)
+            if newPost.restored { self.restored.insert(entryKey) }
             pending.append(.entry(entryKey, duplicate: false))
             if let index = touched[key.circle] {
                 self.newLastSeqs[index].lastSeq = seq

@@ -262,7 +262,7 @@ extension CommitPlan {
             mentioned.insert(MentionedKey(circle: BinaryText(mention.circle), seq: mention.seq, user: BinaryText(mention.user)))
         }
         var deliveries: [WebhookDelivery] = []
-        for entry in self.inserts {
+        for entry in self.inserts where !self.restored.contains(EntryKey(entry)) {
             let direct = entry.isPost ? self.directMembers[BinaryText(entry.circle)] : nil
             func addressesBot(_ bot: String) -> Bool {
                 mentioned.contains(MentionedKey(circle: BinaryText(entry.circle), seq: entry.seq, user: BinaryText(bot)))
