@@ -77,6 +77,14 @@ actor ClientCore {
     /// Entries are being marked in the state file; nothing is written to the connection until
     /// that is done (``flushOutbox()``).
     private var marking = false
+    /// Removals from the state store still on their way, by entry id, each with its number:
+    /// ``postResolved(_:_:)`` cannot wait for its own, and the next write of the same id (a
+    /// retry, a photo post queued again) waits for it, so that a removal never reaches the store
+    /// after the entry was queued again under that id.
+    private var removals: [String: (number: UInt64, task: Task<Void, Never>)] = [:]
+    private var removalsStarted: UInt64 = 0
+    /// How many times a write waited for a removal of its id (the tests watch this).
+    private(set) var waitsForRemoval = 0
     private var requests: [String: Waiter] = [:]
     private var joinRequests: [String: String] = [:]
     private var requestCounter = 0
@@ -643,6 +651,7 @@ actor ClientCore {
         if self.postWaiters[entry.id] != nil {
             throw CircleClientError(.badRequest, "a post with id \(entry.id) is already waiting for its answer")
         }
+        await self.removalsDone(entry.id)
         if !self.outbox.contains(where: { $0.id == entry.id }) {
             // Connected, the entry goes out at once: it is marked in the same write (one fsync).
             // Should the connection close during the write, it counts as sent without having
@@ -672,7 +681,7 @@ actor ClientCore {
         let error = CircleClientError(.cancelled, "the entry was cancelled before it was sent")
         self.emit(.failed(entry, error))
         self.postWaiters.removeValue(forKey: id)?.resume(throwing: error)
-        try? await self.store.remove(id: id)
+        await self.removeFromStore(id).value
         return true
     }
 
@@ -739,8 +748,7 @@ actor ClientCore {
         self.mayBeStored.remove(id)
         // The id may be queued again (a retry, a photo post after a restart): written afresh then.
         self.sentOnConnection.remove(id)
-        let store = self.store
-        Task { try? await store.remove(id: id) }
+        self.removeFromStore(id)
         self.postDeadlines[id] = nil
         let waiter = self.postWaiters.removeValue(forKey: id)
         switch result {
@@ -751,6 +759,36 @@ actor ClientCore {
         case .failure(let error):
             self.emit(.failed(entry, error))
             waiter?.resume(throwing: error)
+        }
+    }
+
+    /// Removes entry `id` from the state store, after any earlier removal of it; returns the
+    /// removal, for a caller that waits (``removalsDone(_:)`` is how a later write waits).
+    @discardableResult
+    private func removeFromStore(_ id: String) -> Task<Void, Never> {
+        self.removalsStarted += 1
+        let number = self.removalsStarted
+        let earlier = self.removals[id]?.task
+        let store = self.store
+        let task = Task {
+            await earlier?.value
+            try? await store.remove(id: id)
+            self.removalFinished(id, number: number)
+        }
+        self.removals[id] = (number, task)
+        return task
+    }
+
+    private func removalFinished(_ id: String, number: UInt64) {
+        if self.removals[id]?.number == number { self.removals[id] = nil }
+    }
+
+    /// Returns once no removal of `id` is on its way to the state store.
+    private func removalsDone(_ id: String) async {
+        while let pending = self.removals[id] {
+            self.waitsForRemoval += 1
+            await pending.task.value
+            self.removalFinished(id, number: pending.number)
         }
     }
 
@@ -1077,6 +1115,7 @@ actor ClientCore {
     func closeStore() async {
         self.sweeper?.cancel()
         await self.cursorWriter?.value
+        for pending in self.removals.values { await pending.task.value }
         await self.store.close()
     }
 }
