@@ -288,6 +288,11 @@ public final class CircleClient: Sendable {
     /// report their fate here, since no `post` call waits for them.
     public func outboxEvents() async -> AsyncStream<OutboxEvent> { await self.core.outboxStream() }
 
+    /// Circles that join the user's list from now on, while connected: someone added them to a
+    /// circle or started a direct message with them (docs/CLIENT.md, "The circle list"). Join
+    /// the circle to read it; `circles()` lists them all.
+    public func circleListEvents() async -> AsyncStream<CircleListEvent> { await self.core.circleListStream() }
+
     /// The last sequence number delivered for a circle.
     public func cursor(of circle: String) async -> Int64? { await self.core.cursor(of: circle) }
 

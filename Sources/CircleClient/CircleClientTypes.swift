@@ -195,6 +195,13 @@ public enum CircleEvent: Sendable, Hashable {
     case notify(level: NotificationLevel)
 }
 
+/// A change to the user's list of circles, told by the server as it happens.
+public enum CircleListEvent: Sendable, Hashable {
+    /// The user was added to this circle, or someone started a direct message with them: the
+    /// circle as their list shows it (``CircleSummary/direct`` names a DM's members).
+    case added(CircleSummary)
+}
+
 /// What an outbox entry asks the server to do.
 public enum OutboxAction: String, Sendable, Hashable, Codable {
     /// A new post (or a reply, with ``OutboxEntry/replyTo``).

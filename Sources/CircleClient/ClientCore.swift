@@ -52,6 +52,7 @@ actor ClientCore {
     private(set) var state: ConnectionState = .disconnected
     private var stateSubscribers: [UUID: AsyncStream<ConnectionState>.Continuation] = [:]
     private var outboxSubscribers: [UUID: AsyncStream<OutboxEvent>.Continuation] = [:]
+    private var circleListSubscribers: [UUID: AsyncStream<CircleListEvent>.Continuation] = [:]
     /// Set by ``finishStreams()`` (the client shut down): every stream has ended, and streams
     /// asked for later end at once.
     private var streamsFinished = false
@@ -536,6 +537,8 @@ actor ClientCore {
             self.broadcast(.read(seq: seq), in: circle)
         case .notify(let circle, let level):
             self.broadcast(.notify(level: level), in: circle)
+        case .added(let circle):
+            for continuation in self.circleListSubscribers.values { continuation.yield(.added(circle)) }
         case .joined(let circle, let user):
             self.broadcast(.joined(user: user), in: circle)
         case .left(let circle, let user):
@@ -1094,6 +1097,20 @@ actor ClientCore {
 
     private func removeOutboxSubscriber(_ id: UUID) { self.outboxSubscribers[id] = nil }
 
+    func circleListStream() -> AsyncStream<CircleListEvent> {
+        let (stream, continuation) = AsyncStream<CircleListEvent>.makeStream(bufferingPolicy: .unbounded)
+        guard !self.streamsFinished else {
+            continuation.finish()
+            return stream
+        }
+        let id = UUID()
+        self.circleListSubscribers[id] = continuation
+        continuation.onTermination = { _ in Task { await self.removeCircleListSubscriber(id) } }
+        return stream
+    }
+
+    private func removeCircleListSubscriber(_ id: UUID) { self.circleListSubscribers[id] = nil }
+
     private func emit(_ event: OutboxEvent) {
         for continuation in self.outboxSubscribers.values { continuation.yield(event) }
     }
@@ -1110,6 +1127,8 @@ actor ClientCore {
         self.stateSubscribers = [:]
         for continuation in self.outboxSubscribers.values { continuation.finish() }
         self.outboxSubscribers = [:]
+        for continuation in self.circleListSubscribers.values { continuation.finish() }
+        self.circleListSubscribers = [:]
     }
 
     func closeStore() async {

@@ -118,6 +118,12 @@ extension CircleServerMessage {
             if let next = results.next { out.field("next", next) }
             out.field("type", "search")
             out.close()
+        case .added(let circle):
+            out.open()
+            out.key("circle")
+            circle.writeJSON(to: &out)
+            out.field("type", "added")
+            out.close()
         }
     }
 

@@ -335,11 +335,14 @@ public enum CircleServerMessage: Sendable, Hashable {
     case circles(id: String, circles: [CircleSummary])
     /// A page of search hits, answering `search` (the body of `GET /v1/search`).
     case search(id: String, results: HTTPAPI.SearchResults)
+    /// A circle is now in the user's list: they were added to it, or someone started a direct
+    /// message with them. The circle as their list shows it (sent to all their connections).
+    case added(CircleSummary)
 }
 
 extension CircleServerMessage: Codable {
     private enum Kind: String, Codable {
-        case ack, error, post, history, joined, left, typing, gap, read, notify, circles, search
+        case ack, error, post, history, joined, left, typing, gap, read, notify, circles, search, added
     }
 
     private enum Keys: String, CodingKey {
@@ -399,6 +402,8 @@ extension CircleServerMessage: Codable {
                     next: try container.decodeIfPresent(String.self, forKey: .next)
                 )
             )
+        case .added:
+            self = .added(try container.decode(CircleSummary.self, forKey: .circle))
         }
     }
 
@@ -460,6 +465,9 @@ extension CircleServerMessage: Codable {
             try container.encode(id, forKey: .id)
             try container.encode(results.hits, forKey: .hits)
             try container.encodeIfPresent(results.next, forKey: .next)
+        case .added(let circle):
+            try container.encode(Kind.added, forKey: .type)
+            try container.encode(circle, forKey: .circle)
         }
     }
 

@@ -3,6 +3,7 @@ import CircleServer
 import CircleTestSupport
 import Foundation
 import Observation
+import Synchronization
 import Testing
 
 private func chatClient(
@@ -358,6 +359,43 @@ struct ChatClientLiveTests {
         #expect(level == NotificationLevel.none)
         #expect(try await phone.setNotificationLevel(nil, in: dm.name).notify == .all)
         for client in [alice, phone, laptop] { await client.shutdown() }
+        await server.stop()
+    }
+
+    @Test("a direct message someone starts with you and a circle someone adds you to reach your list at once")
+    func addedToTheList() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        try await server.start()
+        let alice = try await chatClient(server, user: "alice")
+        let bob = try await chatClient(server, user: "bob")
+        for client in [alice, bob] { await client.connect() }
+        #expect(await eventually {
+            for client in [alice, bob] where await client.state != .connected { return false }
+            return true
+        })
+        let heard = Mutex<[CircleSummary]>([])
+        let events = await bob.circleListEvents()
+        let listening = Task {
+            for await case .added(let circle) in events { heard.withLock { $0.append(circle) } }
+        }
+
+        let dm = try await alice.startDirectMessage(with: ["bob"])
+        #expect(await eventually { heard.withLock { $0.count } == 1 })
+        let told = try #require(heard.withLock { $0.first })
+        #expect(told.name == dm.name && told.direct == ["alice", "bob"] && told.private)
+        // Started again (by either of them): the same DM, nothing new to tell.
+        #expect(try await bob.startDirectMessage(with: ["alice"]).name == dm.name)
+
+        _ = try await alice.createCircle("plans", private: true)
+        #expect(try await alice.addMember("bob", to: "plans").contains("bob"))
+        #expect(await eventually { heard.withLock { $0.count } == 2 })
+        let plans = try #require(heard.withLock { $0.last })
+        #expect(plans.name == "plans" && plans.owner == "alice" && plans.private && plans.direct == nil)
+        #expect(heard.withLock { $0.map(\.name) } == [dm.name, "plans"], "the DM started again was told of again")
+
+        listening.cancel()
+        for client in [alice, bob] { await client.shutdown() }
         await server.stop()
     }
 

@@ -72,6 +72,10 @@ import Testing
                 )
             ),
         ]
+        messages += [
+            .added(CircleSummary(name: "dm.\(text.utf8.count)", owner: text, private: true, createdAt: 3, lastSeq: 0, direct: ["ana", text])),
+            .added(CircleSummary(name: text, owner: "ana", private: false, createdAt: 1, lastSeq: 7, readSeq: 0, unread: 7, mentions: 1)),
+        ]
         messages += Self.posts(text).map { .post($0) }
         return messages
     }

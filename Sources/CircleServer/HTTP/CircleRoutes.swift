@@ -148,7 +148,12 @@ struct CircleRoutes: Sendable {
             case .success(let key): members = key
             case .failure(let error): throw APIError(.badRequest, .badRequest, error.description)
             }
-            let info = try await store.directMessage(members, starter: user, createdAt: Int64(Date().timeIntervalSince1970 * 1000))
+            let now = Int64(Date().timeIntervalSince1970 * 1000)
+            let info = try await store.directMessage(members, starter: user, createdAt: now)
+            if info.createdAt == now, let others = info.direct?.filter({ $0 != user }) {
+                // Started now: the others see it in their lists at once.
+                await self.tellAdded(others, to: info.name)
+            }
             let listed = try await store.circles(visibleTo: user, named: info.name).first
             return Response.json(.ok, Self.body(listed ?? info))
         }
@@ -195,7 +200,9 @@ struct CircleRoutes: Sendable {
             guard TokenAuthority.isValidUserName(add.user) else {
                 throw APIError(.badRequest, .badRequest, "\"\(add.user)\" is not a valid user name; send {\"user\": \"name\"}")
             }
-            try await self.changeMembership(.added, of: add.user, in: info.name, by: principal.name)
+            if try await self.changeMembership(.added, of: add.user, in: info.name, by: principal.name) {
+                await self.tellAdded([add.user], to: info.name)
+            }
             return Response.json(.ok, HTTPAPI.MemberList(members: try await store.members(of: info.name)))
         }
         router.put(RouterPath(HTTPAPI.Path.Pattern.systemEntries.template)) { request, context in
@@ -241,7 +248,9 @@ struct CircleRoutes: Sendable {
     /// the membership and its entry are written in one transaction, and the entry reaches every
     /// subscriber through the hub like a post. Idempotent: a change that changes nothing stores
     /// no entry.
-    private func changeMembership(_ event: CircleSystemEvent, of member: String, in circle: String, by actor: String) async throws {
+    /// - Returns: Whether the membership changed.
+    @discardableResult
+    private func changeMembership(_ event: CircleSystemEvent, of member: String, in circle: String, by actor: String) async throws -> Bool {
         let post = NewPost(
             circle: circle, author: actor, clientID: "system-" + Identity.randomSecret(bytes: 12), text: nil, attachment: nil,
             time: Int64(Date().timeIntervalSince1970 * 1000), event: event, member: member
@@ -251,8 +260,10 @@ struct CircleRoutes: Sendable {
             committer.submit(post) { continuation.resume(returning: $0) }
         }
         switch outcome {
-        case .success(.stored), .success(.duplicate), .success(.applied):
-            return
+        case .success(.stored):
+            return true
+        case .success(.duplicate), .success(.applied):
+            return false
         case .success(.noSuchCircle):
             throw APIError(.noSuchCircle(circle))
         case .success(.rejected(let code, let message)):
@@ -261,6 +272,16 @@ struct CircleRoutes: Sendable {
             throw APIError(.serviceUnavailable, .unavailable, "\(error.message); retry")
         case .failure(let error):
             throw APIError(.internalServerError, .internalError, "the membership was not changed (\(error)); retry")
+        }
+    }
+
+    /// Tells every connection of each of `users`, on every node, that `circle` is now in their
+    /// list (`added`, with the circle as their list shows it). Best effort: a user whose list
+    /// cannot be read now finds the circle at their list's next refresh.
+    private func tellAdded(_ users: [String], to circle: String) async {
+        for user in users {
+            guard let listed = try? await self.services.store.circles(visibleTo: user, named: circle).first else { continue }
+            self.services.hub.send(.added(listed.summary), toUser: user, except: nil)
         }
     }
 

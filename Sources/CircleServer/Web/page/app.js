@@ -1098,6 +1098,16 @@ function onMessage(m) {
       }
       break;
     }
+    case "added": {
+      // This user was added to a circle, or someone started a direct message with them: it is
+      // listed at once (not at the list's next refresh).
+      const info = m.circle;
+      if (info && typeof info.name === "string" && !circleInfo(info.name)) {
+        S.circles.push(info);
+        renderCircles();
+      }
+      break;
+    }
     case "notify": {
       // The level was set on one of this user's connections (this one included).
       const c = circleInfo(m.circle);
