@@ -104,6 +104,7 @@ struct ChatCommand: AsyncParsableCommand {
         let circle = self.circle
         let states = await client.states()
         let outbox = await client.outboxEvents()
+        let listed = await client.circleListEvents()
         let tasks = [
             Task {
                 // The chat shows the newest entries as they come: they are read.
@@ -114,6 +115,17 @@ struct ChatCommand: AsyncParsableCommand {
             },
             Task { for await state in states { await screen.setState(state, waiting: await client.outbox.count) } },
             Task { for await event in outbox { await screen.handle(event) } },
+            Task {
+                // A DM someone started with this user, a circle they were added to: said where it is.
+                for await case .added(let circle) in listed {
+                    if let members = circle.direct {
+                        let others = members.filter { $0 != user }.joined(separator: ", ")
+                        await screen.noteLine("\(others) started a direct message with you: open it with `circle chat \(circle.name)`")
+                    } else {
+                        await screen.noteLine("you were added to \(circle.name) (owner \(circle.owner)): open it with `circle chat \(circle.name)`")
+                    }
+                }
+            },
             Task {
                 while !Task.isCancelled {
                     try? await Task.sleep(for: .milliseconds(500))

@@ -355,7 +355,7 @@ struct TestFailure: Error, CustomStringConvertible {
 }
 
 extension ChatTmuxTests {
-    @Test("Tab completes a name after @; a post that mentions me is marked; /dm starts a direct message that /circles lists apart")
+    @Test("Tab completes a name after @; a post that mentions me is marked; /dm starts a direct message that /circles lists apart and its other member is told of")
     func mentionsAndDirectMessages() async throws {
         try self.tmux(["new-session", "-d", "-s", "keeper", "sleep 600"])
         defer { self.stopTmux() }
@@ -389,6 +389,8 @@ extension ChatTmuxTests {
 
         try self.tmux(["send-keys", "-t", "alice", "/dm bob", "Enter"])
         try await self.waitForScreen("alice") { $0.contains("direct message with alice, bob: open it with") }
+        // bob's chat, in another circle, is told at once.
+        try await self.waitForScreen("bob") { $0.contains("alice started a direct message with you: open it with `circle chat dm.") }
         let list = try await server.http("GET", "/v1/circles", token: alice)
         #expect(list.body.contains(#""direct":["alice","bob"]"#), "\(list.body)")
         try self.tmux(["send-keys", "-t", "alice", "/circles", "Enter"])
