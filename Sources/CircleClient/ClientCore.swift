@@ -149,16 +149,9 @@ actor ClientCore {
         for name in self.circles.keys { self.circles[name]?.timeline?.viewer = user }
     }
 
-    /// The `sub` claim of a JWT, unverified.
+    /// The `sub` claim of a JWT, unverified (the server's reading of tokens, ``UnverifiedJWT``).
     static func subject(of token: String) -> String? {
-        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3 else { return nil }
-        var base64 = parts[1].replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        while base64.count % 4 != 0 { base64 += "=" }
-        guard let data = Data(base64Encoded: base64),
-            let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
-        else { return nil }
-        return object["sub"] as? String
+        UnverifiedJWT.parse(token)?.subject
     }
 
     // MARK: Connection

@@ -1,3 +1,4 @@
+import CircleWire
 import Crypto
 import Foundation
 import NIOCore

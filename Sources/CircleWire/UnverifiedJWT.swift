@@ -1,9 +1,9 @@
-import CircleWire
 import Foundation
 
 /// A compact JWT split and read without checking its signature: which issuer's keys to verify
-/// it with (`iss`), which key (`kid`) and algorithm (`alg`) it names. Nothing read here is
-/// trusted until the signature is checked with the key chosen from it.
+/// it with (`iss`), which key (`kid`) and algorithm (`alg`) it names (the server), who it names
+/// (`sub`, the SDK). Nothing read here is trusted until the signature is checked with the key
+/// chosen from it; the SDK only shows whom its token claims to be.
 package struct UnverifiedJWT: Sendable {
     /// The largest token read, in bytes (a header, claims and an RSA-4096 signature fit many times).
     package static let maxTokenBytes = 16 * 1024
@@ -16,6 +16,12 @@ package struct UnverifiedJWT: Sendable {
     /// The payload's `iss`, when it is a string.
     package var issuer: String? {
         if case .string(let value)? = self.claims["iss"] { return value }
+        return nil
+    }
+
+    /// The payload's `sub`, when it is a string.
+    package var subject: String? {
+        if case .string(let value)? = self.claims["sub"] { return value }
         return nil
     }
 
