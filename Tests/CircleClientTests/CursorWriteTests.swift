@@ -7,25 +7,17 @@ import Testing
 
 /// A state store whose first cursor write waits until the test opens the gate, and which
 /// records every cursor write.
-private actor GatedCursorStore: ClientStateStore {
+private actor GatedCursorStore: ObservedStateStore {
     private(set) var cursorWrites: [Int64] = []
     private var gate: CheckedContinuation<Void, Never>?
     private var gateOpen = false
 
-    func load() async throws -> (outbox: [OutboxEntry], sent: Set<String>, cursors: [String: Int64]) { ([], [], [:]) }
-    func enqueue(_ entry: OutboxEntry, sent: Bool) async throws {}
-    func markSent(_ ids: [String]) async throws {}
-    func remove(id: String) async throws {}
     func setCursor(_ seq: Int64, for circle: String) async throws {
         self.cursorWrites.append(seq)
         if self.cursorWrites.count == 1 && !self.gateOpen {
             await withCheckedContinuation { self.gate = $0 }
         }
     }
-    func loadPhotoJobs() async throws -> [PhotoJob] { [] }
-    func savePhotoJob(_ job: PhotoJob) async throws {}
-    func removePhotoJob(id: String) async throws {}
-    func close() async {}
 
     func open() {
         self.gateOpen = true

@@ -5,19 +5,17 @@ import Testing
 
 /// A memory state store whose removals wait until the test opens the gate, and which keeps the
 /// outbox it was told of and the order its writes finished in.
-private actor GatedRemoveStore: ClientStateStore {
+private actor GatedRemoveStore: ObservedStateStore {
     private(set) var stored: [String: String] = [:]
     private(set) var finished: [String] = []
     private(set) var removalsWaiting = 0
     private var gate: [CheckedContinuation<Void, Never>] = []
     private var gateOpen = false
 
-    func load() async throws -> (outbox: [OutboxEntry], sent: Set<String>, cursors: [String: Int64]) { ([], [], [:]) }
     func enqueue(_ entry: OutboxEntry, sent: Bool) async throws {
         self.stored[entry.id] = entry.text
         self.finished.append("enqueue \(entry.text ?? "")")
     }
-    func markSent(_ ids: [String]) async throws {}
     func remove(id: String) async throws {
         if !self.gateOpen {
             self.removalsWaiting += 1
@@ -26,11 +24,6 @@ private actor GatedRemoveStore: ClientStateStore {
         self.stored[id] = nil
         self.finished.append("remove")
     }
-    func setCursor(_ seq: Int64, for circle: String) async throws {}
-    func loadPhotoJobs() async throws -> [PhotoJob] { [] }
-    func savePhotoJob(_ job: PhotoJob) async throws {}
-    func removePhotoJob(id: String) async throws {}
-    func close() async {}
 
     func open() {
         self.gateOpen = true

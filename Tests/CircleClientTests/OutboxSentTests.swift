@@ -4,23 +4,15 @@ import Testing
 
 /// A memory state store whose marking of sent entries waits until the test opens the gate, and
 /// which records each marking.
-private actor GatedMarkStore: ClientStateStore {
+private actor GatedMarkStore: ObservedStateStore {
     private(set) var markings: [[String]] = []
     private var gate: CheckedContinuation<Void, Never>?
     private var gateOpen = false
 
-    func load() async throws -> (outbox: [OutboxEntry], sent: Set<String>, cursors: [String: Int64]) { ([], [], [:]) }
-    func enqueue(_ entry: OutboxEntry, sent: Bool) async throws {}
     func markSent(_ ids: [String]) async throws {
         self.markings.append(ids)
         if !self.gateOpen { await withCheckedContinuation { self.gate = $0 } }
     }
-    func remove(id: String) async throws {}
-    func setCursor(_ seq: Int64, for circle: String) async throws {}
-    func loadPhotoJobs() async throws -> [PhotoJob] { [] }
-    func savePhotoJob(_ job: PhotoJob) async throws {}
-    func removePhotoJob(id: String) async throws {}
-    func close() async {}
 
     func open() {
         self.gateOpen = true
