@@ -35,6 +35,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import re
 import shlex
 import sqlite3
@@ -62,12 +63,25 @@ FLOOR_SCHEMA = [
 ]
 
 
+def post_texts(kind: str, text_bytes: int, seed: int) -> list[str]:
+    """What a writer posts, in turn: `x`, one text of `text_bytes` x's (one word: the search
+    index's cheapest case); `words`, 1,000 texts of 16 words of 2 to 9 letters drawn from a
+    vocabulary of 3,000 (the same for every writer), each cut to `text_bytes`."""
+    if kind == "x":
+        return ["x" * text_bytes]
+    vocabulary_rng = random.Random(1)
+    vocabulary = ["".join(vocabulary_rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(vocabulary_rng.randint(2, 9)))
+                  for _ in range(3000)]
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(vocabulary) for _ in range(16))[:text_bytes] for _ in range(1000)]
+
+
 class Writer:
-    def __init__(self, conn: circlev1.Conn, name: str, circle: str, text: str, in_flight: int) -> None:
+    def __init__(self, conn: circlev1.Conn, name: str, circle: str, texts: list[str], in_flight: int) -> None:
         self.conn = conn
         self.name = name
         self.circle = circle
-        self.text = text
+        self.texts = texts
         self.in_flight = in_flight
         self.n = 0
         self.sent_at: dict[str, int] = {}
@@ -81,7 +95,7 @@ class Writer:
         self.n += 1
         post_id = f"{self.name}-{self.n}"
         self.sent_at[post_id] = time.monotonic_ns()
-        self.conn.send({"action": "post", "id": post_id, "circle": self.circle, "text": self.text})
+        self.conn.send({"action": "post", "id": post_id, "circle": self.circle, "text": self.texts[self.n % len(self.texts)]})
 
     def on_event(self, conn, payload: bytes) -> None:
         if payload.startswith(b'{"id"') and b'"type":"ack"' in payload:  # only acks start with "id"
@@ -198,8 +212,8 @@ async def run(args, binary: str, writers: int, in_flight: int, receiver: Receive
         for conn, circle in zip(conns, circles):
             reply = await asyncio.wait_for(conn.request({"action": "join", "circle": circle}), 30)
             assert reply.get("type") == "ack", reply
-        text = "x" * args.text_bytes
-        ws = [Writer(c, f"p{i}", circle, text, in_flight) for i, (c, circle) in enumerate(zip(conns, circles))]
+        ws = [Writer(c, f"p{i}", circle, post_texts(args.text, args.text_bytes, seed=i), in_flight)
+              for i, (c, circle) in enumerate(zip(conns, circles))]
         for w in ws:
             for _ in range(in_flight):
                 w.post()
@@ -230,7 +244,7 @@ async def run(args, binary: str, writers: int, in_flight: int, receiver: Receive
                 "acks_per_s": acks / wall, "server_cpu_pct": 100 * server_cpu / wall,
                 "server_us_per_post": 1e6 * server_cpu / acks if acks else None,
                 "client_cpu_pct": 100 * ((own1.user - own0.user) + (own1.system - own0.system)) / wall,
-                "errors": sum(w.errors for w in ws), "commits": commits, "text_bytes": args.text_bytes,
+                "errors": sum(w.errors for w in ws), "commits": commits, "text_bytes": args.text_bytes, "text": args.text,
                 "webhook": receiver is not None, "deliveries_per_s": (d1 - d0) / wall if receiver else None,
                 "latency": circlev1.percentiles(h), "distribution": circlev1.distribution(h)}
     finally:
@@ -328,6 +342,9 @@ def main() -> int:
     parser.add_argument("--builds", help="comma list of NAME=PATH of circle binaries, each run on every case "
                                          "(default: the one release build, as `circle`)")
     parser.add_argument("--text-bytes", type=int, default=100, help="bytes of text per post")
+    parser.add_argument("--text", choices=["x", "words"], default="x",
+                        help="x: every post the same run of x's; words: 16 words from a 3,000-word vocabulary, "
+                             "different posts (what the search index costs with real text)")
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--floor-duration", type=float, default=5.0, help="seconds the floor runs per batch size")
@@ -368,7 +385,7 @@ def main() -> int:
     benchlib.pin_self(args.client_cpu)
     loop_name = benchlib.use_uvloop()
     benchlib.exit_on_sigterm()
-    print(f"# post path: closed-loop writers (a user and a circle each), {args.text_bytes} B posts; server on CPU "
+    print(f"# post path: closed-loop writers (a user and a circle each), {args.text_bytes} B posts ({args.text}); server on CPU "
           f"{args.server_cpu} (SQLite WAL, synchronous=FULL), writers on CPU {args.client_cpu}; "
           f"{args.warmup:g} s warm-up, {args.duration:g} s measured; floor (python sqlite3 {sqlite3.sqlite_version}) "
           f"{args.floor_duration:g} s per batch size on CPU {args.server_cpu}; data under {tempfile.gettempdir()}")
