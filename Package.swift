@@ -31,6 +31,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
         .package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.35.2"),
         .package(url: "https://github.com/hummingbird-project/hummingbird-auth.git", from: "2.5.0"),
+        // APNs speaks only HTTP/2 (Push/APNs.swift); our own client (CircleHTTPClient) is HTTP/1.1.
+        .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
     ],
     targets: [
         .target(name: "CircleWire", dependencies: [.product(name: "NIOCore", package: "swift-nio")]),
@@ -110,6 +112,7 @@ let package = Package(
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
                 .product(name: "NIOHTTPTypesHTTP1", package: "swift-nio-extras"),
                 .product(name: "HummingbirdBcrypt", package: "hummingbird-auth"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ],
             // The browser chat page (Web/ChatPage.swift serves it).
             resources: [.copy("Web/page")]

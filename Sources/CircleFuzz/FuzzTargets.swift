@@ -66,6 +66,12 @@ enum FuzzTarget: String, CaseIterable {
     /// depth, JSON with each member's line. A parsed file must keep its promises: keys unique,
     /// every line from 1 to the file's count of lines, the same result when parsed again.
     case settingsFile = "settings-file"
+    /// What an app and APNs send the server about Apple devices: with the first byte even, the
+    /// rest is a device registration (``APNsDevice/parse(_:)``), which must keep its promises (a
+    /// lowercase hex token of 64 to 200 digits, an endpoint that names the same device again);
+    /// odd, the rest is an APNs error reply (``APNsAttempt/reason(_:)``), whose reason is 1 to 64
+    /// ASCII letters or none.
+    case apns
 
     func run(_ bytes: [UInt8]) {
         switch self {
@@ -96,7 +102,23 @@ enum FuzzTarget: String, CaseIterable {
             Self.circleExport(bytes)
         case .settingsFile:
             Self.settingsFile(bytes)
+        case .apns:
+            Self.apns(bytes)
         }
+    }
+
+    private static func apns(_ bytes: [UInt8]) {
+        guard let first = bytes.first else { return }
+        let body = Array(bytes.dropFirst())
+        if first & 1 == 1 {
+            guard let reason = APNsAttempt.reason(body) else { return }
+            precondition((1...64).contains(reason.utf8.count) && reason.unicodeScalars.allSatisfy { $0.isASCII && $0.properties.isAlphabetic }, "a reason that is not 1 to 64 letters")
+            return
+        }
+        guard case .success(let device) = APNsDevice.parse(body) else { return }
+        precondition(APNsDevice.tokenHexLength.contains(device.token.utf8.count), "a token of the wrong length")
+        precondition(device.token.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }, "a token that is not lowercase hex")
+        precondition(APNsDevice(endpoint: device.endpoint) == device, "an endpoint that does not name its device again")
     }
 
     private static func settingsFile(_ bytes: [UInt8]) {

@@ -75,19 +75,20 @@ extension HTTPAPI.Path {
         public static let adminWebhookRotate = adminWebhook.appending("/rotate")
         public static let adminWebhookDeliveries = adminWebhook.appending("/deliveries")
         public static let adminWebhookRetry = adminWebhookDeliveries.appending("/{delivery}/retry")
+        public static let apnsDevice: HTTPAPI.PathPattern = "/v1/push/apns/{token}"
 
         /// Every pattern above.
         public static let all: [HTTPAPI.PathPattern] = [
             asset, circle, messages, message, reaction, notify, retention, members, member, systemEntries, readOnly, publishHook,
             mediaItem, upload, authSession, passkey, adminUser, adminUserErase, adminUserDisconnect, adminInvite, adminAPIKey,
-            adminWebhook, adminWebhookRotate, adminWebhookDeliveries, adminWebhookRetry,
+            adminWebhook, adminWebhookRotate, adminWebhookDeliveries, adminWebhookRetry, apnsDevice,
         ]
     }
 
     /// Every path without parameters that the server answers.
     public static let all: [String] = [
         page, favicon, health, metrics, config, developmentToken, webSocket, echo, circles, directMessages, media, uploads,
-        search, pushKey, pushSubscriptions, adminAudit, adminAPIKeys, adminWebhooks,
+        search, pushKey, pushSubscriptions, apnsDevices, adminAudit, adminAPIKeys, adminWebhooks,
         authState, authSetup, authInvite, authSignUp, authSignIn, authSignOut, authSignOutEverywhere, authSessions, authTokens,
         authPassword, profile, users, adminUsers, adminInvites, adminBots, deviceStart, deviceApprove, deviceToken,
         passkeys, passkeyRegisterOptions, passkeyRegister, passkeySignInOptions, passkeySignIn,

@@ -5,6 +5,27 @@ extension HTTPAPI.Path {
     public static let pushKey = "/v1/push/key"
     /// `POST` a browser's `PushSubscription` JSON, `GET` yours, `DELETE ?endpoint=` one.
     public static let pushSubscriptions = "/v1/push/subscriptions"
+    /// `POST` an Apple device's APNs token (``HTTPAPI/APNsRegistration``); `DELETE
+    /// /v1/push/apns/{token}` removes it (``Pattern/apnsDevice``).
+    public static let apnsDevices = "/v1/push/apns"
+
+    /// `DELETE`: one of your APNs device tokens.
+    public static func apnsDevice(_ token: String) -> String { Pattern.apnsDevice.path(token) }
+}
+
+extension HTTPAPI {
+    /// `POST /v1/push/apns`: an Apple device's token, as the app got it from
+    /// `application(_:didRegisterForRemoteNotificationsWithDeviceToken:)`, in hex.
+    public struct APNsRegistration: Codable, Sendable, Hashable {
+        /// 64 to 200 hex digits.
+        public var token: String
+        /// `production` (App Store and TestFlight builds, the default) or `development` (Xcode builds: Apple's sandbox).
+        public var environment: String?
+        public init(token: String, environment: String? = nil) {
+            self.token = token
+            self.environment = environment
+        }
+    }
 }
 
 extension HTTPAPI {

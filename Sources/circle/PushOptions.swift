@@ -1,3 +1,4 @@
+import Foundation
 import ArgumentParser
 import CircleServer
 
@@ -29,6 +30,24 @@ struct PushOptions: ParsableArguments {
     @Flag(help: "Pushes carry no text or author: only the circle, seq and kind (the page then shows \"New message\").")
     var pushContentFree = false
 
+    @Option(help: ArgumentHelp("Turns APNs on (with the three below): the .p8 key file Apple gave you, a P-256 private key in PEM.", valueName: "path"))
+    var apnsKeyFile: String?
+
+    @Option(help: "The APNs key's id (10 characters, from Apple's developer site).")
+    var apnsKeyID: String?
+
+    @Option(help: "Your Apple developer team id (10 characters).")
+    var apnsTeamID: String?
+
+    @Option(help: ArgumentHelp("The app's bundle id, APNs' topic, e.g. com.example.chat.", valueName: "bundle-id"))
+    var apnsTopic: String?
+
+    @Option(help: ArgumentHelp("Send every APNs push to this https:// origin instead of Apple's (production or sandbox, by the device's environment): tests with a local HTTP/2 server.", valueName: "url"))
+    var apnsURL: String?
+
+    @Option(help: ArgumentHelp("An extra root certificate (PEM) trusted for APNs connections: tests with a local server's own CA.", valueName: "path"))
+    var apnsCAFile: String?
+
     func validate() throws {
         var settings = PushSettings()
         try self.apply(to: &settings)
@@ -54,5 +73,27 @@ struct PushOptions: ParsableArguments {
         settings.allowHTTP = self.pushAllowHTTP
         settings.allowPrivateAddresses = self.pushAllowPrivate
         settings.contentFree = self.pushContentFree
+        settings.apns = try self.apns()
+    }
+
+    /// The APNs settings, read and checked: all four of key file, key id, team id and topic, or none.
+    private func apns() throws -> APNsSettings? {
+        let required = [self.apnsKeyFile, self.apnsKeyID, self.apnsTeamID, self.apnsTopic]
+        guard required.contains(where: { $0 != nil }) || self.apnsURL != nil || self.apnsCAFile != nil else { return nil }
+        guard let file = self.apnsKeyFile, let keyID = self.apnsKeyID, let teamID = self.apnsTeamID, let topic = self.apnsTopic else {
+            throw ValidationError("APNs needs all of --apns-key-file, --apns-key-id, --apns-team-id and --apns-topic")
+        }
+        func read(_ path: String, _ flag: String) throws -> String {
+            guard let data = FileManager.default.contents(atPath: path), data.count <= 65536, let text = String(data: data, encoding: .utf8) else {
+                throw ValidationError("\(flag): cannot read \(path) (a PEM file of at most 64 KiB)")
+            }
+            return text
+        }
+        let settings = APNsSettings(
+            keyPEM: try read(file, "--apns-key-file"), keyID: keyID, teamID: teamID, topic: topic,
+            url: self.apnsURL, caPEM: try self.apnsCAFile.map { try read($0, "--apns-ca-file") }
+        )
+        if let problem = APNsSettings.problem(settings) { throw ValidationError(problem) }
+        return settings
     }
 }

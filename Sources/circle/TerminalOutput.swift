@@ -1,4 +1,5 @@
 import CircleSocket
+import CircleWire
 import Foundation
 
 /// Writes whole lines to stdout and stderr, unbuffered, so a reader at the other end of a pipe
@@ -67,14 +68,7 @@ final class TerminalOutput: Sendable {
     }
 
     static func hex(_ bytes: [UInt8]) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var characters: [UInt8] = []
-        characters.reserveCapacity(bytes.count * 2)
-        for byte in bytes {
-            characters.append(digits[Int(byte >> 4)])
-            characters.append(digits[Int(byte & 0x0f)])
-        }
-        return String(decoding: characters, as: UTF8.self)
+        Hex.encode(bytes)
     }
 
     /// A round-trip time as milliseconds with two decimals, e.g. `0.42 ms`.

@@ -2,6 +2,7 @@ import CircleClient
 import CircleServer
 import CircleTestSupport
 import CircleWire
+import Crypto
 import Foundation
 import Testing
 
@@ -92,6 +93,48 @@ struct ClientAPITests {
             return error?.httpStatus == 403 && error?.message.contains("private") == true
         }
         await server.stop()
+    }
+
+    @Test("registerAPNsToken: the device is listed as the person's push subscription; unregistering removes it; APNs off is not_found")
+    func apnsDevices() async throws {
+        let server = TestServer()
+        defer { server.remove() }
+        server.configuration.push.apns = APNsSettings(
+            keyPEM: P256.Signing.PrivateKey().pemRepresentation, keyID: "ABC123DEFG", teamID: "DEF123GHIJ", topic: "com.example.chat", url: "https://127.0.0.1:9"
+        )
+        try await server.start()
+        let bob = try await self.client(server, user: "bob")
+        let token = (0..<32).map { UInt8($0 * 7 & 0xff) }
+        let info = try await bob.registerAPNsToken(token, environment: .development)
+        #expect(info.endpoint == "apns:development:" + Hex.encode(token), "\(info.endpoint)")
+        let listed = try await server.http("GET", HTTPAPI.Path.pushSubscriptions, token: try await server.token("bob"))
+        #expect(listed.body.contains(info.endpoint), "\(listed.body)")
+        try await bob.unregisterAPNsToken(token)
+        await #expect {
+            try await bob.unregisterAPNsToken(token)
+        } throws: { error in
+            (error as? CircleClientError)?.code == .notFound
+        }
+        await #expect {
+            try await bob.registerAPNsToken([1, 2, 3])
+        } throws: { error in
+            (error as? CircleClientError)?.code == .badRequest
+        }
+        await bob.shutdown()
+        await server.stop()
+
+        let off = TestServer()
+        defer { off.remove() }
+        try await off.start()
+        let carol = try await self.client(off, user: "carol")
+        await #expect {
+            try await carol.registerAPNsToken(token)
+        } throws: { error in
+            let error = error as? CircleClientError
+            return error?.code == .notFound && error?.httpStatus == 404
+        }
+        await carol.shutdown()
+        await off.stop()
     }
 
     @Test("a refused token is unauthorized (401); an unreachable server is not_connected")

@@ -58,6 +58,43 @@ struct PushRoutes: Sendable {
             }
             return Response(status: .noContent)
         }
+        router.post(RouterPath(HTTPAPI.Path.apnsDevices)) { request, context in
+            let principal = try context.requireUser()
+            try self.requireAPNs()
+            var request = request
+            let body = try await request.jsonBody()
+            guard body.readableBytes <= APNsDevice.maximumBodyBytes else {
+                throw APIError(.contentTooLarge, .tooLarge, "a device registration has at most \(APNsDevice.maximumBodyBytes) bytes")
+            }
+            switch APNsDevice.parse(Array(buffer: body)) {
+            case .failure(let problem):
+                throw APIError(.badRequest, .badRequest, problem.description)
+            case .success(let device):
+                let subscription = PushSubscription(user: principal.name, endpoint: device.endpoint, p256dh: "", auth: "", createdAt: Identity.now)
+                try await self.store.putPushSubscription(subscription, maxPerUser: PushSubscription.maximumPerUser)
+                return Response.json(.created, HTTPAPI.PushSubscriptionInfo(endpoint: subscription.endpoint, createdAt: subscription.createdAt))
+            }
+        }
+        router.delete(RouterPath(HTTPAPI.Path.Pattern.apnsDevice.template)) { _, context in
+            let principal = try context.requireUser()
+            guard let token = APNsDevice.token(try context.pathParameter("token")) else {
+                throw APIError(.badRequest, .badRequest, "a device token is \(APNsDevice.tokenHexLength.lowerBound) to \(APNsDevice.tokenHexLength.upperBound) hex digits")
+            }
+            var removed = false
+            for environment in APNsDevice.Environment.allCases {
+                if try await self.store.deletePushSubscription(endpoint: APNsDevice(token: token, environment: environment).endpoint, of: principal.name) {
+                    removed = true
+                }
+            }
+            guard removed else { throw APIError(.notFound, .notFound, "you have no APNs device with that token") }
+            return Response(status: .noContent)
+        }
+    }
+
+    private func requireAPNs() throws {
+        guard self.settings.apns != nil else {
+            throw APIError(.notFound, .notFound, "this server sends no APNs notifications (its operator has set no APNs key)")
+        }
     }
 
     private func requireEnabled() throws {

@@ -1,3 +1,4 @@
+import CircleWire
 import Crypto
 import Foundation
 import NIOCore
@@ -207,13 +208,7 @@ struct MediaFiles: Sendable {
 struct UploadBusy: Error {}
 
 func hexString(_ digest: some Sequence<UInt8>) -> String {
-    let digits = Array("0123456789abcdef".utf8)
-    var bytes: [UInt8] = []
-    for byte in digest {
-        bytes.append(digits[Int(byte >> 4)])
-        bytes.append(digits[Int(byte & 0x0F)])
-    }
-    return String(decoding: bytes, as: UTF8.self)
+    Hex.encode(digest)
 }
 
 struct MediaFileError: Error, CustomStringConvertible {

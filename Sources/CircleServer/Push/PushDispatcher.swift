@@ -39,6 +39,11 @@ public struct PushSettings: Sendable, Hashable {
     /// A device is pushed about one circle at most once per this (``PushBurst``): the pushes of
     /// a burst wait, and only the newest is sent. Zero: every push goes at once.
     public var burstInterval: Duration
+    /// APNs, for Apple devices registered through the SDK (``APNsDevice``); `nil`: off.
+    public var apns: APNsSettings?
+
+    /// Whether any push service is configured: Web Push (a contact) or APNs.
+    public var enabled: Bool { self.contact != nil || self.apns != nil }
 
     public init(
         contact: String? = nil,
@@ -197,20 +202,29 @@ final class PushDispatcher: Sendable {
 
     /// Until cancelled (also with push off: the server's background work ends when any part returns).
     func run() async {
-        guard let contact = self.settings.contact else {
+        guard self.settings.enabled else {
             while !Task.isCancelled { try? await Task.sleep(for: .seconds(3600)) }
             return
         }
-        var key: VAPIDKey?
+        var apns: APNsSender?
+        if let settings = self.settings.apns {
+            do {
+                apns = try await APNsSender(settings: settings, push: self.settings, logger: self.logger)
+            } catch {
+                // Checked at start (``APNsSettings/problem(_:)``): a key that passed cannot fail here.
+                self.logger.error("APNs is off: its key could not be used", metadata: ["error": "\(error)"])
+            }
+        }
+        var webPush: (key: VAPIDKey, contact: String)?
         while !Task.isCancelled {
-            guard let vapid = key else {
+            if let contact = self.settings.contact, webPush == nil {
                 do {
-                    key = try await self.keys.key()
+                    webPush = (try await self.keys.key(), contact)
                 } catch {
                     self.logger.warning("could not read the VAPID key", metadata: ["error": "\(error)"])
                     await self.bell.wait(upTo: self.settings.pollInterval)
+                    continue
                 }
-                continue
             }
             let claimed: [PendingPush]
             do {
@@ -259,7 +273,9 @@ final class PushDispatcher: Sendable {
             results += await withTaskGroup(of: (PendingPush, PushResult).self) { group in
                 for push in sending {
                     let (entry, direct) = entries[PushEntryKey(circle: push.circle, seq: push.seq)] ?? (nil, false)
-                    group.addTask { (push, await self.send(push, entry: entry, direct: direct, key: vapid, contact: contact)) }
+                    group.addTask { [webPush, apns] in
+                        (push, await self.send(push, entry: entry, direct: direct, webPush: webPush, apns: apns))
+                    }
                 }
                 var results: [(push: PendingPush, result: PushResult)] = []
                 for await result in group { results.append(result) }
@@ -279,6 +295,7 @@ final class PushDispatcher: Sendable {
             }
         }
         await self.http.pool?.closeAll()
+        await apns?.shutdown()
     }
 
     private struct PushEntryKey: Hashable {
@@ -303,7 +320,18 @@ final class PushDispatcher: Sendable {
         return entries
     }
 
-    /// One attempt of one push, about `entry` (`nil`: gone) in a direct message or not.
+    /// One attempt of one push, by the service its subscription belongs to: an APNs device or a
+    /// Web Push endpoint. One whose service is off is dropped (its operator turned it off).
+    private func send(_ push: PendingPush, entry: CirclePost?, direct: Bool, webPush: (key: VAPIDKey, contact: String)?, apns: APNsSender?) async -> PushResult {
+        if let device = APNsDevice(endpoint: push.subscription.endpoint) {
+            guard let apns else { return .dropped }
+            return await apns.send(push, device: device, entry: entry, direct: direct)
+        }
+        guard let webPush else { return .dropped }
+        return await self.send(push, entry: entry, direct: direct, key: webPush.key, contact: webPush.contact)
+    }
+
+    /// One attempt of one Web Push, about `entry` (`nil`: gone) in a direct message or not.
     func send(_ push: PendingPush, entry: CirclePost?, direct: Bool, key: VAPIDKey, contact: String) async -> PushResult {
         if Task.isCancelled { return .released }
         let plaintext = PushPayload.body(push, entry: entry, direct: direct, contentFree: self.settings.contentFree)

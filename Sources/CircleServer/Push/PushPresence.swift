@@ -98,7 +98,7 @@ final class PresenceRecorder: Sendable {
         self.node = node
         self.presence = PushPresence(settings)
         self.logger = logger
-        self.enabled = settings.contact != nil
+        self.enabled = settings.enabled
     }
 
     /// `user` has `connections` open on this node now.
