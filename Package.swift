@@ -1,4 +1,4 @@
-// swift-tools-version: 6.0
+// swift-tools-version: 6.1
 import PackageDescription
 
 let package = Package(
@@ -33,6 +33,10 @@ let package = Package(
         .package(url: "https://github.com/hummingbird-project/hummingbird-auth.git", from: "2.5.0"),
         // APNs speaks only HTTP/2 (Push/APNs.swift); our own client (CircleHTTPClient) is HTTP/1.1.
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
+        // Tracing (Observability/Tracing.swift): OTLP over HTTP only; the gRPC exporter (its
+        // default trait) would build grpc-swift for nothing.
+        .package(url: "https://github.com/swift-otel/swift-otel.git", from: "1.6.0", traits: ["OTLPHTTP"]),
+        .package(url: "https://github.com/apple/swift-distributed-tracing.git", from: "1.7.3"),
     ],
     targets: [
         .target(name: "CircleWire", dependencies: [.product(name: "NIOCore", package: "swift-nio")]),
@@ -113,6 +117,8 @@ let package = Package(
                 .product(name: "NIOHTTPTypesHTTP1", package: "swift-nio-extras"),
                 .product(name: "HummingbirdBcrypt", package: "hummingbird-auth"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "OTel", package: "swift-otel"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
             ],
             // The browser chat page (Web/ChatPage.swift serves it).
             resources: [.copy("Web/page")]
@@ -141,6 +147,8 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+                .product(name: "OTel", package: "swift-otel"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
             ]
         ),
         // Fuzz targets for libFuzzer (scripts/fuzz builds them with -sanitize=fuzzer); an ordinary
@@ -214,6 +222,8 @@ let package = Package(
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
+                .product(name: "InMemoryTracing", package: "swift-distributed-tracing"),
             ],
             // Read by the WebAuthn tests through #filePath (scripts/webauthn_fixtures.py makes them).
             exclude: ["WebAuthn/Fixtures"]

@@ -27,6 +27,13 @@ includes recording each delivery with its post and sending it.
 
     python postpath.py --cases 1x1,16x1 --webhooks off,on --no-floor
 
+`--tracing off,on` runs every case without and with tracing (`--otlp-endpoint`, every post
+traced): the spans go over OTLP/HTTP to a sink in a process of its own that answers each export
+at once (docs/OPERATIONS.md, "Tracing"). The server's CPU per post then includes making,
+batching and exporting its spans.
+
+    python postpath.py --cases 1x1,16x1 --tracing off,on --no-floor
+
 Only 127.0.0.1 is contacted; each measurement is bounded.
 """
 from __future__ import annotations
@@ -185,12 +192,14 @@ def subscribe(server: benchlib.Server, url: str) -> None:
         raise RuntimeError(f"subscribing: {status} {body}")
 
 
-def start_server(binary: str, cpu: int, circles: list[str], wrapper: list[str] | None = None, webhook: str | None = None
-                 ) -> tuple[benchlib.Server, list[str]]:
-    """`circle serve` with no post rate limit, one token per writer (distinct users), the circles made."""
+def start_server(binary: str, cpu: int, circles: list[str], wrapper: list[str] | None = None, webhook: str | None = None,
+                 otlp: str | None = None) -> tuple[benchlib.Server, list[str]]:
+    """`circle serve` with no post rate limit, one token per writer (distinct users), the circles
+    made; tracing to `otlp` when given."""
     server = benchlib.circle_server(binary=binary, wrapper=wrapper, extra=[
         "--posts-per-second", "1000000", "--post-burst", "1000000",
-        "--max-connections-per-user", "100000", "--idle-timeout", "1h"] + (["--allow-private-outbound"] if webhook else []))
+        "--max-connections-per-user", "100000", "--idle-timeout", "1h"] + (["--allow-private-outbound"] if webhook else [])
+        + (["--otlp-endpoint", otlp] if otlp else []))
     server.start(cpu)
     if webhook:
         subscribe(server, webhook)
@@ -203,10 +212,10 @@ def start_server(binary: str, cpu: int, circles: list[str], wrapper: list[str] |
     return server, tokens
 
 
-async def run(args, binary: str, writers: int, in_flight: int, receiver: Receiver | None = None) -> dict:
+async def run(args, binary: str, writers: int, in_flight: int, receiver: Receiver | None = None, sink: Receiver | None = None) -> dict:
     circles = [f"w{i}" for i in range(writers)]
-    server, tokens = start_server(binary, args.server_cpu, circles,
-                                  shlex.split(args.wrapper) if args.wrapper else None, receiver.url if receiver else None)
+    server, tokens = start_server(binary, args.server_cpu, circles, shlex.split(args.wrapper) if args.wrapper else None,
+                                  receiver.url if receiver else None, f"http://127.0.0.1:{sink.port}" if sink else None)
     try:
         conns = [await circlev1.connect(server.port, token) for token in tokens]
         for conn, circle in zip(conns, circles):
@@ -245,7 +254,7 @@ async def run(args, binary: str, writers: int, in_flight: int, receiver: Receive
                 "server_us_per_post": 1e6 * server_cpu / acks if acks else None,
                 "client_cpu_pct": 100 * ((own1.user - own0.user) + (own1.system - own0.system)) / wall,
                 "errors": sum(w.errors for w in ws), "commits": commits, "text_bytes": args.text_bytes, "text": args.text,
-                "webhook": receiver is not None, "deliveries_per_s": (d1 - d0) / wall if receiver else None,
+                "webhook": receiver is not None, "tracing": sink is not None, "deliveries_per_s": (d1 - d0) / wall if receiver else None,
                 "latency": circlev1.percentiles(h), "distribution": circlev1.distribution(h)}
     finally:
         server.stop()
@@ -355,6 +364,7 @@ def main() -> int:
                                           "'perf record -g -o perf.data --' or 'valgrind --tool=callgrind'")
     parser.add_argument("--webhooks", default="off", help="off, on, or off,on: each case without and/or with one "
                                                           "webhook subscribed to every circle")
+    parser.add_argument("--tracing", default="off", help="off, on, or off,on: each case without and/or with tracing to an OTLP sink")
     parser.add_argument("--json", help="write the results to this file")
     parser.add_argument("--floor-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -382,6 +392,11 @@ def main() -> int:
     if not webhook_modes or any(m not in ("off", "on") for m in webhook_modes):
         parser.error("--webhooks takes off, on or off,on")
     receiver = Receiver(args.client_cpu) if "on" in webhook_modes else None
+    tracing_modes = [m for m in args.tracing.split(",") if m]
+    if not tracing_modes or any(m not in ("off", "on") for m in tracing_modes):
+        parser.error("--tracing takes off, on or off,on")
+    # The webhook receiver's kind of endpoint serves as the OTLP sink: it answers every POST at once.
+    sink = Receiver(args.client_cpu) if "on" in tracing_modes else None
     benchlib.pin_self(args.client_cpu)
     loop_name = benchlib.use_uvloop()
     benchlib.exit_on_sigterm()
@@ -396,12 +411,12 @@ def main() -> int:
           f"{'us/post':>8} {'batch':>6} {'hooks/s':>8} | {'floor us':>8} {'floor/s':>9} | {'cpu x':>6} {'rate %':>6}", flush=True)
     results = []
     floors: dict[tuple[int, int], dict] = {}
-    runs = [(name, binary, mode) for name, binary in builds for mode in webhook_modes]
+    runs = [(name, binary, mode, traced) for name, binary in builds for mode in webhook_modes for traced in tracing_modes]
     for writers, in_flight in cases:
-        for build_name, binary, mode in runs:
-            name = build_name + ("+hook" if mode == "on" else "") if len(webhook_modes) > 1 else build_name
+        for build_name, binary, mode, traced in runs:
+            name = build_name + ("+hook" if mode == "on" and len(webhook_modes) > 1 else "") + ("+trace" if traced == "on" and len(tracing_modes) > 1 else "")
             try:
-                r = asyncio.run(run(args, binary, writers, in_flight, receiver if mode == "on" else None))
+                r = asyncio.run(run(args, binary, writers, in_flight, receiver if mode == "on" else None, sink if traced == "on" else None))
             except Exception as error:
                 print(f"{name:>8} {writers}x{in_flight:<4} failed: {error!r}", flush=True)
                 continue
@@ -432,6 +447,8 @@ def main() -> int:
                        "builds": dict(builds), "results": results}, out, indent=2)
     if receiver:
         receiver.stop()
+    if sink:
+        sink.stop()
     return 0 if results else 1
 
 

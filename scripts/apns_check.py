@@ -227,15 +227,8 @@ def main() -> None:
             "--apns-url", f"https://127.0.0.1:{apns.port}", "--apns-ca-file", str(ca_file),
             "--push-away-after", "0s", "--push-burst-interval", "0s",
         ]
-        server = checklib.start_server("apns-test", binary, work / "data", port, flags, log, TIMEOUT)
-        try:
+        with checklib.running_server("apns-test", binary, work / "data", port, flags, log, TIMEOUT):
             run(port, apns)
-        except BaseException:
-            sys.stderr.write(log.read_text(errors="replace")[-3000:])
-            raise
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
 
 
 def run(port: int, apns: FakeAPNs) -> None:

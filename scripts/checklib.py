@@ -1,11 +1,14 @@
-"""What the live checks against a real `circle serve` share (scripts/jwks_check.py,
-scripts/webhook_check.py): starting a server and bounded waits."""
+"""What the live checks against a real `circle serve` share (scripts/*_check.py): starting a
+server, loopback HTTP endpoints for it to call, and bounded waits."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
+import threading
 import time
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -45,3 +48,26 @@ def wait_for(name: str, condition, what: str, timeout: float) -> None:
         if time.monotonic() > deadline:
             fail(name, f"gave up waiting for {what}")
         time.sleep(0.05)
+
+
+def serve_http(handler: type) -> ThreadingHTTPServer:
+    """`handler` on a free loopback port, served from a daemon thread (its port: `server_address[1]`)."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd
+
+
+@contextlib.contextmanager
+def running_server(name: str, binary: str, data: Path, port: int, flags: list[str], log: Path, timeout: float):
+    """`start_server` for a `with` block: a failure inside prints the end of the server's log; the
+    server is stopped (SIGTERM) on the way out."""
+    server = start_server(name, binary, data, port, flags, log, timeout)
+    try:
+        yield server
+    except BaseException:
+        sys.stderr.write(log.read_text(errors="replace")[-3000:])
+        raise
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

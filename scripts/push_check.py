@@ -33,7 +33,7 @@ import sys
 import tempfile
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import http_ece
@@ -102,10 +102,8 @@ class PushService:
             def log_message(self, *args) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = checklib.serve_http(Handler)
         self.port = self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
     def endpoint(self, name: str) -> str:
         return f"http://127.0.0.1:{self.port}/push/{name}"
@@ -178,22 +176,13 @@ def open_websocket(port: int, token: str) -> socket.socket:
 def main() -> None:
     binary = sys.argv[1]
     service = PushService()
-    servers = []
     with tempfile.TemporaryDirectory(prefix="circle-push-test-") as work_dir:
         work = Path(work_dir)
         port = free_port()
         log = work / "server.log"
         flags = ["--push-contact", CONTACT, "--push-allow-http", "--push-allow-private", "--push-away-after", "0s", "--push-burst-interval", "0s"]
-        servers.append(checklib.start_server("push-test", binary, work / "data", port, flags, log, TIMEOUT))
-        try:
+        with checklib.running_server("push-test", binary, work / "data", port, flags, log, TIMEOUT):
             run(port, service)
-        except BaseException:
-            sys.stderr.write(log.read_text(errors="replace")[-3000:])
-            raise
-        finally:
-            for server in servers:
-                server.terminate()
-                server.wait(timeout=30)
 
 
 def run(port: int, service: PushService) -> None:

@@ -276,6 +276,10 @@ public final class CircleServer: Service, Sendable {
     // MARK: - Parts
 
     private func addMiddleware<Context: RequestContext>(to router: some RouterMethods<Context>) {
+        if self.services.configuration.tracer != nil {
+            // First, so its span covers the others; a WebSocket's token is not recorded.
+            _ = router.add(middleware: TracingMiddleware<Context>(redactingQueryParameters: ["token", "access_token"]))
+        }
         _ = router.add(middleware: LogRequestsMiddleware<Context>(.debug))
         _ = router.add(middleware: RouteMetricsMiddleware<Context>(metrics: self.services.metrics))
         _ = router.add(middleware: CurrentCORSMiddleware<Context>(services: self.services))

@@ -92,7 +92,7 @@ final class ServerServices: Sendable {
         self.presence = PresenceRecorder(store: store, settings: configuration.push, node: self.hub.link.node, metrics: metrics, logger: logger)
         self.push = push
         let committer = PostCommitter(
-            store: store, hub: self.hub, metrics: metrics, logger: logger, hooks: hooks,
+            store: store, hub: self.hub, metrics: metrics, logger: logger, hooks: hooks, tracer: configuration.tracer,
             committed: {
                 webhooks.wake()
                 push.wake()

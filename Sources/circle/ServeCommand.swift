@@ -77,6 +77,8 @@ struct ServeCommand: AsyncParsableCommand {
 
     @OptionGroup(title: "Push notifications") var push: PushOptions
 
+    @OptionGroup(title: "Tracing") var tracing: TracingOptions
+
     @Option(name: .long, help: ArgumentHelp("TLS certificate chain (PEM); serves wss:// and https://. Env: CIRCLE_TLS_CERT.", valueName: "file"))
     var tlsCert: String?
 
@@ -317,7 +319,12 @@ struct ServeCommand: AsyncParsableCommand {
             NIOSingletons.groupLoopCountSuggestion = loops
         }
         ServerLogHandler.level.withLockedValue { $0 = level }
-        let logger = Logger(label: "circle.server", factory: ServerLogHandler.init)
+        let tracingOn = self.tracing.otlpEndpoint != nil
+        let logger = Logger(label: "circle.server") { label in
+            var handler = ServerLogHandler(label: label)
+            if tracingOn { handler.metadataProvider = TracingOptions.logMetadata }
+            return handler
+        }
         var tls: TLSConfiguration?
         let environment = ProcessInfo.processInfo.environment
         switch (self.tlsCert ?? environment["CIRCLE_TLS_CERT"], self.tlsKey ?? environment["CIRCLE_TLS_KEY"]) {
@@ -354,11 +361,13 @@ struct ServeCommand: AsyncParsableCommand {
             identity: IdentityConfiguration(publicURL: self.effectivePublicURL)
         )
         configuration.pathPrefix = self.pathPrefix ?? ""
+        let tracing = try self.tracing.bootstrap(logger: logger)
+        configuration.tracer = tracing?.tracer
         try self.issuers.apply(to: &configuration)
         try self.webhooks.apply(to: &configuration.webhooks)
         try self.push.apply(to: &configuration.push)
         guard let postgresURL = self.postgres ?? ProcessInfo.processInfo.environment["CIRCLE_POSTGRES_URL"] else {
-            try await self.serve(configuration: configuration, store: nil, logger: logger)
+            try await self.serve(configuration: configuration, store: nil, logger: logger, exporter: tracing?.service)
             return
         }
         let store: PostgresStore
@@ -379,12 +388,14 @@ struct ServeCommand: AsyncParsableCommand {
                     verbose: self.verbose
                 )
             }
-            try await self.serve(configuration: configuration, store: store, logger: logger)
+            try await self.serve(configuration: configuration, store: store, logger: logger, exporter: tracing?.service)
             group.cancelAll()
         }
     }
 
-    private func serve(configuration: CircleServerConfiguration, store: PostgresStore?, logger: Logger) async throws {
+    /// Runs the server; `exporter` (the spans' exporter, when tracing is on) starts first and
+    /// stops last, so the spans of the shutdown are sent.
+    private func serve(configuration: CircleServerConfiguration, store: PostgresStore?, logger: Logger, exporter: (any Service)?) async throws {
         let tls = configuration.tls
         let server: CircleServer
         do {
@@ -407,7 +418,8 @@ struct ServeCommand: AsyncParsableCommand {
             self.printBanner(port: port, tls: secure, setupLink: server.setupLink)
             return try self.makeAnnouncer(port: port, tls: secure, logger: announcerLogger)
         }
-        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [.init(service: server)]
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = exporter.map { [.init(service: $0)] } ?? []
+        services.append(.init(service: server))
         if let path = self.config {
             // A reload that fails is logged and changes nothing; the server goes on serving.
             let reloader = ConfigurationReloader(

@@ -40,11 +40,38 @@ final class TerminalSession: Sendable {
     private let state = NIOLockedValueBox(State())
     /// Finished by the receiver once `--count` messages have arrived.
     private let counted = AsyncStream.makeStream(of: Never.self)
+    /// Ctrl-C, caught since before the "connected to" line (``Interrupts/trap()``).
+    private let interrupts: Interrupts
 
-    init(socket: WebSocket, output: TerminalOutput, options: Options) {
+    /// `interrupts` must be trapped before anything tells the user (or a script) that the
+    /// session is up: a Ctrl-C sent right after "connected to" is then a close, not a kill.
+    init(socket: WebSocket, output: TerminalOutput, options: Options, interrupts: Interrupts) {
         self.socket = socket
         self.output = output
         self.options = options
+        self.interrupts = interrupts
+    }
+
+    /// SIGINT as a stream: the default action (ending the process) is off from ``trap()`` on.
+    /// Unchecked: a dispatch source may be cancelled from any thread (Dispatch's own rule), and
+    /// nothing else of it is touched after ``trap()``.
+    final class Interrupts: @unchecked Sendable {
+        let stream: AsyncStream<Void>
+        let source: any DispatchSourceSignal
+
+        private init(stream: AsyncStream<Void>, source: any DispatchSourceSignal) {
+            self.stream = stream
+            self.source = source
+        }
+
+        static func trap() -> Interrupts {
+            let (stream, continuation) = AsyncStream.makeStream(of: Void.self)
+            let source = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
+            source.setEventHandler { continuation.yield() }
+            signal(SIGINT, SIG_IGN)
+            source.resume()
+            return Interrupts(stream: stream, source: source)
+        }
     }
 
     /// Runs until the connection has ended and returns the process exit status.
@@ -156,21 +183,16 @@ final class TerminalSession: Sendable {
 
     /// The first Ctrl-C closes with 1000 like end of input; a second one exits at once with 130.
     private func handleInterrupts() async {
-        let (interrupts, continuation) = AsyncStream.makeStream(of: Void.self)
-        let source = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
-        source.setEventHandler { continuation.yield() }
-        signal(SIGINT, SIG_IGN)
-        source.resume()
         await withDiscardingTaskGroup { group in
             var count = 0
-            for await _ in interrupts {
+            for await _ in self.interrupts.stream {
                 count += 1
                 if count > 1 { exit(130) }
                 self.output.status("closing (press Ctrl-C again to quit at once)")
                 group.addTask { await self.close(code: .normalClosure, reason: "") }
             }
         }
-        source.cancel()
+        self.interrupts.source.cancel()
     }
 
     // MARK: Actions

@@ -192,6 +192,7 @@ struct WSCommand: AsyncParsableCommand {
             output.error(failure.message)
             throw ExitCode(failure.exitCode)
         }
+        let interrupts = TerminalSession.Interrupts.trap()
         output.status(Self.connectedLine(url: self.url, socket: socket))
         if isatty(STDIN_FILENO) == 1 && (self.execute.isEmpty || self.wait == nil) {
             output.status("type messages, /help for commands, Ctrl-D to close")
@@ -205,7 +206,8 @@ struct WSCommand: AsyncParsableCommand {
                 wait: self.wait.map { .seconds($0) },
                 count: self.count,
                 pingInterval: self.ping.map { .seconds($0) }
-            )
+            ),
+            interrupts: interrupts
         )
         let status = await session.run()
         if status != ExitStatus.success {

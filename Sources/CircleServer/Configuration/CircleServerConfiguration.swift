@@ -1,5 +1,6 @@
 import CCircleCPU
 import NIOCore
+import Tracing
 import NIOSSL
 
 #if canImport(Glibc)
@@ -114,6 +115,12 @@ public struct CircleServerConfiguration: Sendable {
     /// mounts Circle in its own router chooses the prefix there instead (docs/API.md, "Mounting
     /// Circle in your app").
     public var pathPrefix: String = ""
+    /// Where the server's spans go (docs/OPERATIONS.md, "Tracing"): each post's way from its
+    /// arrival through its commit to its fan-out, and each HTTP request (Hummingbird's
+    /// `TracingMiddleware`, which reads the process's `InstrumentationSystem`: bootstrap it with
+    /// the same tracer). `nil` (the default): no spans are made. `circle serve --otlp-endpoint`
+    /// sets it to swift-otel's tracer, exporting over OTLP/HTTP.
+    public var tracer: (any Tracer)?
 
     public struct Limits: Sendable {
         /// Largest post text, in UTF-8 bytes (`too_large`).

@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
+import Tracing
 
 /// Group commit: posts from all connections queue here; one loop commits whatever has queued
 /// in a single durable transaction, publishes the stored posts to the hub in order, and
@@ -41,8 +42,15 @@ final class PostCommitter: Sendable {
         }
     }
 
+    /// A queued post: how to answer it, and its trace when the server has a tracer.
+    private struct Queued {
+        var post: NewPost
+        var reply: Reply
+        var trace: PostTrace?
+    }
+
     private struct State {
-        var pending: [(NewPost, Reply)] = []
+        var pending: [Queued] = []
         var accepting = true
         /// ``run()`` has started and not yet returned.
         var loopRunning = false
@@ -63,6 +71,8 @@ final class PostCommitter: Sendable {
     /// Posts and edits of circles with a publish hook wait there before they queue.
     private let hooks: PublishHookGate?
     private let state = NIOLockedValueBox(State())
+    /// Where the posts' spans go (``PostTrace``); `nil`: none are made.
+    private let tracer: (any Tracer)?
 
     init(
         store: any CircleStore,
@@ -71,9 +81,11 @@ final class PostCommitter: Sendable {
         logger: Logger,
         maxBatch: Int = 512,
         hooks: PublishHookGate? = nil,
+        tracer: (any Tracer)? = nil,
         committed: @escaping @Sendable () -> Void = {}
     ) {
         self.store = store
+        self.tracer = tracer
         self.hooks = hooks
         self.hub = hub
         self.metrics = metrics
@@ -94,29 +106,33 @@ final class PostCommitter: Sendable {
     }
 
     private func submit(_ post: NewPost, reply: Reply) {
+        let trace = self.tracer.map { PostTrace(post, tracer: $0) }
         // A circle with a publish hook (or read-only): the entry waits for its verdict outside
         // the batch (and off the caller's event loop); the rest queue at once.
         if let hooks = self.hooks, hooks.needsCheck(post) {
             hooks.check(post) { verdict in
                 switch verdict {
-                case .commit(let post): self.enqueue(post, reply: reply)
-                case .answer(let result): reply.answer(result)
+                case .commit(let post): self.enqueue(Queued(post: post, reply: reply, trace: trace))
+                case .answer(let result):
+                    trace?.span.end()
+                    reply.answer(result)
                 }
             }
             return
         }
-        self.enqueue(post, reply: reply)
+        self.enqueue(Queued(post: post, reply: reply, trace: trace))
     }
 
-    private func enqueue(_ post: NewPost, reply: Reply) {
+    private func enqueue(_ entry: Queued) {
         let queued = self.state.withLockedValue { state -> (Bool, CheckedContinuation<Bool, Never>?) in
             guard state.accepting else { return (false, nil) }
-            state.pending.append((post, reply))
+            state.pending.append(entry)
             defer { state.wake = nil }
             return (true, state.wake)
         }
         guard queued.0 else {
-            reply.answer(.failure(StoreError(.unavailable, "the server is shutting down")))
+            entry.trace?.span.end()
+            entry.reply.answer(.failure(StoreError(.unavailable, "the server is shutting down")))
             return
         }
         queued.1?.resume(returning: true)
@@ -158,7 +174,7 @@ final class PostCommitter: Sendable {
 
     private func drain() async {
         while true {
-            let taken = self.state.withLockedValue { state -> [(NewPost, Reply)] in
+            let taken = self.state.withLockedValue { state -> [Queued] in
                 let batch = Array(state.pending.prefix(self.maxBatch))
                 state.pending.removeFirst(batch.count)
                 return batch
@@ -166,13 +182,14 @@ final class PostCommitter: Sendable {
             if taken.isEmpty { return }
             var batch = taken
             let started = ContinuousClock.now
+            let traceStarted = DefaultTracerClock.now
             // Posts carry their commit time: one time per batch, so times follow sequence order.
             let commitTime = Int64(Date().timeIntervalSince1970 * 1000)
             do {
                 // An attachment must be media its author uploaded (docs/MEDIA.md). Media is never
                 // deleted, so a check before the transaction stays true inside it.
                 var attachmentChecks: [AttachmentKey: Bool] = [:]
-                for (post, _) in batch {
+                for post in batch.map(\.post) {
                     guard let media = post.attachment else { continue }
                     let key = AttachmentKey(author: post.author, media: media)
                     if attachmentChecks[key] == nil {
@@ -181,19 +198,21 @@ final class PostCommitter: Sendable {
                 }
                 if attachmentChecks.values.contains(false) {
                     batch = batch.filter { entry in
-                        guard let media = entry.0.attachment, attachmentChecks[AttachmentKey(author: entry.0.author, media: media)] == false else {
+                        guard let media = entry.post.attachment, attachmentChecks[AttachmentKey(author: entry.post.author, media: media)] == false else {
                             return true
                         }
-                        entry.1.answer(.failure(InvalidAttachment(media: media)))
+                        entry.trace?.span.end()
+                        entry.reply.answer(.failure(InvalidAttachment(media: media)))
                         return false
                     }
                     if batch.isEmpty { continue }
                 }
                 let outcomes = try await self.store.commit(batch.map { entry in
-                    var post = entry.0
+                    var post = entry.post
                     post.time = commitTime
                     return post
                 })
+                let traceCommitted = DefaultTracerClock.now
                 self.metrics.commitLatency.recordNanoseconds(started.elapsedNanoseconds)
                 self.metrics.commitBatchSize.record(batch.count)
                 let stored = outcomes.compactMap { outcome -> CirclePost? in
@@ -203,10 +222,16 @@ final class PostCommitter: Sendable {
                 // The answers, the deliveries and the answers' flushes reach each loop with one
                 // wake-up (see `InboxWakes`).
                 var wakes = InboxWakes()
-                let answers = self.answer(zip(batch.map(\.1), outcomes.map { Result<PostOutcome, any Error>.success($0) }), wakes: &wakes)
+                let answers = self.answer(zip(batch.map(\.reply), outcomes.map { Result<PostOutcome, any Error>.success($0) }), wakes: &wakes)
                 let fanoutStarted = ContinuousClock.now
                 let deliveries = self.hub.publish(stored, wakes: &wakes)
                 self.metrics.fanoutLatency.recordNanoseconds(fanoutStarted.elapsedNanoseconds)
+                if self.tracer != nil {
+                    PostTrace.finish(
+                        batch.map(\.trace), outcomes: outcomes,
+                        batch: .init(size: batch.count, commitBegan: traceStarted, committed: traceCommitted, fannedOut: DefaultTracerClock.now, deliveries: deliveries)
+                    )
+                }
                 self.metrics.posts.increment(by: stored.count)
                 self.metrics.deliveries.increment(by: deliveries)
                 answers.finish(wakes: &wakes)
@@ -214,7 +239,8 @@ final class PostCommitter: Sendable {
             } catch {
                 self.logger.error("commit failed", metadata: ["error": "\(error)", "batch": "\(batch.count)"])
                 var wakes = InboxWakes()
-                self.answer(batch.map { ($0.1, .failure(error)) }, wakes: &wakes).finish(wakes: &wakes)
+                PostTrace.fail(batch.map(\.trace), error: error)
+                self.answer(batch.map { ($0.reply, .failure(error)) }, wakes: &wakes).finish(wakes: &wakes)
             }
         }
     }
@@ -274,14 +300,17 @@ final class PostCommitter: Sendable {
     /// Stops taking posts and waits until every queued one is committed and answered (by a
     /// running loop; without one, queued posts are answered "unavailable").
     func finish() async {
-        let orphans = self.state.withLockedValue { state -> [(NewPost, Reply)]? in
+        let orphans = self.state.withLockedValue { state -> [Queued]? in
             state.accepting = false
             guard !state.loopRunning else { return nil }
             defer { state.pending = [] }
             return state.pending
         }
         if let orphans {
-            for (_, reply) in orphans { reply.answer(.failure(StoreError(.unavailable, "the server is shutting down"))) }
+            for orphan in orphans {
+                orphan.trace?.span.end()
+                orphan.reply.answer(.failure(StoreError(.unavailable, "the server is shutting down")))
+            }
             return
         }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
