@@ -19,6 +19,12 @@ uses:
    pushes nothing (counted in circle_pushes_skipped_connected_total); once it closes, the next
    one reaches him.
 7. The push service answers 410 for bob: the server deletes his subscription.
+8. Two nodes on one PostgreSQL (a throwaway one from scripts/postgres-test-server): alice
+   mentions bob, carol and dave five times on node 1. The push service holds bob's pushes
+   unanswered; the node that sent the first one (found from the connection's socket in /proc) is
+   SIGKILLed mid-send, and the service then answers. Every mention reaches bob exactly once as
+   an accepted push (answered 201 to a sender still connected), sent by the surviving node once
+   the dead node's lease ends; carol (level none) and dave (connected to node 2) get none.
 
 Exits non-zero with a message at the first thing that does not hold.
 """
@@ -26,9 +32,13 @@ Exits non-zero with a message at the first thing that does not hold.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
+import select
+import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -86,6 +96,8 @@ class PushService:
         self.lock = threading.Lock()
         self.received: list[dict] = []  # every request, answered or not
         self.script: dict[str, list[int]] = {}  # path -> statuses to answer next
+        self.holding: set[str] = set()  # paths whose requests wait for `released`
+        self.released = threading.Event()
         service = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -94,7 +106,18 @@ class PushService:
                 with service.lock:
                     queue = service.script.get(self.path, [])
                     status = queue.pop(0) if queue else 201
-                    service.received.append({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body, "status": status})
+                    request = {"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body, "status": status,
+                               "client_port": self.client_address[1]}
+                    service.received.append(request)
+                    held = self.path in service.holding
+                if held:
+                    # Answered once released, if the sender is still there to read it.
+                    service.released.wait(TIMEOUT)
+                    readable, _, _ = select.select([self.connection], [], [], 0)
+                    if readable and not self.connection.recv(1, socket.MSG_PEEK):
+                        with service.lock:
+                            request["status"] = "abandoned"
+                        return
                 self.send_response(status)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -113,14 +136,15 @@ class PushService:
             return [r for r in self.received if r["path"] == f"/push/{name}"]
 
 
-def check_push(request: dict, subscriber: Subscriber, vapid_key: str, origin: str) -> dict:
-    """Verifies one push as a push service and a browser would; returns its decrypted JSON."""
+def check_push(request: dict, subscriber: Subscriber, vapid_key: str, origin: str, check_key: bool = True) -> dict:
+    """Verifies one push as a push service and a browser would; returns its decrypted JSON
+    (`check_key` False: the VAPID key is not compared with a published one)."""
     headers = request["headers"]
     auth = headers.get("authorization", "")
     if not Vapid02.verify(auth):
         fail(f"py_vapid does not verify the Authorization header: {auth[:80]}…")
     params = dict(part.strip().split("=", 1) for part in auth.split(" ", 1)[1].split(","))
-    if params["k"] != vapid_key:
+    if check_key and params["k"] != vapid_key:
         fail(f"the push's k= {params['k']} is not the published key {vapid_key}")
     claims = json.loads(b64url_decode(params["t"].split(".")[1]))
     if claims.get("aud") != origin:
@@ -183,6 +207,104 @@ def main() -> None:
         flags = ["--push-contact", CONTACT, "--push-allow-http", "--push-allow-private", "--push-away-after", "0s", "--push-burst-interval", "0s"]
         with checklib.running_server("push-test", binary, work / "data", port, flags, log, TIMEOUT):
             run(port, service)
+        two_nodes(binary, work, service, flags)
+    print("push-test: OK")
+
+
+def sender_pid(client_port: int, service_port: int, pids: list[int]) -> int | None:
+    """Which of `pids` holds the TCP connection from `client_port` to the push service (/proc)."""
+    inode = None
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as lines:
+            for line in list(lines)[1:]:
+                fields = line.split()
+                local, remote = fields[1], fields[2]
+                if int(local.rsplit(":", 1)[1], 16) == client_port and int(remote.rsplit(":", 1)[1], 16) == service_port:
+                    inode = fields[9]
+    if inode is None:
+        return None
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == f"socket:[{inode}]":
+                    return pid
+        except OSError:
+            continue
+    return None
+
+
+def two_nodes(binary: str, work: Path, service: PushService, flags: list[str]) -> None:
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([str(root / "scripts" / "postgres-test-server"), "start", "--watch", str(os.getpid())], check=True,
+                         stdout=subprocess.PIPE, text=True, timeout=300).stdout
+    values = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    url = values["CIRCLE_TEST_POSTGRES_URL"]
+    pg_port = int(url.rsplit(":", 1)[1].split("/")[0])
+    pgbin = os.environ.get("PGBIN", "/usr/lib/postgresql/15/bin")
+    subprocess.run([f"{pgbin}/psql", "-w", "-q", "-h", "127.0.0.1", "-p", str(pg_port), "-U", "circle", "-d", "circle", "-c", "CREATE DATABASE pushes"],
+                   check=True, env=dict(os.environ, PGPASSWORD="circle"), timeout=60, stdin=subprocess.DEVNULL)
+    database = url.rsplit("/", 1)[0] + "/pushes?sslmode=disable"
+    node_flags = flags + ["--postgres", database, "--jwt-secret", "push-test-secret-" + "x" * 32]
+    ports = [free_port(), free_port()]
+    logs = [work / "node1.log", work / "node2.log"]
+    with contextlib.ExitStack() as stack:
+        nodes = [stack.enter_context(checklib.running_server("push-test", binary, work / f"node{i + 1}", ports[i], node_flags, logs[i], TIMEOUT))
+                 for i in range(2)]
+        alice, bob, carol, dave = (dev_token(ports[0], name) for name in ("alice", "bob", "carol", "dave"))
+        devices = {name: Subscriber() for name in ("kbob", "kcarol", "kdave")}
+        for token, name in ((bob, "kbob"), (carol, "kcarol"), (dave, "kdave")):
+            status, body = http_json("POST", ports[1], "/v1/push/subscriptions", token, devices[name].subscription(service.endpoint(name)))
+            if status != 201:
+                fail(f"{name}'s subscription on node 2: {status} {body}")
+        status, body = http_json("POST", ports[0], "/v1/circles", alice, {"name": "shared"})
+        if status not in (200, 201):
+            fail(f"creating the circle: {status} {body}")
+        for token, who in ((bob, "bob"), (carol, "carol"), (dave, "dave")):
+            status, body = http_json("POST", ports[1], "/v1/circles/shared/messages", token, {"text": f"hello from {who}", "id": f"hello-{who}"})
+            if status not in (200, 201):
+                fail(f"{who}'s first post: {status} {body}")
+        status, body = http_json("PUT", ports[1], "/v1/circles/shared/notify", carol, {"level": "none"})
+        if status != 200:
+            fail(f"carol's level: {status} {body}")
+        marks = metric(ports[1], "circle_connection_marks_written_total")
+        connection = open_websocket(ports[1], dave)
+        wait_for(lambda: metric(ports[1], "circle_connection_marks_written_total") > marks, "dave's connection recorded on node 2")
+        with service.lock:
+            service.holding.add("/push/kbob")
+        seqs = []
+        for i in range(5):
+            status, body = http_json("POST", ports[0], "/v1/circles/shared/messages", alice, {"text": f"@bob @carol @dave number {i}", "id": f"n-{i}"})
+            if status not in (200, 201):
+                fail(f"mention {i}: {status} {body}")
+            seqs.append(int(body.get("seq") or body.get("post", {}).get("seq")))
+        wait_for(lambda: len(service.to("kbob")) >= 1, "bob's first push, held")
+        first = service.to("kbob")[0]
+        pid = sender_pid(first["client_port"], service.port, [node.pid for node in nodes])
+        if pid is None:
+            fail("no node holds the connection of bob's first push")
+        killed = next(i for i, node in enumerate(nodes) if node.pid == pid)
+        nodes[killed].send_signal(signal.SIGKILL)
+        nodes[killed].wait(timeout=30)
+        with service.lock:
+            service.holding.clear()
+        service.released.set()
+
+        def accepted() -> list[int]:
+            return [check_push(r, devices["kbob"], "", f"http://127.0.0.1:{service.port}", check_key=False)["seq"]
+                    for r in service.to("kbob") if r["status"] == 201]
+
+        # The dead node's lease (the push timeout, 10 s, plus 10 s) ends before the survivor sends its pushes.
+        wait_for(lambda: set(seqs) <= set(accepted()), "every mention accepted after the SIGKILL", timeout=90)
+        counts = {seq: accepted().count(seq) for seq in seqs}
+        if any(count != 1 for count in counts.values()):
+            fail(f"mentions accepted more than once: {counts}")
+        abandoned = sum(1 for r in service.to("kbob") if r["status"] == "abandoned")
+        if service.to("kcarol") or service.to("kdave"):
+            fail(f"carol (level none) got {len(service.to('kcarol'))} pushes, dave (connected) {len(service.to('kdave'))}")
+        connection.close()
+        print(f"push-test: two PostgreSQL nodes, node {killed + 1} SIGKILLed while sending: each of the {len(seqs)} mentions accepted "
+              f"exactly once from the surviving node ({abandoned} send(s) abandoned by the dead node); none for carol (level none) or "
+              "dave (connected to node 2)")
 
 
 def run(port: int, service: PushService) -> None:
@@ -301,7 +423,6 @@ def run(port: int, service: PushService) -> None:
 
     wait_for(lambda: subscriptions() == [], "bob's subscription to go after the 410")
     print("push-test: a 410 deleted the subscription")
-    print("push-test: OK")
 
 
 if __name__ == "__main__":
