@@ -121,6 +121,42 @@ import Testing
         }
     }
 
+    /// A request cancelled midway (its client went away) must not leave the connection inside
+    /// its transaction: sqlite-nio refuses to run statements for a cancelled task, ROLLBACK too.
+    @Test("a transaction whose task is cancelled midway is rolled back; the lock is free and the connection begins the next")
+    func cancelledTransactionIsRolledBack() async throws {
+        try await self.withDatabasePath { path in
+            try await self.withStore(at: path) { _ in
+                let connection = try await SQLiteConnection.open(storage: .file(path: path), logger: Self.logger)
+                let other = try await SQLiteConnection.open(storage: .file(path: path), logger: Self.logger)
+                do {
+                    let cancelled = Task {
+                        try await SQLiteStore.transaction(on: connection, logger: Self.logger) {
+                            _ = try await connection.query("INSERT INTO sign_in_failures (key, count, last) VALUES ('x', 1, 1)")
+                            withUnsafeCurrentTask { $0?.cancel() }
+                            // Not run: the task is cancelled.
+                            _ = try await connection.query("INSERT INTO sign_in_failures (key, count, last) VALUES ('y', 1, 1)")
+                        }
+                    }
+                    await #expect(throws: CancellationError.self) { try await cancelled.value }
+                    // Another connection takes the write lock at once (no busy wait: the timeout is 0).
+                    _ = try await other.query("PRAGMA busy_timeout = 0")
+                    _ = try await other.query("BEGIN IMMEDIATE")
+                    _ = try await other.query("ROLLBACK")
+                    // The first connection is outside any transaction, and the row went with the rollback.
+                    try await SQLiteStore.transaction(on: connection, logger: Self.logger) {
+                        let rows = try await connection.query("SELECT count(*) AS n FROM sign_in_failures")
+                        #expect(rows.first?.column("n")?.integer == 0)
+                    }
+                } catch {
+                    Issue.record("\(error)")
+                }
+                try await other.close()
+                try await connection.close()
+            }
+        }
+    }
+
     @Test func newerSchemaIsRefused() async throws {
         try await self.withDatabasePath { path in
             try await self.withStore(at: path) { _ in }

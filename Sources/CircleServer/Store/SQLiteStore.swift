@@ -45,6 +45,9 @@ public final class SQLiteStore: CircleStore {
     private let gate = Gate()
     private let bookkeeping: SQLiteConnection
     private let bookkeepingGate = Gate()
+    /// The threads that run the two sqlite-nio connections' statements, made by ``open(path:threadPool:eventLoopGroup:logger:)``
+    /// when it is given no pool; shut down by ``close()``.
+    private let ownThreadPool: NIOThreadPool?
     /// Whether the search index holds every post (`search_backfill.done`), once read: `true`
     /// stays true; `nil` means ask the database.
     let searchIndexDone = NIOLockedValueBox<Bool?>(nil)
@@ -53,7 +56,15 @@ public final class SQLiteStore: CircleStore {
     /// How long a statement waits for a lock held by another process before failing.
     static let busyTimeoutMilliseconds = 5_000
 
-    private init(connection: SQLiteConnection, writer: SQLitePostWriter, bookkeeping: SQLiteConnection, searcher: SQLiteSearcher, logger: Logger) {
+    private init(
+        connection: SQLiteConnection,
+        writer: SQLitePostWriter,
+        bookkeeping: SQLiteConnection,
+        searcher: SQLiteSearcher,
+        ownThreadPool: NIOThreadPool?,
+        logger: Logger
+    ) {
+        self.ownThreadPool = ownThreadPool
         self.connection = connection
         self.writer = writer
         self.bookkeeping = bookkeeping
@@ -70,13 +81,18 @@ public final class SQLiteStore: CircleStore {
     /// - Parameters:
     ///   - path: The database file; prefer an absolute path. Not `":memory:"`: the store's two
     ///     connections must open the same database.
-    ///   - threadPool: The pool that runs the blocking SQLite calls.
+    ///   - threadPool: The pool that runs the blocking SQLite calls. By default (`nil`) the store
+    ///     makes a pool of its own with a thread for each of its two sqlite-nio connections: a
+    ///     statement waiting for SQLite's write lock (up to the busy timeout) holds its thread, and
+    ///     in a shared pool (`NIOThreadPool.singleton` has one thread per core) such waits, with a
+    ///     password hash or a DNS lookup beside them, could leave the statement that would release
+    ///     the lock without a thread until the timeout.
     ///   - eventLoopGroup: The group the connection takes its event loop from.
     ///   - logger: The logger for the store's own messages; gets `circle.store.path` metadata.
     /// - Throws: `StoreError(.unavailable)` with SQLite's message when the file cannot be opened.
     public static func open(
         path: String,
-        threadPool: NIOThreadPool = .singleton,
+        threadPool: NIOThreadPool? = nil,
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         logger: Logger
     ) async throws -> SQLiteStore {
@@ -85,6 +101,29 @@ public final class SQLiteStore: CircleStore {
         guard path != ":memory:" else {
             throw StoreError(.unavailable, "SQLite store: an in-memory database (\":memory:\") is not supported; give a file path")
         }
+        let ownThreadPool: NIOThreadPool?
+        if threadPool == nil {
+            let pool = NIOThreadPool(numberOfThreads: 2)
+            pool.start()
+            ownThreadPool = pool
+        } else {
+            ownThreadPool = nil
+        }
+        do {
+            return try await Self.open(path: path, threadPool: threadPool ?? ownThreadPool!, ownThreadPool: ownThreadPool, eventLoopGroup: eventLoopGroup, logger: logger)
+        } catch {
+            try? await ownThreadPool?.shutdownGracefully()
+            throw error
+        }
+    }
+
+    private static func open(
+        path: String,
+        threadPool: NIOThreadPool,
+        ownThreadPool: NIOThreadPool?,
+        eventLoopGroup: any EventLoopGroup,
+        logger: Logger
+    ) async throws -> SQLiteStore {
 
         Self.makePrivate(path)
         func openConnection() async throws -> SQLiteConnection {
@@ -120,7 +159,14 @@ public final class SQLiteStore: CircleStore {
         Self.makePrivate(path)
         logger.debug("opened the SQLite store", metadata: ["circle.store.sqlite_version": "\(SQLiteConnection.libraryVersionString())"])
         let searcher = SQLiteSearcher(path: path, eventLoop: eventLoopGroup.any())
-        return SQLiteStore(connection: connection, writer: writer, bookkeeping: bookkeeping, searcher: searcher, logger: logger)
+        return SQLiteStore(
+            connection: connection,
+            writer: writer,
+            bookkeeping: bookkeeping,
+            searcher: searcher,
+            ownThreadPool: ownThreadPool,
+            logger: logger
+        )
     }
 
     /// The database holds private circles: it, its WAL and its shared-memory file are readable
@@ -471,6 +517,7 @@ public final class SQLiteStore: CircleStore {
             await self.bookkeepingGate.leave(closing: false)
             throw Self.storeError(error, "close")
         }
+        try? await self.ownThreadPool?.shutdownGracefully()
     }
 
     /// The integer value of a `PRAGMA` on the post writer's connection; for tests.
@@ -571,6 +618,13 @@ public final class SQLiteStore: CircleStore {
         try await Self.run("BEGIN", on: connection, logger: logger, body)
     }
 
+    /// A transaction, once begun, is ended whatever happens to the task: sqlite-nio's async
+    /// `query` does not run a statement for a cancelled task (NIOThreadPool drops the work with a
+    /// `CancellationError`), so `COMMIT` and `ROLLBACK` go through ``finish(_:on:logger:)``. A
+    /// cancelled request (its client went away) would otherwise leave the connection inside the
+    /// transaction, holding the write lock: every later write on the database would wait for it
+    /// and fail with "database is locked", and the next `BEGIN` on the connection with "cannot
+    /// start a transaction within a transaction".
     private static func run<T>(
         _ begin: String,
         on connection: SQLiteConnection,
@@ -580,17 +634,24 @@ public final class SQLiteStore: CircleStore {
         _ = try await connection.query(begin)
         do {
             let result = try await body()
-            _ = try await connection.query("COMMIT")
+            try await Self.finish("COMMIT", on: connection, logger: logger)
             return result
         } catch {
             do {
-                _ = try await connection.query("ROLLBACK")
+                try await Self.finish("ROLLBACK", on: connection, logger: logger)
             } catch let rollbackError {
                 // SQLite may already have rolled back (some I/O errors do); nothing is left to undo.
                 logger.debug("ROLLBACK failed", metadata: ["circle.store.error": "\(rollbackError)"])
             }
             throw error
         }
+    }
+
+    /// Runs `COMMIT` or `ROLLBACK` even when the task is cancelled: sqlite-nio's future-returning
+    /// `query` submits the statement to the pool without watching the task, and waiting for the
+    /// future does not throw on cancellation either.
+    static func finish(_ statement: String, on connection: SQLiteConnection, logger: Logger) async throws {
+        try await connection.query(statement, [], logger: logger) { _ in }.get()
     }
 
     static func storeError(_ error: any Error, _ operation: String) -> StoreError {
