@@ -76,8 +76,10 @@ struct ImportCommand: AsyncParsableCommand {
             let summary = try await CircleTransfer.withStore(dataDirectory: data, postgresURL: self.store.postgresURL, access: .write, logger: TransferStoreOptions.logger) { store in
                 try await CircleTransfer.importCircle(from: source, store: store, dataDirectory: data)
             }
+            // An import that stopped before left the first entries: this one went on after them.
+            let resumed = summary.resumedAfter.map { " (an earlier import stopped after entry \($0); this one went on from there)" } ?? ""
             Console.line(
-                "imported \(summary.circle) from \(self.source): \(summary.entries) entries, \(summary.members) members, \(summary.media) photos, in \(BackupCommand.seconds(since: started))"
+                "imported \(summary.circle) from \(self.source): \(summary.entries) entries, \(summary.members) members, \(summary.media) photos, in \(BackupCommand.seconds(since: started))\(resumed)"
             )
         } catch {
             exitWithFailure("import", TransferStoreOptions.failure(error))

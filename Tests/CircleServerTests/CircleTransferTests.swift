@@ -126,6 +126,71 @@ import Testing
         #expect(try Data(contentsOf: URL(fileURLWithPath: targetData + "/media/" + Self.photoID)) == Data(Self.photo))
     }
 
+    struct Stop: Error, CustomStringConvertible {
+        var description: String { "the disk is full (a test's stop)" }
+    }
+
+    /// An import that stops midway (here after its first batch of 5, as a full disk or a killed
+    /// process would stop it) leaves entries 1…5 and says so; the same import run again goes on
+    /// after them, and the circle is then what the source had; a third run adds nothing.
+    @Test(arguments: [StoreKind.sqlite, .postgres]) func anImportThatStoppedGoesOnWhereItStopped(_ kind: StoreKind) async throws {
+        let sourceData = try self.temporaryDirectory("source")
+        let targetData = try self.temporaryDirectory("target")
+        let export = try self.temporaryDirectory("export") + "/team"
+        defer {
+            for path in [sourceData, targetData, (export as NSString).deletingLastPathComponent] { try? FileManager.default.removeItem(atPath: path) }
+        }
+        let before = try await self.contract.withStore(.sqlite) { store in
+            try await self.fill(store, data: sourceData)
+            _ = try await CircleTransfer.export(circle: "team", store: store, dataDirectory: sourceData, to: export)
+            return try await self.snapshot(store)
+        }
+        try await self.contract.withStore(kind) { store in
+            for name in ["ann", "ben", "cat"] { try await self.account(store, name) }
+            let failure = try await #require(throws: CircleTransfer.Failure.self) {
+                try await CircleTransfer.importCircle(from: export, store: store, dataDirectory: targetData, batchSize: 5) { stored in
+                    if stored >= 5 { throw Stop() }
+                }
+            }
+            #expect(failure.kind == .io)
+            #expect(
+                failure.message
+                    == "the import of team failed after 5 of 12 entries: the disk is full (a test's stop); circle team holds entries 1 to 5: run the same import again to go on after them"
+            )
+            #expect(try await store.posts(in: "team", after: 0, limit: 100).map(\.seq) == [1, 2, 3, 4, 5])
+
+            let resumed = try await CircleTransfer.importCircle(from: export, store: store, dataDirectory: targetData)
+            #expect(resumed.resumedAfter == 5)
+            #expect(resumed.entries == 12 && resumed.members == 3 && resumed.media == 1)
+            #expect(try await self.snapshot(store) == before)
+
+            let again = try await CircleTransfer.importCircle(from: export, store: store, dataDirectory: targetData)
+            #expect(again.resumedAfter == 12 && again.entries == 12)
+            #expect(try await self.snapshot(store) == before)
+        }
+    }
+
+    /// A circle with the export's owner, privacy and creation time is still a conflict when its
+    /// entries are not the export's first ones, or it has more.
+    @Test func aCircleThatIsNotAStoppedImportIsAConflict() async throws {
+        let export = try await self.exported()
+        defer { try? FileManager.default.removeItem(atPath: (export as NSString).deletingLastPathComponent) }
+        let data = try self.temporaryDirectory("target")
+        defer { try? FileManager.default.removeItem(atPath: data) }
+        try await self.contract.withStore(.sqlite) { store in
+            for name in ["ann", "ben", "cat"] { try await self.account(store, name) }
+            _ = try await store.createCircle(name: "team", owner: "ann", isPrivate: true, createdAt: 5)
+            // Entry 1 as the export has it but for its request id.
+            _ = try await store.commit([NewPost(circle: "team", author: "ann", clientID: "other", text: "hello @ben", attachment: nil, time: 1_700_000_000_000)])
+            let failure = try await #require(throws: CircleTransfer.Failure.self) {
+                try await CircleTransfer.importCircle(from: export, store: store, dataDirectory: data)
+            }
+            #expect(failure.kind == .conflict)
+            #expect(failure.message == "circle \"team\" exists on this server; nothing was imported")
+            #expect(try await store.posts(in: "team", after: 0, limit: 100).map(\.id) == ["other"])
+        }
+    }
+
     /// Exports `team` from a filled SQLite store; returns the export's directory.
     func exported() async throws -> String {
         let data = try self.temporaryDirectory("source")

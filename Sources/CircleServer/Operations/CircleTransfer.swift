@@ -18,7 +18,9 @@ import Darwin
 /// exist and that every person it names has an account — and writes nothing when any check
 /// fails; then it commits the entries again, in order, in bounded batches through
 /// ``CircleStore/commit(_:)``, so each gets the `seq`, author, time and request id it had, and
-/// the store derives reactions, mentions and the search index by its usual rules.
+/// the store derives reactions, mentions and the search index by its usual rules. An import
+/// that stopped midway (a store error, the process killed) leaves the circle with its first
+/// batches, each whole; the same import run again finds them and goes on after them.
 public enum CircleTransfer {
     /// What went wrong, as a sentence; ``kind`` says whose problem it is.
     public struct Failure: Error, Sendable, CustomStringConvertible {
@@ -71,6 +73,9 @@ public enum CircleTransfer {
         public var members: Int
         public var media: Int
         public var bytes: Int64
+        /// Import: the entries an earlier import of the same export had committed before it
+        /// stopped (this one went on after them); `nil` when the circle was made anew.
+        public var resumedAfter: Int64?
     }
 
     /// Entries read (export) or committed (import) at a time.
@@ -207,7 +212,22 @@ public enum CircleTransfer {
 
     /// Checks the export in `directory` and, when every check passes, makes its circle in
     /// `store` and its media files in `dataDirectory`. Nothing is written when a check fails.
+    ///
+    /// A circle that exists is a conflict unless it is what an earlier import of this export
+    /// left when it stopped: then the import goes on after the entries it finds.
     public static func importCircle(from directory: String, store: any CircleStore, dataDirectory: String) async throws(Failure) -> Summary {
+        try await Self.importCircle(from: directory, store: store, dataDirectory: dataDirectory, batchSize: Self.batchSize) { _ in }
+    }
+
+    /// ``importCircle(from:store:dataDirectory:)`` with the batch size, and `committed` called
+    /// after each batch with the entries the circle holds (tests stop an import there).
+    static func importCircle(
+        from directory: String,
+        store: any CircleStore,
+        dataDirectory: String,
+        batchSize: Int,
+        committed: (Int64) async throws -> Void
+    ) async throws(Failure) -> Summary {
         // 1. The manifest: every file there, none extra, each with its size and checksum.
         let manifest = try Self.verify(directory)
         let historyPath = (directory as NSString).appendingPathComponent(CircleExportFormat.historyName)
@@ -231,9 +251,13 @@ public enum CircleTransfer {
         for id in reader.media.sorted() where !listed.contains(CircleExportFormat.mediaName + "/" + id) {
             throw Failure(.corrupt, "media \(id) is listed in \(CircleExportFormat.historyName) but its file is not in the manifest")
         }
-        // 3. The target: no such circle yet, an account for everyone named.
+        // 3. The target: no such circle yet (or one an earlier import of this export left when it
+        // stopped), an account for everyone named.
+        var resumeAfter: Int64?
         do {
-            if try await store.circle(named: header.circle) != nil { throw Failure(.conflict, "circle \"\(header.circle)\" exists on this server; nothing was imported") }
+            if let existing = try await store.circle(named: header.circle) {
+                resumeAfter = try await Self.resumePoint(existing, header: header, historyPath: historyPath, store: store)
+            }
             var missing: [String] = []
             for person in reader.people.sorted() {
                 if try await store.account(named: person) == nil { missing.append(person) }
@@ -249,11 +273,54 @@ public enum CircleTransfer {
         }
         // 4. Write: the media files (content-addressed: one already there is the same bytes),
         // their rows, the circle, its members, the entries in order, the read markers.
-        return try await Self.write(header, from: directory, historyPath: historyPath, store: store, dataDirectory: dataDirectory)
+        return try await Self.write(
+            header, from: directory, historyPath: historyPath, store: store, dataDirectory: dataDirectory,
+            resumeAfter: resumeAfter, batchSize: batchSize, committed: committed
+        )
+    }
+
+    /// Whether `circle`, found on the target, is what an import of this export left when it
+    /// stopped: the header's owner, privacy and creation time, and entries 1…K whose `seq`,
+    /// request id, author and time are the export's first K (an import commits whole batches in
+    /// order). Returns K; throws the conflict otherwise, also when the circle went on since.
+    private static func resumePoint(
+        _ circle: CircleInfo, header: CircleExportFormat.Header, historyPath: String, store: any CircleStore
+    ) async throws -> Int64 {
+        let conflict = Failure(.conflict, "circle \"\(header.circle)\" exists on this server; nothing was imported")
+        guard circle.direct == nil, circle.owner == header.owner, circle.isPrivate == header.private, circle.createdAt == header.createdAt,
+            circle.lastSeq <= header.entries
+        else { throw conflict }
+        guard circle.lastSeq > 0 else { return 0 }
+        var reader = CircleExportFormat.Reader()
+        let handle = try LineReader(path: historyPath)
+        defer { handle.close() }
+        var page: [CirclePost] = []
+        var index = 0
+        while let line = try handle.next() {
+            // Read and checked in full before: a line that does not read now is a changed file.
+            guard case .entry(let entry) = try reader.read(line) else { continue }
+            guard entry.seq <= circle.lastSeq else { break }
+            if index == page.count {
+                page = try await store.posts(in: circle.name, after: entry.seq - 1, limit: Self.batchSize)
+                index = 0
+            }
+            guard index < page.count else { throw conflict }
+            let post = page[index]
+            index += 1
+            guard post.seq == entry.seq, post.id == entry.id, post.author == entry.author, post.time == entry.time else { throw conflict }
+        }
+        return circle.lastSeq
     }
 
     private static func write(
-        _ header: CircleExportFormat.Header, from directory: String, historyPath: String, store: any CircleStore, dataDirectory: String
+        _ header: CircleExportFormat.Header,
+        from directory: String,
+        historyPath: String,
+        store: any CircleStore,
+        dataDirectory: String,
+        resumeAfter: Int64?,
+        batchSize: Int,
+        committed: (Int64) async throws -> Void
     ) async throws(Failure) -> Summary {
         let mediaDirectory = (dataDirectory as NSString).appendingPathComponent(CircleExportFormat.mediaName)
         var reader = CircleExportFormat.Reader()
@@ -261,9 +328,10 @@ public enum CircleTransfer {
         var media: [CircleExportFormat.Media] = []
         var batch: [NewPost] = []
         var uploaders: [String: String] = [:]
-        var stored: Int64 = 0
+        var stored: Int64 = resumeAfter ?? 0
         var bytes: Int64 = 0
         var created = false
+        var circleMade = false
         func flush() async throws {
             guard !batch.isEmpty else { return }
             let outcomes = try await store.commit(batch)
@@ -274,6 +342,7 @@ public enum CircleTransfer {
                 stored += 1
             }
             batch.removeAll(keepingCapacity: true)
+            try await committed(stored)
         }
         func create() async throws {
             guard !created else { return }
@@ -297,7 +366,10 @@ public enum CircleTransfer {
                     uploader: uploaders[item.id] ?? header.owner
                 )
             }
-            _ = try await store.createCircle(name: header.circle, owner: header.owner, isPrivate: header.private, createdAt: header.createdAt)
+            if resumeAfter == nil {
+                _ = try await store.createCircle(name: header.circle, owner: header.owner, isPrivate: header.private, createdAt: header.createdAt)
+            }
+            circleMade = true
             for member in members { try await store.addMember(member.name, to: header.circle) }
         }
         do {
@@ -320,8 +392,9 @@ public enum CircleTransfer {
                 case .media(let item): media.append(item)
                 case .entry(let entry):
                     try await create()
+                    guard entry.seq > stored else { continue }  // committed by the import that stopped
                     batch.append(entry.newPost(in: header.circle))
-                    if batch.count >= Self.batchSize { try await flush() }
+                    if batch.count >= batchSize { try await flush() }
                 }
             }
             try await create()
@@ -334,9 +407,13 @@ public enum CircleTransfer {
         } catch let failure as Failure {
             throw failure
         } catch {
-            throw Failure(.io, "the import of \(header.circle) failed after \(stored) of \(header.entries) entries: \(error)")
+            let next =
+                circleMade
+                ? "; circle \(header.circle) holds entries 1 to \(stored): run the same import again to go on after them"
+                : "; the circle was not made: run the same import again"
+            throw Failure(.io, "the import of \(header.circle) failed after \(stored) of \(header.entries) entries: \(error)\(next)")
         }
-        return Summary(circle: header.circle, entries: stored, members: members.count, media: media.count, bytes: bytes)
+        return Summary(circle: header.circle, entries: stored, members: members.count, media: media.count, bytes: bytes, resumedAfter: resumeAfter)
     }
 
     /// Reads and checks `manifest.json`: every file it lists present with its size and SHA-256,
