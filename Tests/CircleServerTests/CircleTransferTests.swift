@@ -132,7 +132,7 @@ import Testing
 
     /// An import that stops midway (here after its first batch of 5, as a full disk or a killed
     /// process would stop it) leaves entries 1…5 and says so; the same import run again goes on
-    /// after them, and the circle is then what the source had; a third run adds nothing.
+    /// after them, and the circle is then what the source had; a third run is a conflict.
     @Test(arguments: [StoreKind.sqlite, .postgres]) func anImportThatStoppedGoesOnWhereItStopped(_ kind: StoreKind) async throws {
         let sourceData = try self.temporaryDirectory("source")
         let targetData = try self.temporaryDirectory("target")
@@ -164,8 +164,11 @@ import Testing
             #expect(resumed.entries == 12 && resumed.members == 3 && resumed.media == 1)
             #expect(try await self.snapshot(store) == before)
 
-            let again = try await CircleTransfer.importCircle(from: export, store: store, dataDirectory: targetData)
-            #expect(again.resumedAfter == 12 && again.entries == 12)
+            // Finished: the same import again is the conflict of a circle that exists.
+            let again = try await #require(throws: CircleTransfer.Failure.self) {
+                try await CircleTransfer.importCircle(from: export, store: store, dataDirectory: targetData)
+            }
+            #expect(again.kind == .conflict)
             #expect(try await self.snapshot(store) == before)
         }
     }
@@ -203,22 +206,67 @@ import Testing
         return export
     }
 
-    /// A circle whose retention removed its first entries is refused with a sentence, and
-    /// nothing is left at the destination.
-    @Test func aCircleTrimmedByRetentionIsNotExported() async throws {
-        let data = try self.temporaryDirectory("source")
-        defer { try? FileManager.default.removeItem(atPath: data) }
+    /// A circle whose retention policy removed its first entries (here 1 and 2: the post an edit
+    /// names, the photo post that replies to it and that reactions name) is exported from its
+    /// oldest kept entry; the import numbers the circle on from there, keeps the changes whose
+    /// post is gone as the records they are, and ends with what the source had, also when it
+    /// stopped midway and was run again.
+    @Test(arguments: Self.pairs) func aCircleTrimmedByRetentionGoesAcrossWithItsNumbers(_ pair: Pair) async throws {
+        let sourceData = try self.temporaryDirectory("source")
+        let targetData = try self.temporaryDirectory("target")
         let export = try self.temporaryDirectory("export") + "/team"
+        defer {
+            for path in [sourceData, targetData, (export as NSString).deletingLastPathComponent] { try? FileManager.default.removeItem(atPath: path) }
+        }
+        let before = try await self.contract.withStore(pair.source) { store in
+            try await self.fill(store, data: sourceData)
+            #expect(try await store.trimEntries(in: "team", through: 2).entries == 2)
+            let summary = try await CircleTransfer.export(circle: "team", store: store, dataDirectory: sourceData, to: export)
+            #expect(summary.entries == 10 && summary.media == 0)
+            return try await self.snapshot(store)
+        }
+        let history = try String(contentsOfFile: export + "/circle.jsonl", encoding: .utf8)
+        let header = try JSONDecoder().decode(CircleExportFormat.Header.self, from: Data(history.split(separator: "\n")[0].utf8))
+        #expect(header.firstSeq == 3 && header.entries == 10 && header.last == 12)
+        let after = try await self.contract.withStore(pair.target) { store in
+            for name in ["ann", "ben", "cat"] { try await self.account(store, name) }
+            let failure = try await #require(throws: CircleTransfer.Failure.self) {
+                try await CircleTransfer.importCircle(from: export, store: store, dataDirectory: targetData, batchSize: 5) { stored in
+                    if stored >= 7 { throw Stop() }
+                }
+            }
+            #expect(
+                failure.message
+                    == "the import of team failed after 5 of 10 entries: the disk is full (a test's stop); circle team holds entries 3 to 7: run the same import again to go on after them"
+            )
+            let summary = try await CircleTransfer.importCircle(from: export, store: store, dataDirectory: targetData)
+            #expect(summary.resumedAfter == 7 && summary.entries == 10)
+            let snapshot = try await self.snapshot(store)
+            let next = try await store.commit([NewPost(circle: "team", author: "ann", clientID: "a4", text: "after", attachment: nil, time: 1_800_000_000_000)])
+            #expect(self.contract.storedSeqs(next) == [13])
+            return snapshot
+        }
+        #expect(after == before)
+    }
+
+    /// A circle that kept none of its entries begins after its last one on the target too.
+    @Test func aCircleThatKeptNoEntryGoesOnAfterItsLast() async throws {
+        let data = try self.temporaryDirectory("source")
+        let export = try self.temporaryDirectory("export") + "/team"
+        defer { for path in [data, (export as NSString).deletingLastPathComponent] { try? FileManager.default.removeItem(atPath: path) } }
         try await self.contract.withStore(.sqlite) { store in
             try await self.fill(store, data: data)
-            let oldest = try #require(try await store.oldestEntries(in: "team", limit: 1).first)
-            #expect(try await store.trimEntries(in: "team", through: oldest.seq).entries == 1)
-            let failure = try await #require(throws: CircleTransfer.Failure.self) {
-                try await CircleTransfer.export(circle: "team", store: store, dataDirectory: data, to: export)
-            }
-            #expect(failure.kind == .refused)
-            #expect(failure.message.contains("its retention policy removed entries 1 to 1"), "\(failure.message)")
-            #expect(!FileManager.default.fileExists(atPath: export))
+            #expect(try await store.trimEntries(in: "team", through: 12).entries == 12)
+            let summary = try await CircleTransfer.export(circle: "team", store: store, dataDirectory: data, to: export)
+            #expect(summary.entries == 0)
+        }
+        try await self.contract.withStore(.postgres) { store in
+            for name in ["ann", "ben", "cat"] { try await self.account(store, name) }
+            let summary = try await CircleTransfer.importCircle(from: export, store: store, dataDirectory: data)
+            #expect(summary.entries == 0 && summary.resumedAfter == nil)
+            #expect(try await store.circle(named: "team")?.lastSeq == 12)
+            let next = try await store.commit([NewPost(circle: "team", author: "ann", clientID: "a4", text: "after", attachment: nil, time: 1_800_000_000_000)])
+            #expect(self.contract.storedSeqs(next) == [13])
         }
     }
 
@@ -345,5 +393,22 @@ import Testing
         #expect(check([header.replacingOccurrences(of: "\"circle\":\"c\"", with: "\"circle\":\"C D\"")]) == #"circle.jsonl line 1: "C D" is not a valid circle name"#)
         #expect(check([#"{"hello":1}"#]) == #"circle.jsonl line 1: not a circle-export header: no "format""#)
         #expect(check([]) == "circle.jsonl line 1: the file is empty")
+        // A circle whose retention policy removed entries 1…9: its entries begin at 10, and a
+        // change or reply may name a removed post (before 10), never a later one.
+        let trimmed = header.replacingOccurrences(of: "\"entries\":2", with: "\"entries\":2,\"firstSeq\":10")
+        let kept = post.replacingOccurrences(of: "\"seq\":1", with: "\"seq\":10")
+        let editOfRemoved = edit.replacingOccurrences(of: "\"seq\":2", with: "\"seq\":11").replacingOccurrences(of: "\"target\":1", with: "\"target\":4")
+        #expect(check([trimmed, member, kept, editOfRemoved]) == nil)
+        #expect(check([trimmed, member, kept, editOfRemoved.replacingOccurrences(of: "\"target\":4", with: "\"target\":10")]) == nil)
+        #expect(check([trimmed, member, post]) == "circle.jsonl line 3: seq 1 out of order: 10 was expected")
+        #expect(
+            check([trimmed, member, kept, editOfRemoved.replacingOccurrences(of: "\"target\":4", with: "\"target\":11")])
+                == "circle.jsonl line 4: target 11 is not an earlier post"
+        )
+        #expect(
+            check([trimmed.replacingOccurrences(of: "\"firstSeq\":10", with: "\"firstSeq\":0")])
+                == "circle.jsonl line 1: firstSeq 0 is out of range (1 to \(Int64.max - CircleExportFormat.Limits.maxEntries))"
+        )
+        #expect(check([trimmed, member.replacingOccurrences(of: "\"readSeq\":0", with: "\"readSeq\":12"), kept, editOfRemoved]) == "circle.jsonl line 2: readSeq 12 is outside 0…11")
     }
 }

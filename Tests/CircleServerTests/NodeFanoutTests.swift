@@ -350,6 +350,7 @@ final class MutedStore: SharedCircleStore {
     func retentionPolicies() async throws -> [String: RetentionPolicy] { try await self.base.retentionPolicies() }
     func oldestEntries(in circle: String, limit: Int) async throws -> [RetainedEntry] { try await self.base.oldestEntries(in: circle, limit: limit) }
     func trimEntries(in circle: String, through seq: Int64) async throws -> TrimmedEntries { try await self.base.trimEntries(in: circle, through: seq) }
+    func startCircle(_ circle: String, after seq: Int64) async throws { try await self.base.startCircle(circle, after: seq) }
     func createCircle(name: String, owner: String, isPrivate: Bool, createdAt: Int64) async throws -> CircleInfo {
         try await self.base.createCircle(name: name, owner: owner, isPrivate: isPrivate, createdAt: createdAt)
     }

@@ -256,6 +256,30 @@ import Testing
         #expect(plan.postUpdates.isEmpty && plan.deletedPosts.isEmpty && plan.reactionWrites.isEmpty)
     }
 
+    /// An import of a circle whose retention policy removed a post keeps the changes and replies
+    /// that name it as records that change nothing; the same entries posted live are refused.
+    @Test func commitPlanKeepsRestoredChangesOfRemovedPosts() {
+        var known = CommitPlan.Known()
+        known.circles = [BinaryText("a"): CommitPlan.Circle(lastSeq: 9, owner: "alice", isPrivate: false)]
+        known.mentionable = [MemberKey(circle: "a", user: "bob")]
+        func batch(restored: Bool) -> [NewPost] {
+            [
+                NewPost(circle: "a", author: "alice", clientID: "e", text: "hi @bob", attachment: nil, time: 1, change: .edit, target: 3, restored: restored),
+                NewPost(circle: "a", author: "bob", clientID: "r", text: nil, attachment: nil, time: 2, change: .react, target: 3, emoji: "👍", restored: restored),
+                NewPost(circle: "a", author: "bob", clientID: "q", text: "re", attachment: nil, time: 3, replyTo: 3, restored: restored),
+                NewPost(circle: "a", author: "alice", clientID: "d", text: nil, attachment: nil, time: 4, change: .delete, target: 3, restored: restored),
+            ]
+        }
+        let restored = CommitPlan(posts: batch(restored: true), known: known)
+        #expect(self.storedSeqs(restored.outcomes) == [10, 11, 12, 13])
+        #expect(restored.inserts.map(\.target) == [3, 3, nil, 3])
+        #expect(restored.inserts[0].mentions == ["bob"] && restored.inserts[1].emoji == "👍" && restored.inserts[2].replyTo == 3)
+        #expect(restored.postUpdates.isEmpty && restored.deletedPosts.isEmpty && restored.reactionWrites.isEmpty)
+        let live = CommitPlan(posts: batch(restored: false), known: known)
+        #expect(self.storedSeqs(live.outcomes) == [nil, nil, nil, nil])
+        #expect(live.inserts.isEmpty)
+    }
+
     /// What the plan asks the store to read, and what it tells the store to write, for changes.
     @Test func commitPlanForChanges() {
         let post = CirclePost(circle: "a", seq: 2, author: "alice", text: "hi", attachment: "m1", time: 1, id: "p")

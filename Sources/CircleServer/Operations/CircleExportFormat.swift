@@ -7,7 +7,8 @@ import Foundation
 /// `circle.jsonl` is JSON Lines: a header (line 1) with the format, its version, the circle and
 /// how many lines of each kind follow; then the members, the media and the entries, in that
 /// order, one JSON object a line with a `type`. Entries come in `seq` order, 1, 2, 3, … without
-/// gaps, each as the store keeps it now (a deleted post is a tombstone; the text of the edits of
+/// gaps (from the header's `firstSeq` when the circle's retention policy removed the first ones,
+/// whose posts later changes and replies may still name), each as the store keeps it now (a deleted post is a tombstone; the text of the edits of
 /// a deleted post is gone).
 ///
 /// ``Reader`` checks a file line by line, as a value without I/O (the `circle-export` fuzz
@@ -53,13 +54,21 @@ public enum CircleExportFormat {
         public var members: Int
         public var media: Int
         public var entries: Int64
+        /// The `seq` of the first entry when the circle's retention policy removed the ones
+        /// before it (absent: 1). A circle that kept none of its entries begins after its last.
+        public var firstSeq: Int64?
         /// The Circle version that wrote it, and when (ms since 1970).
         public var circleVersion: String
         public var exportedAt: Int64
 
+        /// The first entry's `seq`.
+        public var first: Int64 { self.firstSeq ?? 1 }
+        /// The last entry's `seq` (`first - 1` when there are none).
+        public var last: Int64 { self.first - 1 + self.entries }
+
         public init(
-            circle: String, owner: String, private: Bool, createdAt: Int64, readOnly: Bool, members: Int, media: Int, entries: Int64, circleVersion: String,
-            exportedAt: Int64
+            circle: String, owner: String, private: Bool, createdAt: Int64, readOnly: Bool, members: Int, media: Int, entries: Int64, firstSeq: Int64? = nil,
+            circleVersion: String, exportedAt: Int64
         ) {
             self.format = CircleExportFormat.formatName
             self.version = CircleExportFormat.version
@@ -71,6 +80,7 @@ public enum CircleExportFormat {
             self.members = members
             self.media = media
             self.entries = entries
+            self.firstSeq = firstSeq
             self.circleVersion = circleVersion
             self.exportedAt = exportedAt
         }
@@ -202,7 +212,7 @@ public enum CircleExportFormat {
         private var mediaIDs = Set<String>()
         private var memberNames = Set<String>()
         private var entriesRead: Int64 = 0
-        /// Per entry (index seq - 1): 0 a change, 1 a post, 2 a deleted post.
+        /// Per entry (index seq - first): 0 a change, 1 a post, 2 a deleted post.
         private var kinds = [UInt8]()
         /// The authors of the entries (and the owner and members): accounts the target needs.
         public private(set) var people = Set<String>()
@@ -302,12 +312,16 @@ public enum CircleExportFormat {
             guard (0...Limits.maxMembers).contains(header.members), (0...Limits.maxMedia).contains(header.media), (0...Limits.maxEntries).contains(header.entries) else {
                 throw self.error("the counts are out of range (members up to \(Limits.maxMembers), media \(Limits.maxMedia), entries \(Limits.maxEntries))")
             }
+            // Entries are numbered up to Int64.max like any circle's: first + entries - 1 must fit.
+            guard (1...(Int64.max - Limits.maxEntries)).contains(header.first) else {
+                throw self.error("firstSeq \(header.first) is out of range (1 to \(Int64.max - Limits.maxEntries))")
+            }
         }
 
         private mutating func check(_ member: Member, _ header: Header) throws(LineError) {
             guard member.type == "member", TokenAuthority.isValidUserName(member.name) else { throw self.error("\"\(member.name.prefix(64))\" is not a valid user name") }
             guard self.memberNames.insert(member.name).inserted else { throw self.error("member \"\(member.name)\" twice") }
-            guard (0...header.entries).contains(member.readSeq) else { throw self.error("readSeq \(member.readSeq) is outside 0…\(header.entries)") }
+            guard (0...header.last).contains(member.readSeq) else { throw self.error("readSeq \(member.readSeq) is outside 0…\(header.last)") }
             self.membersRead += 1
             self.people.insert(member.name)
         }
@@ -322,16 +336,21 @@ public enum CircleExportFormat {
         }
 
         private mutating func check(_ entry: Entry) throws(LineError) {
-            let expected = self.entriesRead + 1
+            let first = self.header?.first ?? 1
+            let expected = first + self.entriesRead
             guard entry.seq == expected else { throw self.error("seq \(entry.seq) out of order: \(expected) was expected") }
             guard TokenAuthority.isValidUserName(entry.author) else { throw self.error("author \"\(entry.author.prefix(64))\" is not a valid user name") }
             guard !entry.id.isEmpty, entry.id.utf8.count <= 128 else { throw self.error("an entry id of 1 to 128 bytes was expected") }
             if let attachment = entry.attachment, !self.mediaIDs.contains(attachment) {
                 throw self.error("attachment \(attachment.prefix(64)) is not among the media lines")
             }
-            func post(_ seq: Int64?, _ what: String) throws(LineError) -> Int {
-                guard let seq, seq >= 1, seq < expected, self.kinds[Int(seq - 1)] != 0 else { throw self.error("\(what) is not an earlier post") }
-                return Int(seq - 1)
+            /// The index in `kinds` of the earlier post `seq`; `nil` for one the circle's retention
+            /// policy removed (before the first entry), which nothing here can check.
+            func post(_ seq: Int64?, _ what: String) throws(LineError) -> Int? {
+                guard let seq, seq >= 1, seq < expected else { throw self.error("\(what) is not an earlier post") }
+                guard seq >= first else { return nil }
+                guard self.kinds[Int(seq - first)] != 0 else { throw self.error("\(what) is not an earlier post") }
+                return Int(seq - first)
             }
             if let replyTo = entry.replyTo { _ = try post(replyTo, "replyTo \(replyTo)") }
             if let event = entry.event {
@@ -344,12 +363,12 @@ public enum CircleExportFormat {
                 self.kinds.append(0)  // not a post: nothing may target it
             } else if let change = entry.change {
                 let target = try post(entry.target, "target \(entry.target.map(String.init) ?? "(none)")")
-                guard self.kinds[target] == 1 else { throw self.error("\(change.rawValue) of post \(target + 1), deleted before") }
+                if let target, self.kinds[target] != 1 { throw self.error("\(change.rawValue) of post \(Int64(target) + first), deleted before") }
                 switch change {
                 case .react, .unreact:
                     guard let emoji = entry.emoji, !emoji.isEmpty, emoji.utf8.count <= 64 else { throw self.error("\(change.rawValue) without an emoji") }
                 case .delete:
-                    self.kinds[target] = 2
+                    if let target { self.kinds[target] = 2 }
                 case .edit:
                     break
                 }
@@ -358,7 +377,7 @@ public enum CircleExportFormat {
                 guard entry.target == nil, entry.emoji == nil else { throw self.error("a post with a target or an emoji") }
                 self.kinds.append(1)
             }
-            self.entriesRead = expected
+            self.entriesRead += 1
             self.people.insert(entry.author)
         }
     }

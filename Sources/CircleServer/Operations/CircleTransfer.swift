@@ -31,8 +31,8 @@ public enum CircleTransfer {
             case conflict
             /// The export is damaged or not in the format: a line, a checksum, a missing file.
             case corrupt
-            /// The circle is a direct message, its retention policy removed its first entries
-            /// (export), or people it names have no account on the target.
+            /// The circle is a direct message (export), or people it names have no account on
+            /// the target.
             case refused
             /// The destination is not empty, the data directory holds no database, or the
             /// PostgreSQL URL is not one.
@@ -73,8 +73,9 @@ public enum CircleTransfer {
         public var members: Int
         public var media: Int
         public var bytes: Int64
-        /// Import: the entries an earlier import of the same export had committed before it
-        /// stopped (this one went on after them); `nil` when the circle was made anew.
+        /// Import: the `seq` of the last entry an earlier import of the same export had
+        /// committed before it stopped (this one went on after it); `nil` when the circle was
+        /// made anew.
         public var resumedAfter: Int64?
     }
 
@@ -121,20 +122,15 @@ public enum CircleTransfer {
             let entries = try LineFile(creating: entriesPath)
             var mediaIDs: [String] = []
             var seenMedia = Set<String>()
-            var after: Int64 = 0
+            // The circle's retention policy may have removed its first entries: the export then
+            // begins at the oldest kept one (or after the last, when none is kept).
+            let first = try await store.posts(in: circle.name, after: 0, limit: 1).first.map { min($0.seq, circle.lastSeq + 1) } ?? circle.lastSeq + 1
+            var after: Int64 = first - 1
             do {
                 while after < circle.lastSeq {
                     let page = try await store.posts(in: circle.name, after: after, limit: Self.batchSize)
                     guard !page.isEmpty else { break }
                     for post in page where post.seq <= circle.lastSeq {
-                        if after == 0, post.seq > 1 {
-                            // Format 1 holds a circle from its first entry on, and an import
-                            // commits them again from seq 1.
-                            throw Failure(
-                                .refused,
-                                "circle \(circle.name) begins at entry \(post.seq): its retention policy removed entries 1 to \(post.seq - 1), and an export holds a circle from entry 1 on"
-                            )
-                        }
                         guard post.seq == after + 1 else { throw Failure(.io, "the store returned seq \(post.seq) after \(after)") }
                         if let attachment = post.attachment, post.change == nil, seenMedia.insert(attachment).inserted { mediaIDs.append(attachment) }
                         try entries.append(try line(CircleExportFormat.Entry(post)))
@@ -170,7 +166,8 @@ public enum CircleTransfer {
             // 3. circle.jsonl: the header, members, media, then the entries' file.
             let header = CircleExportFormat.Header(
                 circle: circle.name, owner: circle.owner, private: circle.isPrivate, createdAt: circle.createdAt, readOnly: readOnly, members: members.count,
-                media: media.count, entries: after, circleVersion: CircleVersion.current, exportedAt: Identity.now
+                media: media.count, entries: after - (first - 1), firstSeq: first == 1 ? nil : first, circleVersion: CircleVersion.current,
+                exportedAt: Identity.now
             )
             let history = try LineFile(creating: historyPath)
             do {
@@ -200,7 +197,7 @@ public enum CircleTransfer {
             } catch let error as DataBackup.Failure {
                 throw Self.failure(error)
             }
-            return Summary(circle: circle.name, entries: after, members: members.count, media: media.count, bytes: files.reduce(0) { $0 + $1.bytes })
+            return Summary(circle: circle.name, entries: header.entries, members: members.count, media: media.count, bytes: files.reduce(0) { $0 + $1.bytes })
         } catch let failure as Failure {
             throw failure
         } catch {
@@ -282,23 +279,27 @@ public enum CircleTransfer {
     /// Whether `circle`, found on the target, is what an import of this export left when it
     /// stopped: the header's owner, privacy and creation time, and entries 1…K whose `seq`,
     /// request id, author and time are the export's first K (an import commits whole batches in
-    /// order). Returns K; throws the conflict otherwise, also when the circle went on since.
+    /// order). Returns K; throws the conflict otherwise: when the circle went on since, or when
+    /// the import had finished (every entry there, and every member's read marker, the last
+    /// thing an import writes, at least where the export has it).
     private static func resumePoint(
         _ circle: CircleInfo, header: CircleExportFormat.Header, historyPath: String, store: any CircleStore
     ) async throws -> Int64 {
         let conflict = Failure(.conflict, "circle \"\(header.circle)\" exists on this server; nothing was imported")
         guard circle.direct == nil, circle.owner == header.owner, circle.isPrivate == header.private, circle.createdAt == header.createdAt,
-            circle.lastSeq <= header.entries
+            circle.lastSeq <= header.last
         else { throw conflict }
-        guard circle.lastSeq > 0 else { return 0 }
         var reader = CircleExportFormat.Reader()
         let handle = try LineReader(path: historyPath)
         defer { handle.close() }
         var page: [CirclePost] = []
         var index = 0
+        var members: [CircleExportFormat.Member] = []
         while let line = try handle.next() {
             // Read and checked in full before: a line that does not read now is a changed file.
-            guard case .entry(let entry) = try reader.read(line) else { continue }
+            let item = try reader.read(line)
+            if case .member(let member) = item { members.append(member) }
+            guard case .entry(let entry) = item else { continue }
             guard entry.seq <= circle.lastSeq else { break }
             if index == page.count {
                 page = try await store.posts(in: circle.name, after: entry.seq - 1, limit: Self.batchSize)
@@ -308,6 +309,14 @@ public enum CircleTransfer {
             let post = page[index]
             index += 1
             guard post.seq == entry.seq, post.id == entry.id, post.author == entry.author, post.time == entry.time else { throw conflict }
+        }
+        if circle.lastSeq == header.last {
+            var finished = true
+            for member in members where member.readSeq > 0 {
+                let marker = try await store.circles(visibleTo: member.name, named: circle.name).first?.readSeq ?? 0
+                if marker < member.readSeq { finished = false }
+            }
+            if finished { throw conflict }
         }
         return circle.lastSeq
     }
@@ -329,6 +338,8 @@ public enum CircleTransfer {
         var batch: [NewPost] = []
         var uploaders: [String: String] = [:]
         var stored: Int64 = resumeAfter ?? 0
+        /// The export's entries the circle holds.
+        var count: Int64 { max(0, stored - (header.first - 1)) }
         var bytes: Int64 = 0
         var created = false
         var circleMade = false
@@ -337,7 +348,7 @@ public enum CircleTransfer {
             let outcomes = try await store.commit(batch)
             for (index, outcome) in outcomes.enumerated() {
                 guard case .stored(let post) = outcome, post.seq == stored + 1 else {
-                    throw Failure(.io, "entry \(stored + 1) was not stored again as it was (\(outcome)); circle \(header.circle) holds entries 1 to \(stored) (batch entry \(index))")
+                    throw Failure(.io, "entry \(stored + 1) was not stored again as it was (\(outcome)); circle \(header.circle) holds entries \(header.first) to \(stored) (batch entry \(index))")
                 }
                 stored += 1
             }
@@ -370,7 +381,18 @@ public enum CircleTransfer {
                 _ = try await store.createCircle(name: header.circle, owner: header.owner, isPrivate: header.private, createdAt: header.createdAt)
             }
             circleMade = true
-            for member in members { try await store.addMember(member.name, to: header.circle) }
+            // A circle whose retention policy removed its first entries: the kept ones keep their
+            // numbers, and the import commits them after the removed ones'.
+            if stored < header.first - 1 {
+                try await store.startCircle(header.circle, after: header.first - 1)
+                stored = header.first - 1
+            }
+            for member in members {
+                try await store.addMember(member.name, to: header.circle)
+                if let level = member.notify { try await store.setNotificationLevel(level, of: member.name, in: header.circle) }
+            }
+            // Commits by the store are not held back by it: only posts through the server are.
+            if header.readOnly { try await store.setReadOnly(header.circle, true, by: header.owner, at: Identity.now) }
         }
         do {
             // The uploader of each media file: the author of the first post that has it.
@@ -399,21 +421,22 @@ public enum CircleTransfer {
             }
             try await create()
             try await flush()
-            if header.readOnly { try await store.setReadOnly(header.circle, true, by: header.owner, at: Identity.now) }
-            for member in members {
-                if member.readSeq > 0 { _ = try await store.markRead(member.name, in: header.circle, upTo: member.readSeq) }
-                if let level = member.notify { try await store.setNotificationLevel(level, of: member.name, in: header.circle) }
+            // Last, once the entries they point at are there (a marker stops at the circle's
+            // last entry): what tells a rerun that the import finished (``resumePoint``).
+            for member in members where member.readSeq > 0 {
+                _ = try await store.markRead(member.name, in: header.circle, upTo: member.readSeq)
             }
         } catch let failure as Failure {
             throw failure
         } catch {
+            let held = count > 0 ? "entries \(header.first) to \(stored)" : "none of its entries yet"
             let next =
                 circleMade
-                ? "; circle \(header.circle) holds entries 1 to \(stored): run the same import again to go on after them"
+                ? "; circle \(header.circle) holds \(held): run the same import again to go on after them"
                 : "; the circle was not made: run the same import again"
-            throw Failure(.io, "the import of \(header.circle) failed after \(stored) of \(header.entries) entries: \(error)\(next)")
+            throw Failure(.io, "the import of \(header.circle) failed after \(count) of \(header.entries) entries: \(error)\(next)")
         }
-        return Summary(circle: header.circle, entries: stored, members: members.count, media: media.count, bytes: bytes, resumedAfter: resumeAfter)
+        return Summary(circle: header.circle, entries: count, members: members.count, media: media.count, bytes: bytes, resumedAfter: resumeAfter)
     }
 
     /// Reads and checks `manifest.json`: every file it lists present with its size and SHA-256,

@@ -488,6 +488,26 @@ struct CommitPlan: Sendable {
                 entry.member = member
                 entry.text = nil
                 entry.attachment = nil
+            } else if let change = newPost.change, newPost.restored, let targetSeq = newPost.target,
+                entries[EntryKey(circle: newPost.circle, seq: targetSeq)] == nil
+            {
+                // An import of a circle whose retention policy had removed the post this change
+                // names (the export's reader checked every other target): the record, as the
+                // exporting server kept it, changing nothing.
+                entry.change = change
+                entry.target = targetSeq
+                entry.attachment = nil
+                switch change {
+                case .edit:
+                    // Whom the edit names, as its entry says; no mention rows: the post is gone.
+                    let mentions = Self.resolveMentions(newPost.text, of: newPost, in: circle, known: known)
+                    entry.mentions = mentions.names.isEmpty ? nil : mentions.names
+                    entry.mentionsEveryone = mentions.everyone
+                case .delete: entry.text = nil
+                case .react, .unreact:
+                    entry.text = nil
+                    entry.emoji = Self.reactionEmoji(newPost)
+                }
             } else if let change = newPost.change {
                 guard let targetSeq = newPost.target else {
                     reject(.badRequest, "a change needs the target post's seq")
@@ -600,7 +620,9 @@ struct CommitPlan: Sendable {
                     changed(targetKey)
                 }
             } else {
-                if let replyTo = newPost.replyTo {
+                if let replyTo = newPost.replyTo, newPost.restored, entries[EntryKey(circle: newPost.circle, seq: replyTo)] == nil {
+                    entry.replyTo = replyTo  // an import: the post replied to was removed by retention
+                } else if let replyTo = newPost.replyTo {
                     guard let original = entries[EntryKey(circle: newPost.circle, seq: replyTo)], original.isPost else {
                         reject(.noSuchPost, "no post \(replyTo) in circle \"\(newPost.circle)\" to reply to")
                         continue

@@ -53,6 +53,12 @@ extension PostgresStore {
         }
     }
 
+    public func startCircle(_ circle: String, after seq: Int64) async throws {
+        try await self.operation("start a circle's numbering") {
+            _ = try await self.client.query("UPDATE circles SET last_seq = \(seq) WHERE name = \(circle) AND last_seq = 0", logger: self.logger)
+        }
+    }
+
     /// The search index needs nothing of its own here: a post's words and trigrams are indexed
     /// from its own row (`posts.search`, and the trigram index over `posts.text`).
     public func trimEntries(in circle: String, through seq: Int64) async throws -> TrimmedEntries {

@@ -16,6 +16,10 @@ public protocol RetentionStore: Sendable {
     /// post has as its attachment (their ids are returned, so that the files go too). The
     /// circle's `last_seq` stays: later entries keep their numbers and new ones follow them.
     func trimEntries(in circle: String, through seq: Int64) async throws -> TrimmedEntries
+    /// Makes the next entry of `circle`, which has none yet, `seq + 1`: an import of a circle
+    /// whose retention policy had removed entries 1…`seq` goes on with the numbers they left.
+    /// Changes nothing when the circle has entries (its `last_seq` is not 0).
+    func startCircle(_ circle: String, after seq: Int64) async throws
 }
 
 /// A circle's retention policy: entries older than `maxAgeDays`, and entries beyond the newest

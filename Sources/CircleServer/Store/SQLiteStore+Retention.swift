@@ -43,6 +43,15 @@ extension SQLiteStore {
         }
     }
 
+    public func startCircle(_ circle: String, after seq: Int64) async throws {
+        try await self.exclusive("start a circle's numbering") { connection in
+            _ = try await connection.query(
+                "UPDATE circles SET last_seq = ? WHERE name = ? AND last_seq = 0",
+                [.integer(SQLiteInt64(seq)), .text(circle)]
+            )
+        }
+    }
+
     public func trimEntries(in circle: String, through seq: Int64) async throws -> TrimmedEntries {
         try await self.exclusive("remove a circle's oldest entries") { connection in
             try await Self.transaction(on: connection, logger: self.logger) {
