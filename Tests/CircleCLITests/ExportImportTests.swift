@@ -77,5 +77,58 @@ struct ExportImportTests {
         #expect(next.stdout.contains("#21"), "\(next.stdout)")
 
     }
+
+    @Test("circle import SIGKILLed midway leaves whole batches; the same import again goes on after them and ends with every entry once")
+    func importKilledMidway() async throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("circle-import-kill-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        for directory in ["source", "target"] { try FileManager.default.createDirectory(atPath: root + "/" + directory, withIntermediateDirectories: true) }
+        let logger = Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
+        let total: Int64 = 10_000
+        // The export (through the library: the command is tested above): 10,000 posts, 20 batches.
+        let source = try await SQLiteStore.open(path: root + "/source/circle.sqlite", logger: logger)
+        try await source.migrate()
+        _ = try await source.createAccount(Account(name: "alice", createdAt: 1), passwordHash: nil, invite: nil, now: 1)
+        _ = try await source.createCircle(name: "big", owner: "alice", isPrivate: false, createdAt: 1)
+        for batch in 0..<Int(total / 500) {
+            _ = try await source.commit(
+                (0..<500).map { NewPost(circle: "big", author: "alice", clientID: "p\(batch * 500 + $0)", text: "post \(batch * 500 + $0)", attachment: nil, time: 1) }
+            )
+        }
+        _ = try await CircleTransfer.export(circle: "big", store: source, dataDirectory: root + "/source", to: root + "/big")
+        try await source.close()
+        let target = try await SQLiteStore.open(path: root + "/target/circle.sqlite", logger: logger)
+        try await target.migrate()
+        _ = try await target.createAccount(Account(name: "alice", createdAt: 1), passwordHash: nil, invite: nil, now: 1)
+
+        let importer = try CircleProcess(["import", root + "/big", "--data", root + "/target"])
+        importer.closeInput()
+        // Killed once its first batches are in (looked at through a connection of this test's).
+        let deadline = ContinuousClock.now + .seconds(60)
+        while ContinuousClock.now < deadline, (try await target.circle(named: "big")?.lastSeq ?? 0) == 0 {
+            try await Task.sleep(for: .milliseconds(2))
+        }
+        importer.killNow()
+        _ = try await importer.waitForExit(timeout: .seconds(30))
+        let held = try await target.circle(named: "big")?.lastSeq ?? 0
+        #expect(held > 0 && held < total, "the import was not caught midway: it held \(held) of \(total) entries")
+        #expect(held % Int64(CircleTransfer.batchSize) == 0, "\(held) entries are not whole batches")
+
+        let again = try await Self.run(["import", root + "/big", "--data", root + "/target"])
+        #expect(again.status == 0, "\(again.stderr)")
+        #expect(again.stdout.contains("10000 entries") && again.stdout.contains("(an earlier import stopped after entry \(held); this one went on from there)"), "\(again.stdout)")
+        var seqs: [Int64] = []
+        var ids = Set<String>()
+        while Int64(seqs.count) < total {
+            let page = try await target.posts(in: "big", after: seqs.last ?? 0, limit: 500)
+            guard !page.isEmpty else { break }
+            seqs += page.map(\.seq)
+            ids.formUnion(page.map(\.id))
+        }
+        #expect(seqs == Array(1...total) && ids.count == Int(total))
+        let finished = try await Self.run(["import", root + "/big", "--data", root + "/target"])
+        #expect(finished.status == 1 && finished.stderr.contains("exists on this server"), "\(finished.stderr)")
+        try await target.close()
+    }
 }
 #endif
