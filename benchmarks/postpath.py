@@ -27,6 +27,13 @@ includes recording each delivery with its post and sending it.
 
     python postpath.py --cases 1x1,16x1 --webhooks off,on --no-floor
 
+`--webhooks held` subscribes the same webhook to a receiver that never answers: the server's
+first deliveries wait on it (up to `--webhook-timeout`, set to an hour here) and no others are
+sent, so the CPU per post is the post path's own with a webhook subscribed — each post's
+delivery recorded in its commit, the dispatcher woken — without the deliveries' HTTP exchanges.
+
+    python postpath.py --cases 1x1,16x1 --webhooks off,held,on --no-floor
+
 `--tracing off,on` runs every case without and with tracing (`--otlp-endpoint`, every post
 traced): the spans go over OTLP/HTTP to a sink in a process of its own that answers each export
 at once (docs/OPERATIONS.md, "Tracing"). The server's CPU per post then includes making,
@@ -125,6 +132,7 @@ import sys, threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 count = 0
 lock = threading.Lock()
+hold = threading.Event()
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     def do_POST(self):
@@ -132,6 +140,8 @@ class Handler(BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers.get("Content-Length", "0")))
         with lock:
             count += 1
+        if self.path == "/held":
+            hold.wait()  # never set: the delivery waits until the server gives up on it
         self.send_response(204)
         self.send_header("Content-Length", "0")
         self.end_headers()
@@ -163,6 +173,11 @@ class Receiver:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/hook"
+
+    @property
+    def held_url(self) -> str:
+        """Where every delivery is received and never answered."""
+        return f"http://127.0.0.1:{self.port}/held"
 
     def delivered(self) -> int:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/count", timeout=10) as answer:
@@ -198,7 +213,8 @@ def start_server(binary: str, cpu: int, circles: list[str], wrapper: list[str] |
     made; tracing to `otlp` when given."""
     server = benchlib.circle_server(binary=binary, wrapper=wrapper, extra=[
         "--posts-per-second", "1000000", "--post-burst", "1000000",
-        "--max-connections-per-user", "100000", "--idle-timeout", "1h"] + (["--allow-private-outbound"] if webhook else [])
+        "--max-connections-per-user", "100000", "--idle-timeout", "1h"]
+        + (["--allow-private-outbound", "--webhook-timeout", "1h"] if webhook else [])
         + (["--otlp-endpoint", otlp] if otlp else []))
     server.start(cpu)
     if webhook:
@@ -212,10 +228,12 @@ def start_server(binary: str, cpu: int, circles: list[str], wrapper: list[str] |
     return server, tokens
 
 
-async def run(args, binary: str, writers: int, in_flight: int, receiver: Receiver | None = None, sink: Receiver | None = None) -> dict:
+async def run(args, binary: str, writers: int, in_flight: int, receiver: Receiver | None = None, sink: Receiver | None = None,
+              held: bool = False) -> dict:
     circles = [f"w{i}" for i in range(writers)]
+    hook = (receiver.held_url if held else receiver.url) if receiver else None
     server, tokens = start_server(binary, args.server_cpu, circles, shlex.split(args.wrapper) if args.wrapper else None,
-                                  receiver.url if receiver else None, f"http://127.0.0.1:{sink.port}" if sink else None)
+                                  hook, f"http://127.0.0.1:{sink.port}" if sink else None)
     try:
         conns = [await circlev1.connect(server.port, token) for token in tokens]
         for conn, circle in zip(conns, circles):
@@ -254,7 +272,7 @@ async def run(args, binary: str, writers: int, in_flight: int, receiver: Receive
                 "server_us_per_post": 1e6 * server_cpu / acks if acks else None,
                 "client_cpu_pct": 100 * ((own1.user - own0.user) + (own1.system - own0.system)) / wall,
                 "errors": sum(w.errors for w in ws), "commits": commits, "text_bytes": args.text_bytes, "text": args.text,
-                "webhook": receiver is not None, "tracing": sink is not None, "deliveries_per_s": (d1 - d0) / wall if receiver else None,
+                "webhook": ("held" if held else "on") if receiver else "off", "tracing": sink is not None, "deliveries_per_s": (d1 - d0) / wall if receiver else None,
                 "latency": circlev1.percentiles(h), "distribution": circlev1.distribution(h)}
     finally:
         server.stop()
@@ -362,8 +380,9 @@ def main() -> int:
     parser.add_argument("--client-cpu", type=int, default=1)
     parser.add_argument("--wrapper", help="run the server under this command, e.g. "
                                           "'perf record -g -o perf.data --' or 'valgrind --tool=callgrind'")
-    parser.add_argument("--webhooks", default="off", help="off, on, or off,on: each case without and/or with one "
-                                                          "webhook subscribed to every circle")
+    parser.add_argument("--webhooks", default="off", help="off, on, held, or a list (off,held,on): each case without "
+                                                          "and/or with one webhook subscribed to every circle (held: "
+                                                          "its receiver never answers)")
     parser.add_argument("--tracing", default="off", help="off, on, or off,on: each case without and/or with tracing to an OTLP sink")
     parser.add_argument("--json", help="write the results to this file")
     parser.add_argument("--floor-child", help=argparse.SUPPRESS)
@@ -389,9 +408,9 @@ def main() -> int:
         if any(len(b) != 2 for b in builds):
             parser.error("--builds takes NAME=PATH,NAME=PATH")
     webhook_modes = [m for m in args.webhooks.split(",") if m]
-    if not webhook_modes or any(m not in ("off", "on") for m in webhook_modes):
-        parser.error("--webhooks takes off, on or off,on")
-    receiver = Receiver(args.client_cpu) if "on" in webhook_modes else None
+    if not webhook_modes or any(m not in ("off", "on", "held") for m in webhook_modes):
+        parser.error("--webhooks takes off, on, held or a list of them")
+    receiver = Receiver(args.client_cpu) if "on" in webhook_modes or "held" in webhook_modes else None
     tracing_modes = [m for m in args.tracing.split(",") if m]
     if not tracing_modes or any(m not in ("off", "on") for m in tracing_modes):
         parser.error("--tracing takes off, on or off,on")
@@ -414,9 +433,11 @@ def main() -> int:
     runs = [(name, binary, mode, traced) for name, binary in builds for mode in webhook_modes for traced in tracing_modes]
     for writers, in_flight in cases:
         for build_name, binary, mode, traced in runs:
-            name = build_name + ("+hook" if mode == "on" and len(webhook_modes) > 1 else "") + ("+trace" if traced == "on" and len(tracing_modes) > 1 else "")
+            hook_name = {"on": "+hook", "held": "+held"}.get(mode, "") if len(webhook_modes) > 1 else ""
+            name = build_name + hook_name + ("+trace" if traced == "on" and len(tracing_modes) > 1 else "")
             try:
-                r = asyncio.run(run(args, binary, writers, in_flight, receiver if mode == "on" else None, sink if traced == "on" else None))
+                r = asyncio.run(run(args, binary, writers, in_flight, receiver if mode != "off" else None, sink if traced == "on" else None,
+                                    held=mode == "held"))
             except Exception as error:
                 print(f"{name:>8} {writers}x{in_flight:<4} failed: {error!r}", flush=True)
                 continue

@@ -210,6 +210,11 @@ final class WebhookDispatcher: Sendable {
                     }
                 }
                 guard anyActive else { continue }
+                // Every active subscription is sending as many queues as it may: a claim would
+                // find nothing for this node, and on SQLite its UPDATE would still take the write
+                // lock from the commits (measured: postpath.py --webhooks held, docs/bench/postpath.md).
+                let full = !known.isEmpty && known.values.allSatisfy { $0.status != .active || running[$0.id, default: 0] >= self.settings.maxInFlightPerWebhook }
+                guard !full || changed else { continue }
                 let claimed: [WebhookDelivery]
                 do {
                     claimed = try await self.store.claimDeliveries(
