@@ -26,6 +26,23 @@ import Testing
         return path
     }
 
+    /// A source and a target data directory, and where an export of `team` goes.
+    struct Directories {
+        var source: String
+        var target: String
+        var export: String
+
+        init(_ tests: CircleTransferTests) throws {
+            self.source = try tests.temporaryDirectory("source")
+            self.target = try tests.temporaryDirectory("target")
+            self.export = try tests.temporaryDirectory("export") + "/team"
+        }
+
+        func remove() {
+            for path in [self.source, self.target, (self.export as NSString).deletingLastPathComponent] { try? FileManager.default.removeItem(atPath: path) }
+        }
+    }
+
     static let photo: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A] + Array("a tiny png body".utf8)
     static var photoID: String { SHA256.hash(data: Self.photo).map { String(format: "%02x", $0) }.joined() }
 
@@ -84,12 +101,9 @@ import Testing
     }
 
     @Test(arguments: Self.pairs) func aRoundTripKeepsEveryEntryMemberAndMediaByte(_ pair: Pair) async throws {
-        let sourceData = try self.temporaryDirectory("source")
-        let targetData = try self.temporaryDirectory("target")
-        let export = try self.temporaryDirectory("export") + "/team"
-        defer {
-            for path in [sourceData, targetData, (export as NSString).deletingLastPathComponent] { try? FileManager.default.removeItem(atPath: path) }
-        }
+        let directories = try Directories(self)
+        defer { directories.remove() }
+        let (sourceData, targetData, export) = (directories.source, directories.target, directories.export)
         let before = try await self.contract.withStore(pair.source) { store in
             try await self.fill(store, data: sourceData)
             let summary = try await CircleTransfer.export(circle: "team", store: store, dataDirectory: sourceData, to: export)
@@ -134,12 +148,9 @@ import Testing
     /// process would stop it) leaves entries 1…5 and says so; the same import run again goes on
     /// after them, and the circle is then what the source had; a third run is a conflict.
     @Test(arguments: [StoreKind.sqlite, .postgres]) func anImportThatStoppedGoesOnWhereItStopped(_ kind: StoreKind) async throws {
-        let sourceData = try self.temporaryDirectory("source")
-        let targetData = try self.temporaryDirectory("target")
-        let export = try self.temporaryDirectory("export") + "/team"
-        defer {
-            for path in [sourceData, targetData, (export as NSString).deletingLastPathComponent] { try? FileManager.default.removeItem(atPath: path) }
-        }
+        let directories = try Directories(self)
+        defer { directories.remove() }
+        let (sourceData, targetData, export) = (directories.source, directories.target, directories.export)
         let before = try await self.contract.withStore(.sqlite) { store in
             try await self.fill(store, data: sourceData)
             _ = try await CircleTransfer.export(circle: "team", store: store, dataDirectory: sourceData, to: export)
@@ -212,12 +223,9 @@ import Testing
     /// post is gone as the records they are, and ends with what the source had, also when it
     /// stopped midway and was run again.
     @Test(arguments: Self.pairs) func aCircleTrimmedByRetentionGoesAcrossWithItsNumbers(_ pair: Pair) async throws {
-        let sourceData = try self.temporaryDirectory("source")
-        let targetData = try self.temporaryDirectory("target")
-        let export = try self.temporaryDirectory("export") + "/team"
-        defer {
-            for path in [sourceData, targetData, (export as NSString).deletingLastPathComponent] { try? FileManager.default.removeItem(atPath: path) }
-        }
+        let directories = try Directories(self)
+        defer { directories.remove() }
+        let (sourceData, targetData, export) = (directories.source, directories.target, directories.export)
         let before = try await self.contract.withStore(pair.source) { store in
             try await self.fill(store, data: sourceData)
             #expect(try await store.trimEntries(in: "team", through: 2).entries == 2)
