@@ -277,9 +277,9 @@ public enum CircleTransfer {
     }
 
     /// Whether `circle`, found on the target, is what an import of this export left when it
-    /// stopped: the header's owner, privacy and creation time, and entries 1…K whose `seq`,
-    /// request id, author and time are the export's first K (an import commits whole batches in
-    /// order). Returns K; throws the conflict otherwise: when the circle went on since, or when
+    /// stopped: the header's owner, privacy and creation time, and entries up to `seq` K whose
+    /// `seq`, request id, author and time are the export's up to K (an import commits whole
+    /// batches in order). Returns K; throws the conflict otherwise: when the circle went on since, or when
     /// the import had finished (every entry there, and every member's read marker, the last
     /// thing an import writes, at least where the export has it).
     private static func resumePoint(
