@@ -238,6 +238,11 @@ public final class CircleClient: Sendable {
         await self.core.subscribe(circle, after: seq)
     }
 
+    /// Returns once `circle` is joined on the open connection (asking for the join if needed):
+    /// from then on its live posts reach ``messages(in:)``. The tests wait on this instead of
+    /// sleeping; throws when not connected or when the join is refused or not answered in time.
+    func joined(_ circle: String) async throws { try await self.core.waitForJoin(circle) }
+
     /// Leaves a circle: no more events, and its cursor is kept for a later join.
     public func leave(_ circle: String) async throws { try await self.core.leave(circle) }
 

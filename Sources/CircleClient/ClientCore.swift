@@ -24,31 +24,22 @@ actor ClientCore {
     private struct Circle {
         /// The last sequence number delivered to the app (and kept in the state store).
         var cursor: Int64?
-        /// Joined on the current connection (the ack arrived).
-        var joined = false
-        var joinRequested = false
         var subscribers: [UUID: AsyncStream<CircleEvent>.Continuation] = [:]
         /// The offline cache (with a state file and a cache limit), current state.
         var timeline: CircleTimeline?
-        /// Calls waiting for the join on the current connection (``markRead``).
-        var joinWaiters: [UUID: CheckedContinuation<Void, any Error>] = [:]
         /// The app wants this circle's events (not only to post in it).
         var wanted: Bool { !self.subscribers.isEmpty }
     }
 
-    private struct Waiter {
-        var continuation: CheckedContinuation<CircleServerMessage, any Error>
-        var timeout: Task<Void, Never>?
-    }
+    typealias Instant = ContinuousClock.Instant
 
     private let configuration: CircleClientConfiguration
     private let store: any ClientStateStore
     private var logger: Logger
-    private var machine: ConnectionStateMachine<ContinuousClock.Instant>
-    private var heartbeat: HeartbeatStateMachine<ContinuousClock.Instant>
+    private var machine: ConnectionStateMachine<Instant>
+    private var heartbeat: HeartbeatStateMachine<Instant>
     /// Renews the open connection's token before it expires (`auth`).
     private var renewal: TokenRenewalStateMachine
-    private var renewalTask: Task<Void, Never>?
     private(set) var state: ConnectionState = .disconnected
     private var stateSubscribers: [UUID: AsyncStream<ConnectionState>.Continuation] = [:]
     private var outboxSubscribers: [UUID: AsyncStream<OutboxEvent>.Continuation] = [:]
@@ -60,35 +51,38 @@ actor ClientCore {
     private var socket: WebSocket?
     private var generation = 0
     private var token: String?
-    private var timer: Task<Void, Never>?
-    private var heartbeatTask: Task<Void, Never>?
+
+    /// The one timer, armed for the earliest of the deadlines below and of the outbox's and
+    /// the requests' (``armTimer(at:)``); when it fires, every deadline passed is handled.
+    private var timer: (deadline: Instant, number: Int, task: Task<Void, Never>)?
+    private var timersArmed = 0
+    /// The connection machine's timer (a backoff's end).
+    private var connectionDeadline: Instant?
+    /// The heartbeat machine's timer (the next ping, or the pong's deadline).
+    private var heartbeatDeadline: Instant?
+    /// When the token renewal machine looks at the token again.
+    private var renewalDeadline: Instant?
 
     private var circles: [String: Circle] = [:]
-    private var outbox: [OutboxEntry]
-    /// Posts of this process waiting for their ack, by id.
+    /// Every entry's state and its caller's deadline (``OutboxStateMachine``).
+    private var outbox: OutboxStateMachine<Instant>
+    /// The callers of this process waiting for an entry, by its id: resumed when the outbox
+    /// resolves or abandons it.
     private var postWaiters: [String: CheckedContinuation<PostReceipt, any Error>] = [:]
-    private var postDeadlines: [String: ContinuousClock.Instant] = [:]
-    private var sweeper: Task<Void, Never>?
-    /// Posts sent on the current connection (not to be re-sent on it).
-    private var sentOnConnection: Set<String> = []
-    /// Outbox entries that may have reached the server, so they can no longer be cancelled or
-    /// changed. An entry is marked (in the state file too) before it is first written to any
-    /// connection, and stays marked across reconnects and restarts.
-    private var mayBeStored: Set<String>
-    /// Entries are being marked in the state file; nothing is written to the connection until
-    /// that is done (``flushOutbox()``).
-    private var marking = false
+    /// The connection's requests, the circles' joins, and their deadlines (``RequestTable``).
+    private var requests = RequestTable<Instant>()
+    /// The callers of ``request(_:)`` and of ``waitForJoin(_:)``, resumed when the table
+    /// answers, expires or drops their request.
+    private var callWaiters: [String: CheckedContinuation<CircleServerMessage, any Error>] = [:]
+    private var joinWaiters: [UUID: CheckedContinuation<Void, any Error>] = [:]
     /// Removals from the state store still on their way, by entry id, each with its number:
-    /// ``postResolved(_:_:)`` cannot wait for its own, and the next write of the same id (a
+    /// a resolved entry's removal is not waited for, and the next write of the same id (a
     /// retry, a photo post queued again) waits for it, so that a removal never reaches the store
     /// after the entry was queued again under that id.
     private var removals: [String: (number: UInt64, task: Task<Void, Never>)] = [:]
     private var removalsStarted: UInt64 = 0
     /// How many times a write waited for a removal of its id (the tests watch this).
     private(set) var waitsForRemoval = 0
-    private var requests: [String: Waiter] = [:]
-    private var joinRequests: [String: String] = [:]
-    private var requestCounter = 0
     /// Cursors set but not yet in the state store; one writer task saves them (the newest per circle).
     private var unsavedCursors: [String: Int64] = [:]
     /// Circles whose cache changed since it was last saved (written by the cursor writer).
@@ -117,8 +111,7 @@ actor ClientCore {
         self.machine = ConnectionStateMachine(policy: configuration.reconnect, serverCount: configuration.servers.count)
         self.heartbeat = HeartbeatStateMachine(policy: configuration.heartbeat)
         self.renewal = TokenRenewalStateMachine(policy: configuration.tokenRenewal)
-        self.outbox = outbox
-        self.mayBeStored = sent
+        self.outbox = OutboxStateMachine(restored: outbox, sent: sent)
         self.eventLoop = WebSocket.defaultEventLoop()
         for (circle, seq) in cursors { self.circles[circle] = Circle(cursor: seq) }
         self.caching = configuration.stateFile != nil && configuration.cacheLimit > 0
@@ -158,7 +151,6 @@ actor ClientCore {
 
     func start() {
         self.perform(self.machine.start())
-        self.startSweeper()
     }
 
     func stop() {
@@ -175,17 +167,19 @@ actor ClientCore {
         case .none:
             break
         case .connect(let server):
-            self.timer?.cancel()
+            self.connectionDeadline = nil
             if case .connecting(let attempt, _) = self.machine.state { self.publish(.connecting(attempt: attempt)) }
             Task { await self.open(server: server) }
         case .refreshToken:
             self.token = nil
             Task { await self.refreshToken() }
         case .scheduleTimer(let instant):
-            self.schedule(at: instant)
+            self.connectionDeadline = instant
+            self.armTimer(at: instant)
         case .closeConnection(let thenTimer):
             self.dropConnection()
-            if let thenTimer { self.schedule(at: thenTimer) }
+            self.connectionDeadline = thenTimer
+            if let thenTimer { self.armTimer(at: thenTimer) }
         case .report(let reason):
             self.stopped(reason)
         }
@@ -203,17 +197,56 @@ actor ClientCore {
         }
     }
 
-    private func schedule(at instant: ContinuousClock.Instant) {
-        self.timer?.cancel()
-        self.timer = Task {
-            try? await Task.sleep(until: instant, clock: .continuous)
-            guard !Task.isCancelled else { return }
-            self.timerFired()
-        }
+    // MARK: The timer
+
+    /// Makes the timer fire at `deadline` at the latest (a new deadline was set). It is armed
+    /// for one deadline at a time, the earliest; one that was cleared since leaves it early,
+    /// which costs a wake-up that finds nothing due.
+    private func armTimer(at deadline: Instant) {
+        if let timer = self.timer, timer.deadline <= deadline { return }
+        self.timer?.task.cancel()
+        self.timersArmed += 1
+        let number = self.timersArmed
+        self.timer = (
+            deadline, number,
+            Task {
+                try? await Task.sleep(until: deadline, clock: .continuous)
+                guard !Task.isCancelled else { return }
+                self.timerFired(number)
+            }
+        )
     }
 
-    private func timerFired() {
-        self.perform(self.machine.timerFired(now: .now))
+    /// Handles every deadline that passed, then arms the timer for the next.
+    private func timerFired(_ number: Int) {
+        guard self.timer?.number == number else { return }
+        self.timer = nil
+        let now = Instant.now
+        if let deadline = self.connectionDeadline, deadline <= now {
+            self.connectionDeadline = nil
+            self.perform(self.machine.timerFired(now: now))
+        }
+        if let deadline = self.heartbeatDeadline, deadline <= now {
+            self.heartbeatDeadline = nil
+            self.performHeartbeat(self.heartbeatTimer(), generation: self.generation)
+        }
+        if let deadline = self.renewalDeadline, deadline <= now {
+            self.renewalDeadline = nil
+            self.performRenewal(self.renewal.timerFired(now: Self.wallNow()), generation: self.generation)
+        }
+        self.run(self.outbox.deadlinePassed(now: now, timeout: self.configuration.postTimeout))
+        let expired = self.requests.deadlinePassed(now: now)
+        let timeout = self.configuration.requestTimeout
+        for id in expired.calls {
+            self.callWaiters.removeValue(forKey: id)?.resume(throwing: CircleClientError(.timedOut, "no reply within \(timeout)"))
+        }
+        for (waiter, circle) in expired.joinWaits {
+            self.joinWaiters.removeValue(forKey: waiter)?.resume(
+                throwing: CircleClientError(.timedOut, "the join of \(circle) was not answered within \(timeout)")
+            )
+        }
+        let next = [self.connectionDeadline, self.heartbeatDeadline, self.renewalDeadline, self.outbox.nextDeadline, self.requests.nextDeadline]
+        if let deadline = next.compactMap({ $0 }).min() { self.armTimer(at: deadline) }
     }
 
     private func refreshToken() async {
@@ -271,18 +304,17 @@ actor ClientCore {
         self.generation += 1
         let generation = self.generation
         self.socket = socket
-        self.sentOnConnection = []
         self.perform(self.machine.connected())
         Task(executorPreference: socket.taskExecutor) { await self.read(socket, generation: generation) }
-        self.startHeartbeat(generation: generation)
+        self.performHeartbeat(self.heartbeat.connected(now: .now), generation: generation)
         if let token = self.token {
             self.performRenewal(self.renewal.connected(token: token, now: Self.wallNow()), generation: generation)
         }
-        for name in self.circles.keys { self.circles[name]?.joined = false; self.circles[name]?.joinRequested = false }
-        // Re-join what the app reads, then what the outbox needs, then re-send the outbox in order.
+        // Re-join what the app reads and what the outbox needs (while its entries are saved as
+        // sent, if they must be), then write the outbox in order.
         for (name, circle) in self.circles where circle.wanted { self.join(name) }
-        for entry in self.outbox where self.circles[entry.circle]?.joinRequested != true { self.join(entry.circle) }
-        self.flushOutbox()
+        for entry in self.outbox.entries { self.join(entry.circle) }
+        self.run(self.outbox.connected(generation))
     }
 
     private func read(_ socket: WebSocket, generation: Int) async {
@@ -302,10 +334,10 @@ actor ClientCore {
     private func connectionEnded(generation: Int, info: WebSocketCloseInfo, failure: (any Error)?) {
         guard generation == self.generation else { return }
         self.socket = nil
-        self.heartbeatTask?.cancel()
+        self.outbox.disconnected()
+        self.heartbeatDeadline = nil
         self.heartbeat.disconnected()
         self.stopRenewal()
-        for name in self.circles.keys { self.circles[name]?.joined = false; self.circles[name]?.joinRequested = false }
         self.failRequests(CircleClientError(.notConnected, "the connection closed before the reply"))
         // No close frame from the server (1006): the network or the server died; retry.
         let end: ConnectionEnd =
@@ -316,7 +348,8 @@ actor ClientCore {
 
     private func dropConnection() {
         self.generation += 1
-        self.heartbeatTask?.cancel()
+        self.outbox.disconnected()
+        self.heartbeatDeadline = nil
         self.heartbeat.disconnected()
         self.stopRenewal()
         self.failRequests(CircleClientError(.notConnected, "the connection was closed"))
@@ -329,47 +362,33 @@ actor ClientCore {
     }
 
     private func stopped(_ reason: StopReason) {
-        self.timer?.cancel()
+        self.connectionDeadline = nil
         self.dropConnection()
         let error = CircleClientError(.stopped, "the client stopped: \(reason)")
-        for (id, waiter) in self.postWaiters {
-            waiter.resume(throwing: error)
-            if self.configuration.stateFile == nil, let index = self.outbox.firstIndex(where: { $0.id == id }) {
-                let entry = self.outbox.remove(at: index)
-                self.mayBeStored.remove(id)
-                self.emit(.failed(entry, error))
-            }
-        }
-        self.postWaiters = [:]
-        self.postDeadlines = [:]
+        self.run(self.outbox.stopped(error, keeping: self.configuration.stateFile != nil))
     }
 
     // MARK: Heartbeat
 
-    private func startHeartbeat(generation: Int) {
-        self.heartbeatTask?.cancel()
-        var action = self.heartbeat.connected(now: .now)
-        self.heartbeatTask = Task {
-            while !Task.isCancelled {
-                switch action {
-                case .none:
-                    return
-                case .scheduleTimer(let at):
-                    try? await Task.sleep(until: at, clock: .continuous)
-                case .sendPing(let then):
-                    self.ping(generation: generation)
-                    try? await Task.sleep(until: then, clock: .continuous)
-                case .declareDead:
-                    self.dead(generation: generation)
-                    return
-                }
-                guard !Task.isCancelled else { return }
-                action = self.heartbeatTimer()
-            }
+    private func performHeartbeat(_ action: HeartbeatStateMachine<Instant>.Action, generation: Int) {
+        guard generation == self.generation, self.socket != nil else { return }
+        switch action {
+        case .none:
+            self.heartbeatDeadline = nil
+        case .scheduleTimer(let at):
+            self.heartbeatDeadline = at
+            self.armTimer(at: at)
+        case .sendPing(let then):
+            self.ping(generation: generation)
+            self.heartbeatDeadline = then
+            self.armTimer(at: then)
+        case .declareDead:
+            self.heartbeatDeadline = nil
+            self.dead(generation: generation)
         }
     }
 
-    private func heartbeatTimer() -> HeartbeatStateMachine<ContinuousClock.Instant>.Action {
+    private func heartbeatTimer() -> HeartbeatStateMachine<Instant>.Action {
         // Each heartbeat also looks at the wall clock for the token's renewal (a process that
         // was suspended finds its timers late).
         self.performRenewal(self.renewal.timerFired(now: Self.wallNow()), generation: self.generation)
@@ -381,8 +400,7 @@ actor ClientCore {
     static func wallNow() -> Double { Date().timeIntervalSince1970 }
 
     private func stopRenewal() {
-        self.renewalTask?.cancel()
-        self.renewalTask = nil
+        self.renewalDeadline = nil
         self.renewal.disconnected()
     }
 
@@ -392,15 +410,11 @@ actor ClientCore {
         case .none:
             break
         case .scheduleTimer(let delay):
-            self.renewalTask?.cancel()
-            self.renewalTask = Task {
-                try? await Task.sleep(for: delay)
-                guard !Task.isCancelled else { return }
-                self.performRenewal(self.renewal.timerFired(now: Self.wallNow()), generation: generation)
-            }
+            let deadline = Instant.now + delay
+            self.renewalDeadline = deadline
+            self.armTimer(at: deadline)
         case .fetchToken:
-            self.renewalTask?.cancel()
-            self.renewalTask = nil
+            self.renewalDeadline = nil
             let provider = self.configuration.tokenProvider
             Task {
                 do {
@@ -484,48 +498,49 @@ actor ClientCore {
         }
         switch message {
         case .ack(let id, let seq, let time, let duplicate):
-            if let circle = self.joinRequests.removeValue(forKey: id) {
-                self.circles[circle]?.joined = true
+            // An id is an outbox entry's (a UUID) or a request's ("c1"), never both.
+            if let action = self.outbox.acked(id, seq: seq, time: time, duplicate: duplicate) {
+                self.run([action])
+                return
+            }
+            switch self.requests.answered(id, accepted: true) {
+            case nil:
+                break
+            case .call?:
+                self.callWaiters.removeValue(forKey: id)?.resume(returning: message)
+            case .join(let circle, let waiters)?:
                 if let seq { self.follow(circle, from: seq) }
                 if self.circles[circle]?.cursor == nil, let seq {
                     // A first join is live-only: start after the newest post at join time.
                     self.setCursor(seq, for: circle)
                 }
-                let waiters = self.circles[circle]?.joinWaiters ?? [:]
-                self.circles[circle]?.joinWaiters = [:]
-                for waiter in waiters.values { waiter.resume() }
-            }
-            if self.postWaiters[id] != nil || self.outbox.contains(where: { $0.id == id }) {
-                self.postResolved(id, .success(PostReceipt(id: id, circle: self.outbox.first { $0.id == id }?.circle ?? "", seq: seq ?? 0, time: time ?? 0, duplicate: duplicate)))
-            } else {
-                self.resolveRequest(id, .success(message))
+                for waiter in waiters { self.joinWaiters.removeValue(forKey: waiter)?.resume() }
             }
         case .error(let id?, let code, let text):
-            if let circle = self.joinRequests.removeValue(forKey: id) {
-                self.circles[circle]?.joinRequested = false
+            let error = CircleClientError(.server(code), text)
+            if let action = self.outbox.refused(id, code: code, message: text) {
+                self.run([action])
+                return
+            }
+            switch self.requests.answered(id, accepted: false) {
+            case nil:
+                break
+            case .call?:
+                self.callWaiters.removeValue(forKey: id)?.resume(throwing: error)
+            case .join(let circle, let waiters)?:
                 for continuation in self.circles[circle]?.subscribers.values ?? [:].values { continuation.finish() }
                 self.circles[circle]?.subscribers = [:]
-                let waiters = self.circles[circle]?.joinWaiters ?? [:]
-                self.circles[circle]?.joinWaiters = [:]
-                for waiter in waiters.values { waiter.resume(throwing: CircleClientError(.server(code), text)) }
+                for waiter in waiters { self.joinWaiters.removeValue(forKey: waiter)?.resume(throwing: error) }
                 self.logger.warning("join refused", metadata: ["circle": "\(circle)", "code": "\(code)", "message": "\(text)"])
-            }
-            if self.outbox.contains(where: { $0.id == id }) {
-                if code == .unavailable {
-                    // The server is going away; the post is re-sent on the next connection.
-                    self.sentOnConnection.remove(id)
-                } else {
-                    self.postResolved(id, .failure(CircleClientError(.server(code), text)))
-                }
-            } else {
-                self.resolveRequest(id, .failure(CircleClientError(.server(code), text)))
             }
         case .error(nil, let code, let text):
             self.logger.warning("server error without id", metadata: ["code": "\(code)", "message": "\(text)"])
         case .post(let post):
             self.deliver(post)
         case .history(let id, _, _, _, _), .circles(let id, _), .search(let id, _):
-            self.resolveRequest(id, .success(message))
+            if self.requests.answered(id, accepted: true) == .call {
+                self.callWaiters.removeValue(forKey: id)?.resume(returning: message)
+            }
         case .read(let circle, let seq):
             self.broadcast(.read(seq: seq), in: circle)
         case .notify(let circle, let level):
@@ -563,11 +578,14 @@ actor ClientCore {
 
     private func deliver(_ post: CirclePost) {
         guard let circle = self.circles[post.circle] else { return }
-        let cursor = circle.cursor ?? (post.seq - 1)
-        guard post.seq > cursor else { return }  // already delivered (replay overlap)
-        if post.seq > cursor + 1 {
+        switch StreamCursor.arrival(of: post.seq, after: circle.cursor) {
+        case .delivered:
+            return
+        case .next:
+            break
+        case .afterGap(let from, let to):
             // The server never skips; if posts are missing anyway, say so instead of hiding it.
-            self.broadcast(.gap(from: cursor + 1, to: post.seq - 1), in: post.circle)
+            self.broadcast(.gap(from: from, to: to), in: post.circle)
         }
         if self.caching {
             if self.circles[post.circle]?.timeline == nil {
@@ -644,49 +662,45 @@ actor ClientCore {
         if self.configuration.failFast && self.socket == nil {
             throw CircleClientError(.notConnected, "not connected, and failFast is on")
         }
-        if self.postWaiters[entry.id] != nil {
+        if self.outbox.isWaited(entry.id) {
             throw CircleClientError(.badRequest, "a post with id \(entry.id) is already waiting for its answer")
         }
         await self.removalsDone(entry.id)
-        if !self.outbox.contains(where: { $0.id == entry.id }) {
+        if !self.outbox.contains(entry.id) {
             // Connected, the entry goes out at once: it is marked in the same write (one fsync).
             // Should the connection close during the write, it counts as sent without having
             // been: it can no longer be cancelled, which is the safe side.
             let sent = self.socket != nil
             try await self.store.enqueue(entry, sent: sent)
-            if sent { self.mayBeStored.insert(entry.id) }
-            self.outbox.append(entry)
+            self.outbox.enqueued(entry, sent: sent)
             self.emit(.queued(entry))
         }
-        let circle = entry.circle
         return try await withCheckedThrowingContinuation { continuation in
-            self.postWaiters[entry.id] = continuation
-            self.postDeadlines[entry.id] = .now + self.configuration.postTimeout
-            if self.socket != nil {
-                if self.circles[circle]?.joinRequested != true { self.join(circle) }
-                self.flushOutbox()
+            // Nothing ran since the checks above but the state store's write, which may have
+            // let a second call with the same id in: the first one waits, the second is refused.
+            let deadline = Instant.now + self.configuration.postTimeout
+            guard self.postWaiters[entry.id] == nil, let actions = self.outbox.wait(for: entry.id, until: deadline) else {
+                continuation.resume(throwing: CircleClientError(.badRequest, "a post with id \(entry.id) is already waiting for its answer"))
+                return
             }
+            self.postWaiters[entry.id] = continuation
+            self.armTimer(at: deadline)
+            self.join(entry.circle)
+            self.run(actions)
         }
     }
 
-    /// Removes an entry that was never sent (``mayBeStored``).
+    /// Removes an entry that was never sent (``OutboxStateMachine/Phase/queued``).
     func cancelOutboxEntry(_ id: String) async -> Bool {
-        guard !self.mayBeStored.contains(id), let index = self.outbox.firstIndex(where: { $0.id == id }) else { return false }
-        let entry = self.outbox.remove(at: index)
-        self.postDeadlines[id] = nil
-        let error = CircleClientError(.cancelled, "the entry was cancelled before it was sent")
-        self.emit(.failed(entry, error))
-        self.postWaiters.removeValue(forKey: id)?.resume(throwing: error)
-        await self.removeFromStore(id).value
+        guard let action = self.outbox.cancel(id) else { return false }
+        self.run([action])
+        await self.removals[id]?.task.value
         return true
     }
 
-    /// Replaces the text of a post or edit that was never sent (``mayBeStored``).
+    /// Replaces the text of a post or edit that was never sent (``OutboxStateMachine/Phase/queued``).
     func replaceOutboxText(_ id: String, with text: String) async -> Bool {
-        guard !self.mayBeStored.contains(id), let index = self.outbox.firstIndex(where: { $0.id == id }),
-            self.outbox[index].action.hasText
-        else { return false }
-        self.outbox[index].text = text
+        guard self.outbox.replaceText(id, with: text) else { return false }
         do {
             try await self.store.replaceText(id: id, text: text)
         } catch {
@@ -695,67 +709,50 @@ actor ClientCore {
         return true
     }
 
-    /// Writes the entries not yet written on the current connection, in outbox order. Entries
-    /// never sent are marked first, all in one write to the state file, and nothing is written
-    /// to the connection while that runs, so the order on the wire stays the outbox order.
-    private func flushOutbox() {
-        guard self.socket != nil, !self.marking else { return }
-        let ids = self.outbox.map(\.id).filter { !self.mayBeStored.contains($0) }
-        guard ids.isEmpty else {
-            // Marked here already: cancel and replace, which may run while the mark is saved,
-            // must refuse them, since the write follows the save.
-            self.mayBeStored.formUnion(ids)
-            self.marking = true
-            Task { await self.markSent(ids) }
-            return
-        }
-        guard let socket = self.socket else { return }
-        for entry in self.outbox where !self.sentOnConnection.contains(entry.id) {
-            if self.circles[entry.circle]?.joinRequested != true { self.join(entry.circle) }
-            self.sentOnConnection.insert(entry.id)
-            self.emit(.sending(entry))
-            self.send(entry.request, on: socket)
+    /// Carries out the outbox's actions.
+    private func run(_ actions: [OutboxStateMachine<Instant>.Action]) {
+        for action in actions {
+            switch action {
+            case .markSent(let ids):
+                Task { await self.markSent(ids) }
+            case .send(let entries):
+                guard let socket = self.socket else { continue }
+                for entry in entries {
+                    self.join(entry.circle)
+                    self.emit(.sending(entry))
+                    self.send(entry.request, on: socket)
+                }
+            case .resolve(let entry, let result, _):
+                // The id may be queued again (a retry, a photo post after a restart): its
+                // removal from the store is ordered before that write (``removalsDone``).
+                self.removeFromStore(entry.id)
+                let waiter = self.postWaiters.removeValue(forKey: entry.id)
+                switch result {
+                case .success(let receipt):
+                    self.emit(.sent(entry, receipt))
+                    waiter?.resume(returning: receipt)
+                case .failure(let error):
+                    self.emit(.failed(entry, error))
+                    waiter?.resume(throwing: error)
+                }
+            case .abandon(let id, let error):
+                self.postWaiters.removeValue(forKey: id)?.resume(throwing: error)
+            }
         }
     }
 
-    /// Saves that `ids` may reach the server, then flushes.
+    /// Saves that `ids` may reach the server, then writes the outbox. The actor ran other work
+    /// during the save: the connection may have closed or been replaced, and entries may have
+    /// been resolved; the outbox writes to the connection open now, if any, only what it holds.
     private func markSent(_ ids: [String]) async {
         do {
             try await self.store.markSent(ids)
         } catch {
-            // Not saved, so not written: they stay cancellable, and the next flush (the next
-            // connection or post) tries again.
             self.logger.warning("could not mark outbox entries as sent", metadata: ["error": "\(error)"])
-            self.mayBeStored.subtract(ids)
-            self.marking = false
+            self.outbox.markFailed(ids)
             return
         }
-        self.marking = false
-        // The actor ran other work during the save: the connection may have closed or been
-        // replaced (whose own flush waited for this one), and entries may have been resolved
-        // (none cancelled: they were marked). flushOutbox reads all of it afresh: it writes to
-        // the connection open now, if any, and only entries still in the outbox.
-        self.flushOutbox()
-    }
-
-    private func postResolved(_ id: String, _ result: Result<PostReceipt, CircleClientError>) {
-        guard let index = self.outbox.firstIndex(where: { $0.id == id }) else { return }
-        let entry = self.outbox.remove(at: index)
-        self.mayBeStored.remove(id)
-        // The id may be queued again (a retry, a photo post after a restart): written afresh then.
-        self.sentOnConnection.remove(id)
-        self.removeFromStore(id)
-        self.postDeadlines[id] = nil
-        let waiter = self.postWaiters.removeValue(forKey: id)
-        switch result {
-        case .success(var receipt):
-            receipt.circle = entry.circle
-            self.emit(.sent(entry, receipt))
-            waiter?.resume(returning: receipt)
-        case .failure(let error):
-            self.emit(.failed(entry, error))
-            waiter?.resume(throwing: error)
-        }
+        self.run(self.outbox.marked(ids))
     }
 
     /// Removes entry `id` from the state store, after any earlier removal of it; returns the
@@ -788,34 +785,14 @@ actor ClientCore {
         }
     }
 
-    private func startSweeper() {
-        guard self.sweeper == nil else { return }
-        self.sweeper = Task {
-            while !Task.isCancelled {
-                try? await Task.sleep(for: .milliseconds(250))
-                self.sweep()
-            }
-        }
-    }
-
-    private func sweep() {
-        let now = ContinuousClock.now
-        for (id, deadline) in self.postDeadlines where deadline <= now {
-            self.postResolved(
-                id,
-                .failure(CircleClientError(.timedOut, "no ack within \(self.configuration.postTimeout); the post may or may not be stored"))
-            )
-        }
-    }
-
-    var outboxEntries: [OutboxEntry] { self.outbox }
+    var outboxEntries: [OutboxEntry] { self.outbox.entries }
 
     // MARK: Circles and requests
 
     /// `after`: where the reader's own view of the circle ends (a history page's `lastSeq`);
     /// used as the cursor when the client has none for the circle and has not asked to join it.
     func subscribe(_ circle: String, after: Int64? = nil) -> AsyncStream<CircleEvent> {
-        if let after, after >= 0, self.circles[circle]?.cursor == nil, self.circles[circle]?.joinRequested != true {
+        if let after, after >= 0, self.circles[circle]?.cursor == nil, self.requests.joinState(of: circle) == .none {
             self.circles[circle, default: Circle()].cursor = after
         }
         let (stream, continuation) = AsyncStream<CircleEvent>.makeStream(bufferingPolicy: .unbounded)
@@ -828,7 +805,7 @@ actor ClientCore {
         for post in self.circles[circle]?.timeline?.posts ?? [] { continuation.yield(.post(post)) }
         self.circles[circle, default: Circle()].subscribers[id] = continuation
         continuation.onTermination = { _ in Task { await self.unsubscribe(circle, id) } }
-        if self.socket != nil, self.circles[circle]?.joinRequested != true { self.join(circle) }
+        self.join(circle)
         return stream
     }
 
@@ -836,11 +813,11 @@ actor ClientCore {
         self.circles[circle]?.subscribers[id] = nil
     }
 
+    /// Asks the open connection to join `circle`, unless it is asked for or joined already.
     private func join(_ circle: String) {
-        guard let socket = self.socket else { return }
-        self.circles[circle, default: Circle()].joinRequested = true
-        let id = self.nextRequestID()
-        self.joinRequests[id] = circle
+        guard let socket = self.socket, let id = self.requests.join(circle) else { return }
+        // A circle's posts are delivered only to circles it holds (``deliver``).
+        if self.circles[circle] == nil { self.circles[circle] = Circle() }
         let quiet: Bool? = self.configuration.announcesPresence ? nil : true
         self.send(.join(circle, id: id, since: self.circles[circle]?.cursor, quiet: quiet), on: socket)
     }
@@ -848,8 +825,7 @@ actor ClientCore {
     func leave(_ circle: String) async throws {
         for continuation in self.circles[circle]?.subscribers.values ?? [:].values { continuation.finish() }
         self.circles[circle]?.subscribers = [:]
-        self.circles[circle]?.joinRequested = false
-        self.circles[circle]?.joined = false
+        self.requests.left(circle)
         _ = try await self.request { .leave(circle, id: $0) }
     }
 
@@ -967,27 +943,18 @@ actor ClientCore {
     }
 
     /// Joins the circle on the current connection if needed, and waits for the join's ack.
-    private func waitForJoin(_ circle: String) async throws {
+    func waitForJoin(_ circle: String) async throws {
         guard self.socket != nil else {
             throw CircleClientError(.notConnected, "not connected; try again when the state is connected")
         }
-        if self.circles[circle]?.joined == true { return }
-        if self.circles[circle]?.joinRequested != true { self.join(circle) }
-        let id = UUID()
-        let timeout = self.configuration.requestTimeout
-        let timer = Task {
-            try? await Task.sleep(for: timeout)
-            guard !Task.isCancelled else { return }
-            self.joinTimedOut(circle, id, timeout)
-        }
-        defer { timer.cancel() }
+        self.join(circle)
+        let waiter = UUID()
+        let deadline = Instant.now + self.configuration.requestTimeout
+        guard self.requests.waitForJoin(circle, waiter: waiter, until: deadline) else { return }
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            self.circles[circle, default: Circle()].joinWaiters[id] = continuation
+            self.joinWaiters[waiter] = continuation
+            self.armTimer(at: deadline)
         }
-    }
-
-    private func joinTimedOut(_ circle: String, _ id: UUID, _ timeout: Duration) {
-        self.circles[circle]?.joinWaiters.removeValue(forKey: id)?.resume(throwing: CircleClientError(.timedOut, "the join of \(circle) was not answered within \(timeout)"))
     }
 
     func typing(_ circle: String) async throws {
@@ -998,43 +965,20 @@ actor ClientCore {
         guard let socket = self.socket else {
             throw CircleClientError(.notConnected, "not connected; try again when the state is connected")
         }
-        let request = make(self.nextRequestID())
-        let timeout = self.configuration.requestTimeout
+        let deadline = Instant.now + self.configuration.requestTimeout
+        let request = make(self.requests.call(until: deadline))
         return try await withCheckedThrowingContinuation { continuation in
-            let timer = Task {
-                try? await Task.sleep(for: timeout)
-                guard !Task.isCancelled else { return }
-                self.resolveRequest(request.id, .failure(CircleClientError(.timedOut, "no reply within \(timeout)")))
-            }
-            self.requests[request.id] = Waiter(continuation: continuation, timeout: timer)
+            self.callWaiters[request.id] = continuation
+            self.armTimer(at: deadline)
             self.send(request, on: socket)
         }
     }
 
-    private func resolveRequest(_ id: String, _ result: Result<CircleServerMessage, CircleClientError>) {
-        guard let waiter = self.requests.removeValue(forKey: id) else { return }
-        waiter.timeout?.cancel()
-        waiter.continuation.resume(with: result.mapError { $0 as any Error })
-    }
-
+    /// Every request of the connection fails with `error`, and every call waiting for a join.
     private func failRequests(_ error: CircleClientError) {
-        let waiting = self.requests
-        self.requests = [:]
-        self.joinRequests = [:]
-        for name in self.circles.keys {
-            let waiters = self.circles[name]?.joinWaiters ?? [:]
-            self.circles[name]?.joinWaiters = [:]
-            for waiter in waiters.values { waiter.resume(throwing: error) }
-        }
-        for (_, waiter) in waiting {
-            waiter.timeout?.cancel()
-            waiter.continuation.resume(throwing: error)
-        }
-    }
-
-    private func nextRequestID() -> String {
-        self.requestCounter += 1
-        return "c\(self.requestCounter)"
+        let dropped = self.requests.connectionEnded()
+        for id in dropped.calls { self.callWaiters.removeValue(forKey: id)?.resume(throwing: error) }
+        for waiter in dropped.joinWaits { self.joinWaiters.removeValue(forKey: waiter)?.resume(throwing: error) }
     }
 
     /// Sends in order, without waiting: the socket queues the frame (written and flushed with
@@ -1125,7 +1069,8 @@ actor ClientCore {
     }
 
     func closeStore() async {
-        self.sweeper?.cancel()
+        self.timer?.task.cancel()
+        self.timer = nil
         await self.cursorWriter?.value
         for pending in self.removals.values { await pending.task.value }
         await self.store.close()

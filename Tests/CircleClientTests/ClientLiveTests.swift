@@ -1,4 +1,4 @@
-import CircleClient
+@testable import CircleClient
 import CircleServer
 import CircleTestSupport
 import Foundation
@@ -70,8 +70,8 @@ struct ClientLiveTests {
         #expect(await waitFor(bob) { $0 == .connected })
         let bobEvents = await bob.messages(in: "general")
         let received = collect(bobEvents, count: 3)
-        // Let bob's join land before posting, so his live subscription starts at 0.
-        try await Task.sleep(for: .milliseconds(200))
+        // Bob's join lands before the posts, so his live subscription starts at 0.
+        try await bob.joined("general")
         var seqs: [Int64] = []
         for text in ["one", "two", "three"] {
             seqs.append(try await alice.post(text, to: "general").seq)
@@ -141,7 +141,7 @@ struct ClientLiveTests {
         await reader.connect()
         let events = await reader.messages(in: "ops")
         #expect(await waitFor(reader) { $0 == .connected })
-        try await Task.sleep(for: .milliseconds(200))
+        try await reader.joined("ops")
         let writers = 3
         let perWriter = 60
         let received = collect(events, count: writers * perWriter, timeout: .seconds(90))
@@ -383,7 +383,7 @@ struct ClientCrashTests {
             }
             return connected - 1
         }
-        try await Task.sleep(for: .milliseconds(300))
+        for client in clients { try await client.joined("crash") }
         let total = clientsCount * perClient
         let collectors = streams.map { collect($0, count: total, timeout: .seconds(120)) }
         let everyone = clients
