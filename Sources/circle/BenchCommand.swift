@@ -29,7 +29,7 @@ struct BenchCommand: AsyncParsableCommand {
               circle bench recovery --url ws://127.0.0.1:8080/v1/ws \\
                 --token "$SUB" --publisher-token "$PUB"
             """,
-        subcommands: [BenchClientCommand.self, BenchRecoveryCommand.self, BenchPushCryptoCommand.self]
+        subcommands: [BenchClientCommand.self, BenchPostsCommand.self, BenchRecoveryCommand.self, BenchPushCryptoCommand.self]
     )
 }
 
