@@ -15,6 +15,23 @@ import NIOCore
 /// goes through the ``LoopInbox`` of the session's event loop, which runs it in the order it
 /// was handed over; posts of a circle are published in sequence order, so every subscriber
 /// sees them in order, and a revocation is never overtaken by a later post.
+///
+/// ## Lock order
+///
+/// `sequencer` is the only lock held while another is taken. While it is held (`sequence`, for
+/// one circle's step), the hub takes, one at a time, each released before the next:
+/// `subscriptions` (the subscriber count, then `deliver`'s lookup), the ``SharedDeflaters``'
+/// `NIOLock` (one deflate per post and shared setting, in ``payload(for:sharedCompression:)``),
+/// `inboxes` (``inbox(for:)``) and, after `inboxes` is released, that ``LoopInbox``'s queue
+/// (``LoopInbox/post(_:wakes:)``). So: `sequencer` → `subscriptions`, deflaters, `inboxes`,
+/// an inbox's queue; nothing is taken while one of those four is held.
+///
+/// No other two locks are ever held together. `connections`, `presence` and `accountObserver`
+/// are taken alone (the observer is called after its lock is released); outside the sequencer,
+/// `subscriptions` or `connections`, then `inboxes`, then an inbox's queue are taken one after
+/// the other (the targets are copied out first). No hub lock is held while a drain is
+/// scheduled (``InboxWakes/wake()``), while a drain runs the sessions' code, or while
+/// ``NodeLink`` is called (its signals and read requests are sent after `sequencer` is released).
 final class Hub: Sendable {
     private let subscriptions = NIOLockedValueBox([String: Set<HubSubscriber>]())
     /// Every connection of this node, by user (for events addressed to a user: read markers).
