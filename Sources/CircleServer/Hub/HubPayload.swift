@@ -1,6 +1,7 @@
 import CircleSocket
 import CircleWire
 import NIOCore
+import NIOWebSocket
 
 /// An event as the hub hands it out: the encoded JSON of a text frame and, for subscribers
 /// that compress every message on its own (RFC 7692 without context takeover), the same bytes
@@ -30,14 +31,14 @@ struct HubPayload: Sendable {
     /// `message` encoded once into a buffer with room for the frame's header in front: the text
     /// and the frame are two views of the same bytes, with no copy.
     static func framed(_ message: CircleServerMessage, allocator: ByteBufferAllocator) -> HubPayload {
-        let room = ServerFrame.maxHeaderSize
+        let room = WebSocketFrameHeader.maxUnmaskedSize
         var buffer = allocator.buffer(capacity: 256)
         buffer.moveWriterIndex(forwardBy: room)
         buffer.moveReaderIndex(forwardBy: room)
         message.writeJSON(into: &buffer)
         let length = buffer.readableBytes
-        let start = room - ServerFrame.headerSize(length: length)
-        ServerFrame.setHeader(compressed: false, length: length, in: &buffer, at: start)
+        let start = room - WebSocketFrameHeader.size(length: length, masked: false)
+        WebSocketFrameHeader.set(opcode: .text, length: length, in: &buffer, at: start)
         let text = buffer
         buffer.moveReaderIndex(to: start)
         return HubPayload(text: text, framed: buffer)

@@ -1,16 +1,16 @@
 import CircleSocket
 import CircleWire
 import NIOCore
+import NIOWebSocket
 
-/// The bytes of a server's WebSocket frame (RFC 6455 §5.2): FIN, the opcode, RSV1 when the
-/// payload is deflated (RFC 7692), the length in 7, 16 or 64 bits, no mask.
+/// The bytes of a server's WebSocket frames, made once and written below the frame encoder: final,
+/// RSV1 when the payload is deflated (RFC 7692), no mask. The header's bytes are
+/// ``WebSocketFrameHeader``'s.
 enum ServerFrame {
-    static let maxHeaderSize = 10
-
     static func text(_ payload: ByteBuffer, compressed: Bool, allocator: ByteBufferAllocator) -> ByteBuffer {
         let length = payload.readableBytes
-        var frame = allocator.buffer(capacity: length + Self.maxHeaderSize)
-        Self.writeHeader(compressed: compressed, length: length, into: &frame)
+        var frame = allocator.buffer(capacity: length + WebSocketFrameHeader.maxUnmaskedSize)
+        WebSocketFrameHeader.write(opcode: .text, rsv1: compressed, length: length, into: &frame)
         frame.writeImmutableBuffer(payload)
         return frame
     }
@@ -26,36 +26,21 @@ enum ServerFrame {
         switch message {
         case .text(let text):
             let length = text.utf8.count
-            guard Self.headerSize(length: length) + length <= maxBytes else { return nil }
-            var frame = allocator.buffer(capacity: Self.headerSize(length: length) + length)
-            Self.writeHeader(first: textFirstByte, length: length, into: &frame)
+            let size = WebSocketFrameHeader.size(length: length, masked: false) + length
+            guard size <= maxBytes else { return nil }
+            var frame = allocator.buffer(capacity: size)
+            WebSocketFrameHeader.write(opcode: .text, length: length, into: &frame)
             frame.writeString(text)
             return frame
         case .binary(let payload):
             let length = payload.readableBytes
-            guard Self.headerSize(length: length) + length <= maxBytes else { return nil }
-            var frame = allocator.buffer(capacity: Self.headerSize(length: length) + length)
-            Self.writeHeader(first: binaryFirstByte, length: length, into: &frame)
+            let size = WebSocketFrameHeader.size(length: length, masked: false) + length
+            guard size <= maxBytes else { return nil }
+            var frame = allocator.buffer(capacity: size)
+            WebSocketFrameHeader.write(opcode: .binary, length: length, into: &frame)
             frame.writeImmutableBuffer(payload)
             return frame
         }
-    }
-
-    /// FIN and the opcode; RSV1 is added for a deflated payload.
-    private static let textFirstByte: UInt8 = 0x81
-    private static let binaryFirstByte: UInt8 = 0x82
-    private static let rsv1: UInt8 = 0x40
-
-    /// The header of a final text frame of `length` payload bytes, written at the end.
-    static func writeHeader(compressed: Bool, length: Int, into frame: inout ByteBuffer) {
-        Self.writeHeader(first: compressed ? Self.textFirstByte | Self.rsv1 : Self.textFirstByte, length: length, into: &frame)
-    }
-
-    private static func writeHeader(first: UInt8, length: Int, into frame: inout ByteBuffer) {
-        let size = Self.headerSize(length: length)
-        frame.reserveCapacity(minimumWritableBytes: size)
-        Self.setHeader(first: first, length: length, in: &frame, at: frame.writerIndex)
-        frame.moveWriterIndex(forwardBy: size)
     }
 
     /// `messages` as uncompressed text frames back to back, in buffers of at most about
@@ -73,44 +58,16 @@ enum ServerFrame {
         for message in messages {
             scratch.clear()
             message.writeJSON(into: &scratch)
-            let size = Self.headerSize(length: scratch.readableBytes) + scratch.readableBytes
+            let size = WebSocketFrameHeader.size(length: scratch.readableBytes, masked: false) + scratch.readableBytes
             if batch.readableBytes > 0, batch.readableBytes + size > maxBytes {
                 buffers.append(batch)
                 batch = allocator.buffer(capacity: 0)
             }
             if batch.capacity == 0 { batch.reserveCapacity(min(maxBytes, max(size, 4096))) }
-            Self.writeHeader(compressed: false, length: scratch.readableBytes, into: &batch)
+            WebSocketFrameHeader.write(opcode: .text, length: scratch.readableBytes, into: &batch)
             batch.writeImmutableBuffer(scratch)
         }
         if batch.readableBytes > 0 { buffers.append(batch) }
         return buffers
-    }
-
-    static func headerSize(length: Int) -> Int {
-        length < 126 ? 2 : (length <= Int(UInt16.max) ? 4 : 10)
-    }
-
-    /// Sets the header of a final text frame of `length` payload bytes at `index` (within the
-    /// buffer's capacity); returns its size.
-    @discardableResult
-    static func setHeader(compressed: Bool, length: Int, in frame: inout ByteBuffer, at index: Int) -> Int {
-        Self.setHeader(first: compressed ? Self.textFirstByte | Self.rsv1 : Self.textFirstByte, length: length, in: &frame, at: index)
-    }
-
-    @discardableResult
-    private static func setHeader(first: UInt8, length: Int, in frame: inout ByteBuffer, at index: Int) -> Int {
-        frame.setInteger(first, at: index)
-        let size = Self.headerSize(length: length)
-        switch size {
-        case 2:
-            frame.setInteger(UInt8(length), at: index + 1)
-        case 4:
-            frame.setInteger(UInt8(126), at: index + 1)
-            frame.setInteger(UInt16(length), at: index + 2)
-        default:
-            frame.setInteger(UInt8(127), at: index + 1)
-            frame.setInteger(UInt64(length), at: index + 2)
-        }
-        return size
     }
 }
