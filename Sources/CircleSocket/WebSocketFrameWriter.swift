@@ -24,8 +24,6 @@ package final class WebSocketFrameWriter: ChannelOutboundHandler {
 
     package init() {}
 
-    /// Largest header: 2 bytes, an 8-byte length, a 4-byte key.
-    private static let maxHeaderSize = 14
     /// A copied payload up to this size (header included) shares its buffer with the header.
     /// Larger ones keep a buffer of exactly their size: `ByteBuffer` rounds capacities up to a
     /// power of two, and 16 KiB plus a header would take 32 KiB, whose fresh pages cost more
@@ -36,7 +34,7 @@ package final class WebSocketFrameWriter: ChannelOutboundHandler {
         let frame = self.unwrapOutboundIn(data)
         var payload = frame.data
         let length = (frame.extensionData?.readableBytes ?? 0) + payload.readableBytes
-        let headerSize = Self.headerSize(length: length, masked: frame.maskKey != nil)
+        let headerSize = WebSocketFrameHeader.size(length: length, masked: frame.maskKey != nil)
         if var extensionData = frame.extensionData {
             // Extension data (none of this library's extensions send any) takes the simple way.
             if let key = frame.maskKey {
@@ -94,19 +92,9 @@ package final class WebSocketFrameWriter: ChannelOutboundHandler {
         return copy
     }
 
-    static func headerSize(length: Int, masked: Bool) -> Int {
-        let lengthBytes: Int
-        switch length {
-        case 0...125: lengthBytes = 0
-        case 126...Int(UInt16.max): lengthBytes = 2
-        default: lengthBytes = 8
-        }
-        return 2 + lengthBytes + (masked ? 4 : 0)
-    }
-
     /// The frame's header in a buffer of its own.
     static func header(of frame: WebSocketFrame, length: Int, allocator: ByteBufferAllocator) -> ByteBuffer {
-        var header = allocator.buffer(capacity: Self.maxHeaderSize)
+        var header = allocator.buffer(capacity: WebSocketFrameHeader.maxSize)
         header.moveWriterIndex(forwardBy: Self.setHeader(of: frame, length: length, in: &header, at: 0))
         return header
     }
@@ -114,26 +102,17 @@ package final class WebSocketFrameWriter: ChannelOutboundHandler {
     /// Writes the header of `frame`, whose payload is `length` bytes, at `index`; returns its size.
     @discardableResult
     static func setHeader(of frame: WebSocketFrame, length: Int, in buffer: inout ByteBuffer, at index: Int) -> Int {
-        var first: UInt8 = frame.fin ? 0x80 : 0
-        if frame.rsv1 { first |= 0x40 }
-        if frame.rsv2 { first |= 0x20 }
-        if frame.rsv3 { first |= 0x10 }
-        first |= UInt8(webSocketOpcode: frame.opcode)
-        var at = index
-        at += buffer.setInteger(first, at: at)
-        let maskBit: UInt8 = frame.maskKey == nil ? 0 : 0x80
-        switch length {
-        case 0...125:
-            at += buffer.setInteger(UInt8(length) | maskBit, at: at)
-        case 126...Int(UInt16.max):
-            at += buffer.setInteger(126 | maskBit, at: at)
-            at += buffer.setInteger(UInt16(length), at: at)
-        default:
-            at += buffer.setInteger(127 | maskBit, at: at)
-            at += buffer.setInteger(UInt64(length), at: at)
-        }
-        if let key = frame.maskKey { at += buffer.setBytes(key, at: at) }
-        return at - index
+        WebSocketFrameHeader.set(
+            opcode: frame.opcode,
+            fin: frame.fin,
+            rsv1: frame.rsv1,
+            rsv2: frame.rsv2,
+            rsv3: frame.rsv3,
+            length: length,
+            maskKey: frame.maskKey,
+            in: &buffer,
+            at: index
+        )
     }
 }
 

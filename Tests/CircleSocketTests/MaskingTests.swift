@@ -114,7 +114,7 @@ struct MaskingTests {
         #expect(decoded.unmaskedData == ByteBuffer(bytes: payload))
         #expect(held == ByteBuffer(bytes: payload), "the caller's buffer was masked")
         #expect(received == ByteBuffer(bytes: [1, 2, 3, 4, 5, 6, 7, 8] + payload))
-        let headerSize = WebSocketFrameWriter.headerSize(length: length, masked: true)
+        let headerSize = WebSocketFrameHeader.size(length: length, masked: true)
         #expect(chunks == (headerSize + length <= WebSocketFrameWriter.headerInCopyLimit ? 1 : 2))
         _ = try channel.finish()
         _ = try decoder.finish()
