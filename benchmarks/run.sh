@@ -4,11 +4,11 @@
 #
 #   benchmarks/run.sh --all            # everything (about 33 min on 2 cores), the default
 #   benchmarks/run.sh --smoke          # every script for a moment with small counts (about 80 s): do they work?
-#   benchmarks/run.sh echo fanout      # only these: echo client fanout idle recovery postpath nodes search push
+#   benchmarks/run.sh echo fanout      # only these: echo client sdk fanout idle recovery postpath nodes search push
 #   benchmarks/run.sh --build --all    # build circle and the Swift peers (release) first
 #   benchmarks/run.sh --publish --all  # also write docs/bench/ (results/*.json, *.png, tables.md)
 #
-# Extra options per script: ECHO_ARGS, CLIENT_ARGS, FANOUT_ARGS, IDLE_ARGS, RECOVERY_ARGS,
+# Extra options per script: ECHO_ARGS, CLIENT_ARGS, SDK_ARGS, FANOUT_ARGS, IDLE_ARGS, RECOVERY_ARGS,
 # POSTPATH_ARGS, NODES_ARGS, SEARCH_ARGS, PUSH_ARGS, e.g. IDLE_ARGS="--counts 1000" benchmarks/run.sh idle
 # The JSON results go to a fresh /tmp/circle-bench.* directory, or to OUT=dir. CIRCLE_BIN=path
 # measures another circle binary (a debug build is fine for --smoke, not for figures).
@@ -25,13 +25,13 @@ for arg in "$@"; do
         --build) build=1 ;;
         --smoke) smoke=1 ;;
         --publish) publish=1 ;;
-        --all) names=(echo client fanout idle recovery postpath nodes search push) ;;
-        echo|client|fanout|idle|recovery|postpath|nodes|search|push) names+=("$arg") ;;
+        --all) names=(echo client sdk fanout idle recovery postpath nodes search push) ;;
+        echo|client|sdk|fanout|idle|recovery|postpath|nodes|search|push) names+=("$arg") ;;
         -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
         *) echo "unknown argument: $arg (see --help)" >&2; exit 64 ;;
     esac
 done
-[[ ${#names[@]} -eq 0 ]] && names=(echo client fanout idle recovery postpath nodes search push)
+[[ ${#names[@]} -eq 0 ]] && names=(echo client sdk fanout idle recovery postpath nodes search push)
 
 if [[ $build == 1 ]]; then
     (cd "$repo" && nice -n 10 swift build -c release --product circle --scratch-path .build-release)
@@ -60,6 +60,7 @@ if [[ $smoke == 1 ]]; then
     # A few seconds each, small counts: the scripts work end to end; the figures mean nothing.
     ECHO_ARGS="--servers ${servers/,websockets/} --sizes 64 --warmup 0.3 --duration 1 ${ECHO_ARGS:-}"
     CLIENT_ARGS="--sizes 64 --warmup 0.3 --duration 1 ${CLIENT_ARGS:-}"
+    SDK_ARGS="--cases 1x1,1x16 --rounds 1 --warmup 0.3 --duration 1 ${SDK_ARGS:-}"
     FANOUT_ARGS="--subscribers 20 --rate 2000 --warmup 0.3 --duration 1 ${FANOUT_ARGS:-}"
     IDLE_ARGS="--counts 50,100 --settle 0.5 --idle-watch 0.5 ${IDLE_ARGS:-}"
     RECOVERY_ARGS="--subscribers 20 --rate 10 --before 0.5 --after 0.5 --timeout 60 ${RECOVERY_ARGS:-}"
@@ -104,7 +105,7 @@ if [[ $publish == 1 && $smoke == 0 ]]; then
     compgen -G "$out/*.png" >/dev/null && cp "$out"/*.png "$repo/docs/bench/"
     # The tables of every benchmark published so far, not only of this run's.
     published=()
-    for name in echo client fanout idle recovery postpath nodes search push; do
+    for name in echo client sdk fanout idle recovery postpath nodes search push; do
         [[ -s "$repo/docs/bench/results/$name.json" ]] && published+=("$repo/docs/bench/results/$name.json")
     done
     "$py" summary.py "${published[@]}" >"$repo/docs/bench/tables.md"

@@ -54,19 +54,14 @@ func collect<T: Sendable>(
     until done: @escaping @Sendable ([T]) -> Bool
 ) async -> [T] {
     let collected = NIOLockedValueBox<[T]>([])
-    await withTaskGroup(of: Void.self) { group in
-        group.addTask {
-            for await value in stream {
-                let all = collected.withLockedValue { values in
-                    values.append(value)
-                    return values
-                }
-                if done(all) { return }
+    _ = await within(timeout) {
+        for await value in stream {
+            let all = collected.withLockedValue { values in
+                values.append(value)
+                return values
             }
+            if done(all) { return }
         }
-        group.addTask { try? await Task.sleep(for: timeout) }
-        await group.next()
-        group.cancelAll()
     }
     return collected.withLockedValue { $0 }
 }

@@ -326,33 +326,24 @@ struct Delivery: Sendable {
 /// Collects a circle's posts and gaps from an SDK stream until the sentinel post or the time is up.
 func collect(_ stream: AsyncStream<CircleEvent>, timeout: Duration) -> Task<Delivery, Never> {
     Task {
-        await withTaskGroup(of: Delivery?.self) { group in
-            group.addTask {
-                var delivery = Delivery()
-                for await event in stream {
-                    switch event {
-                    case .post(let post):
-                        delivery.posts.append(post)
-                        if post.text == MultiNodeTests.sentinel {
-                            delivery.finished = true
-                            return delivery
-                        }
-                    case .gap(let from, let to):
-                        delivery.gaps.append(from...max(from, to))
-                    default:
-                        continue
+        await within(timeout) {
+            var delivery = Delivery()
+            for await event in stream {
+                switch event {
+                case .post(let post):
+                    delivery.posts.append(post)
+                    if post.text == MultiNodeTests.sentinel {
+                        delivery.finished = true
+                        return delivery
                     }
+                case .gap(let from, let to):
+                    delivery.gaps.append(from...max(from, to))
+                default:
+                    continue
                 }
-                return delivery
             }
-            group.addTask {
-                try? await Task.sleep(for: timeout)
-                return nil
-            }
-            let first = await group.next() ?? nil
-            group.cancelAll()
-            return first ?? Delivery()
-        }
+            return delivery
+        } ?? Delivery()
     }
 }
 
