@@ -92,8 +92,7 @@ actor SQLiteClientStateStore: ClientStateStore {
     /// that differ and deletes the ones gone. No entry: unknown (the next save rewrites the
     /// circle). The posts share their text with the client's cache.
     private var savedCaches: [String: [Int64: CirclePost]] = [:]
-    private var gateHeld = false
-    private var gateWaiters: [CheckedContinuation<Void, Never>] = []
+    private let gate = AsyncFIFOGate()
 
     static func open(path: String, logger: Logger) async throws -> SQLiteClientStateStore {
         let connection = try await SQLiteConnection.open(
@@ -158,18 +157,18 @@ actor SQLiteClientStateStore: ClientStateStore {
 
     // MARK: Gate
 
-    /// Runs `body` alone on the connection (see the type's documentation). First come, first
-    /// served; the gate passes straight to the next waiter, so nobody barges in.
+    /// Runs `body` alone on the connection (see the type's documentation), first come, first
+    /// served. The gate is never closed: the store's `close` runs through it too.
     private func exclusively<T>(_ body: () async throws -> T) async rethrows -> T {
-        if self.gateHeld {
-            await withCheckedContinuation { self.gateWaiters.append($0) }
-        } else {
-            self.gateHeld = true
+        _ = await self.gate.enter()
+        do {
+            let result = try await body()
+            await self.gate.leave()
+            return result
+        } catch {
+            await self.gate.leave()
+            throw error
         }
-        defer {
-            if self.gateWaiters.isEmpty { self.gateHeld = false } else { self.gateWaiters.removeFirst().resume() }
-        }
-        return try await body()
     }
 
     /// One statement, through the gate.

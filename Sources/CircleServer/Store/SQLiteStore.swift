@@ -42,9 +42,9 @@ public final class SQLiteStore: CircleStore {
     private let writer: SQLitePostWriter
     /// Read-only handles for searches, which a timer may interrupt.
     let searcher: SQLiteSearcher
-    private let gate = Gate()
+    private let gate = AsyncFIFOGate()
     private let bookkeeping: SQLiteConnection
-    private let bookkeepingGate = Gate()
+    private let bookkeepingGate = AsyncFIFOGate()
     /// The threads that run the two sqlite-nio connections' statements, made by ``open(path:threadPool:eventLoopGroup:logger:)``
     /// when it is given no pool; shut down by ``close()``.
     private let ownThreadPool: NIOThreadPool?
@@ -491,11 +491,7 @@ public final class SQLiteStore: CircleStore {
     /// Closes the connection. Operations after this throw `StoreError(.unavailable)`; closing
     /// again does nothing.
     public func close() async throws {
-        do {
-            try await self.gate.enter()
-        } catch {
-            return  // already closed
-        }
+        guard await self.gate.enter() else { return }  // already closed
         do {
             try await self.searcher.close()
             try await self.connection.close()
@@ -505,11 +501,7 @@ public final class SQLiteStore: CircleStore {
             await self.gate.leave(closing: false)
             throw Self.storeError(error, "close")
         }
-        do {
-            try await self.bookkeepingGate.enter()
-        } catch {
-            return
-        }
+        guard await self.bookkeepingGate.enter() else { return }
         do {
             try await self.bookkeeping.close()
             await self.bookkeepingGate.leave(closing: true)
@@ -579,12 +571,12 @@ public final class SQLiteStore: CircleStore {
     }
 
     private func holding<T: Sendable>(
-        _ gate: Gate,
+        _ gate: AsyncFIFOGate,
         _ connection: SQLiteConnection,
         _ operation: String,
         _ body: (SQLiteConnection) async throws -> T
     ) async throws -> T {
-        try await gate.enter()
+        guard await gate.enter() else { throw StoreError(.unavailable, "the SQLite store is closed") }
         do {
             let result = try await body(connection)
             await gate.leave(closing: false)
@@ -768,43 +760,6 @@ public final class SQLiteStore: CircleStore {
             return String(buffer: buffer)
         default:
             throw StoreError(.unavailable, "SQLite store: column \(column) is not a blob in \(row)")
-        }
-    }
-}
-
-// MARK: - Gate
-
-extension SQLiteStore {
-    /// A FIFO async lock that also remembers that the store was closed. Waiters are resumed in
-    /// arrival order; ownership passes straight to the next waiter, so nobody can barge in.
-    /// Waiting is not cancellable: every operation holding the gate is short.
-    private actor Gate {
-        private var isHeld = false
-        private var isClosed = false
-        private var waiters: [CheckedContinuation<Void, Never>] = []
-
-        func enter() async throws {
-            if self.isHeld {
-                await withCheckedContinuation { self.waiters.append($0) }
-                // Resumed by `leave`, which handed the gate over to us.
-            } else {
-                self.isHeld = true
-            }
-            if self.isClosed {
-                self.leave(closing: false)
-                throw StoreError(.unavailable, "the SQLite store is closed")
-            }
-        }
-
-        func leave(closing: Bool) {
-            if closing {
-                self.isClosed = true
-            }
-            if self.waiters.isEmpty {
-                self.isHeld = false
-            } else {
-                self.waiters.removeFirst().resume()
-            }
         }
     }
 }
