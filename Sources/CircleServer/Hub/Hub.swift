@@ -218,43 +218,38 @@ final class Hub: Sendable {
         return count
     }
 
-    /// Hands posts to their circles' subscribers, one hop per event loop.
+    /// Hands posts of one circle, ascending (a ``FeedSequencer/Action/publish(_:)``: ``publish``
+    /// split its batch by circle already), to the circle's subscribers, one hop per event loop.
     private func deliver(_ posts: [CirclePost], wakes: inout InboxWakes) -> Int {
+        guard let circle = posts.first?.circle else { return 0 }
+        assert(posts.allSatisfy { $0.circle == circle }, "a publish action holds one circle's posts")
         // Under the lock only the lookup; encoding and compressing happen outside it.
-        var targets: [(posts: [CirclePost], subscribers: Set<HubSubscriber>, shared: [PerMessageDeflate.SharedCompression])] = []
-        let runs = Self.runs(of: posts)
-        self.subscriptions.withLockedValue { table in
-            for run in runs {
-                guard let subscribers = table[run[0].circle], !subscribers.isEmpty else { continue }
-                var shared: [PerMessageDeflate.SharedCompression] = []
-                for subscriber in subscribers {
-                    if let setting = subscriber.sharedCompression, !shared.contains(setting) { shared.append(setting) }
-                }
-                targets.append((run, subscribers, shared))
+        let found = self.subscriptions.withLockedValue { table -> (Set<HubSubscriber>, [PerMessageDeflate.SharedCompression])? in
+            guard let subscribers = table[circle], !subscribers.isEmpty else { return nil }
+            var shared: [PerMessageDeflate.SharedCompression] = []
+            for subscriber in subscribers {
+                if let setting = subscriber.sharedCompression, !shared.contains(setting) { shared.append(setting) }
             }
+            return (subscribers, shared)
+        }
+        guard let (subscribers, shared) = found else { return 0 }
+        let payloads = posts.map { ($0.seq, self.payload(for: .post($0), sharedCompression: shared)) }
+        let events: [HubEvent]
+        if let run = HubPostRun(payloads, allocator: self.allocator) {
+            events = [.posts(circle: circle, run: run)]
+        } else {
+            events = payloads.map { .post(circle: circle, seq: $0.0, payload: $0.1) }
         }
         var perLoop: [ObjectIdentifier: (loop: any EventLoop, deliveries: [(HubSubscriber, HubEvent)])] = [:]
-        var count = 0
-        for target in targets {
-            let circle = target.posts[0].circle
-            let payloads = target.posts.map { ($0.seq, self.payload(for: .post($0), sharedCompression: target.shared)) }
-            let events: [HubEvent]
-            if let run = HubPostRun(payloads, allocator: self.allocator) {
-                events = [.posts(circle: circle, run: run)]
-            } else {
-                events = payloads.map { .post(circle: circle, seq: $0.0, payload: $0.1) }
+        for subscriber in subscribers {
+            for event in events {
+                perLoop[ObjectIdentifier(subscriber.eventLoop), default: (subscriber.eventLoop, [])].deliveries.append((subscriber, event))
             }
-            for subscriber in target.subscribers {
-                for event in events {
-                    perLoop[ObjectIdentifier(subscriber.eventLoop), default: (subscriber.eventLoop, [])].deliveries.append((subscriber, event))
-                }
-            }
-            count += target.subscribers.count * target.posts.count
         }
         for (_, group) in perLoop {
             self.inbox(for: group.loop).post(.deliver(group.deliveries), wakes: &wakes)
         }
-        return count
+        return subscribers.count * posts.count
     }
 
     /// `loop`'s inbox: post deliveries go through it, and so do the commit loop's answers, so
