@@ -814,13 +814,6 @@ public final class PostgresStore: CircleStore {
     )
 
     static func post(_ row: PostRow) throws -> CirclePost {
-        var change: CircleChange?
-        if let name = row.7 {
-            guard let known = CircleChange(rawValue: name) else {
-                throw StoreError(.unavailable, "PostgreSQL store: unknown change \"\(name)\" in the posts table")
-            }
-            change = known
-        }
         return CirclePost(
             circle: row.0,
             seq: row.1,
@@ -829,7 +822,7 @@ public final class PostgresStore: CircleStore {
             attachment: row.5,
             time: row.6,
             id: String(buffer: row.3),
-            change: change,
+            change: try StoredPostColumns.change(row.7, store: "PostgreSQL"),
             target: row.8,
             emoji: row.9.map { String(buffer: $0) },
             replyTo: row.10,
@@ -837,12 +830,7 @@ public final class PostgresStore: CircleStore {
             deleted: row.12,
             mentions: CommitPlan.mentions(fromColumn: row.13.map { String(buffer: $0) }),
             mentionsEveryone: row.14,
-            event: try row.15.map { name in
-                guard let event = CircleSystemEvent(rawValue: name) else {
-                    throw StoreError(.unavailable, "PostgreSQL store: unknown event \"\(name)\" in the posts table")
-                }
-                return event
-            },
+            event: try StoredPostColumns.event(row.15, store: "PostgreSQL"),
             member: row.16
         )
     }

@@ -520,13 +520,6 @@ final class SQLitePostWriter: @unchecked Sendable {
 
     /// The row `statement` is on, in the columns of ``Statement/entryColumns``.
     private func entry(_ statement: OpaquePointer) throws -> CirclePost {
-        var change: CircleChange?
-        if let name = self.columnText(statement, 7) {
-            guard let known = CircleChange(rawValue: name) else {
-                throw StoreError(.unavailable, "SQLite store: unknown change \"\(name)\" in the posts table")
-            }
-            change = known
-        }
         return CirclePost(
             circle: self.columnText(statement, 0) ?? "",
             seq: sqlite_nio_sqlite3_column_int64(statement, 1),
@@ -535,7 +528,7 @@ final class SQLitePostWriter: @unchecked Sendable {
             attachment: self.columnText(statement, 5),
             time: sqlite_nio_sqlite3_column_int64(statement, 6),
             id: self.columnText(statement, 3) ?? "",
-            change: change,
+            change: try StoredPostColumns.change(self.columnText(statement, 7), store: "SQLite"),
             target: self.columnInteger(statement, 8),
             emoji: self.columnText(statement, 9),
             replyTo: self.columnInteger(statement, 10),
@@ -543,7 +536,7 @@ final class SQLitePostWriter: @unchecked Sendable {
             deleted: sqlite_nio_sqlite3_column_int64(statement, 12) != 0,
             mentions: CommitPlan.mentions(fromColumn: self.columnText(statement, 13)),
             mentionsEveryone: sqlite_nio_sqlite3_column_int64(statement, 14) != 0,
-            event: try SQLiteStore.systemEvent(self.columnText(statement, 15)),
+            event: try StoredPostColumns.event(self.columnText(statement, 15), store: "SQLite"),
             member: self.columnText(statement, 16)
         )
     }

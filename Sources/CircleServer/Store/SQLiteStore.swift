@@ -683,10 +683,7 @@ public final class SQLiteStore: CircleStore {
         case .null, nil:
             change = nil
         case .text(let name):
-            guard let known = CircleChange(rawValue: name) else {
-                throw StoreError(.unavailable, "SQLite store: unknown change \"\(name)\" in \(row)")
-            }
-            change = known
+            change = try StoredPostColumns.change(name, store: "SQLite")
         default:
             throw StoreError(.unavailable, "SQLite store: column change is not text in \(row)")
         }
@@ -706,18 +703,9 @@ public final class SQLiteStore: CircleStore {
             deleted: try Self.integer(row, "deleted") != 0,
             mentions: CommitPlan.mentions(fromColumn: try Self.optionalBlobText(row, "mentions")),
             mentionsEveryone: try Self.integer(row, "mentions_everyone") != 0,
-            event: try Self.systemEvent(row.column("event")?.string),
+            event: try StoredPostColumns.event(row.column("event")?.string, store: "SQLite"),
             member: try Self.optionalBlobText(row, "member")
         )
-    }
-
-    /// A system entry's `event` column (`nil` for other entries).
-    static func systemEvent(_ name: String?) throws -> CircleSystemEvent? {
-        guard let name else { return nil }
-        guard let event = CircleSystemEvent(rawValue: name) else {
-            throw StoreError(.unavailable, "SQLite store: unknown event \"\(name)\" in the posts table")
-        }
-        return event
     }
 
     static func text(_ row: SQLiteRow, _ column: String) throws -> String {
