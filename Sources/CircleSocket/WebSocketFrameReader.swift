@@ -69,7 +69,7 @@ package struct WebSocketFrameParser {
     /// buffer holds less than twice `max(count, pendingFloor)` (or than twice the frame), and it
     /// grows in doublings: each received byte is copied a bounded number of times.
     package static func capacity(frameSize: Int?, holding count: Int) -> Int {
-        let limit = frameSize ?? Self.maxHeaderSize
+        let limit = frameSize ?? WebSocketFrameHeader.maxSize
         return max(count, min(limit, Self.pendingFloor))
     }
 
@@ -106,8 +106,6 @@ package struct WebSocketFrameParser {
             buffer.writeBuffer(&part)
         }
     }
-
-    private static let maxHeaderSize = 14
 
     /// The header's size, from its first two bytes (at least two must be readable).
     private static func headerSize(firstTwo buffer: ByteBuffer) -> Int {

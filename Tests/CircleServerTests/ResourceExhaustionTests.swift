@@ -114,11 +114,22 @@ struct ResourceExhaustionTests {
         let port = try ServerProcess.freePort()
         let data = FileManager.default.temporaryDirectory.appendingPathComponent("circle-emfile-\(UUID().uuidString)").path
         defer { try? FileManager.default.removeItem(atPath: data) }
+        // The server's output, shown if it is gone mid-test (it once was, in a full run).
+        let log = data + ".log"
+        defer { try? FileManager.default.removeItem(atPath: log) }
+        func usage(_ pid: Int32) throws -> ProcessUsage {
+            guard let usage = ProcessUsage.of(pid: pid) else {
+                let output = (try? String(contentsOfFile: log, encoding: .utf8)) ?? "(no output)"
+                throw ServerGone(description: "the server (pid \(pid)) is gone; its output ends: \(output.suffix(3000))")
+            }
+            return usage
+        }
         let server = ServerProcess(
             port: port,
             dataDirectory: data,
             arguments: ["--max-pending-connections", "100000", "--max-pending-connections-per-address", "0", "--request-head-timeout", "3s"],
-            openFileLimit: 160
+            openFileLimit: 160,
+            logFile: log
         )
         try await server.start()
         defer { server.stop() }
@@ -127,9 +138,9 @@ struct ResourceExhaustionTests {
         // handshakes, the server cannot accept() them all.
         var idle: [RawTCP] = []
         for _ in 0..<220 { idle.append(try RawTCP(port: port)) }
-        let before = try #require(ProcessUsage.of(pid: pid)).cpuSeconds
+        let before = try usage(pid).cpuSeconds
         try await Task.sleep(for: .seconds(2))
-        let after = try #require(ProcessUsage.of(pid: pid)).cpuSeconds
+        let after = try usage(pid).cpuSeconds
         // A busy accept loop burns most of a core (1.7 s of CPU in these 2 s before the fix).
         #expect(after - before < 0.5, "the server used \(after - before) s of CPU in 2 s while out of descriptors")
         // Once the idle connections time out, it serves again.
@@ -142,4 +153,9 @@ struct ResourceExhaustionTests {
         #expect(healthy, "the server did not recover after the idle connections timed out")
         idle.removeAll()
     }
+}
+
+/// The server process of a test ended while the test still needed it.
+private struct ServerGone: Error, CustomStringConvertible {
+    var description: String
 }

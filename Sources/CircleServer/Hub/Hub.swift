@@ -5,7 +5,7 @@ import NIOCore
 
 /// In-memory fan-out: who is subscribed to which circle on this node.
 ///
-/// Posts come from this node's commits (``publish(_:)``) and, when several nodes share the
+/// Posts come from this node's commits (``publish(_:wakes:)``) and, when several nodes share the
 /// store, from what the others say (``receive(_:)``, the poll's ``advanced(_:to:)``); a
 /// ``FeedSequencer`` puts each circle's posts in sequence order before they are delivered.
 ///
@@ -218,7 +218,7 @@ final class Hub: Sendable {
         return count
     }
 
-    /// Hands posts of one circle, ascending (a ``FeedSequencer/Action/publish(_:)``: ``publish``
+    /// Hands posts of one circle, ascending (a ``FeedSequencer/Action/publish(_:)``: ``publish(_:wakes:)``
     /// split its batch by circle already), to the circle's subscribers, one hop per event loop.
     private func deliver(_ posts: [CirclePost], wakes: inout InboxWakes) -> Int {
         guard let circle = posts.first?.circle else { return 0 }
