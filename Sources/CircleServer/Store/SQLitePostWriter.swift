@@ -518,27 +518,31 @@ final class SQLitePostWriter: @unchecked Sendable {
         return try self.entry(statement)
     }
 
-    /// The row `statement` is on, in the columns of ``Statement/entryColumns``.
+    /// The row `statement` is on, in the columns of ``SQLiteEntryRow/columns``.
     private func entry(_ statement: OpaquePointer) throws -> CirclePost {
-        return CirclePost(
-            circle: self.columnText(statement, 0) ?? "",
-            seq: sqlite_nio_sqlite3_column_int64(statement, 1),
-            author: self.columnText(statement, 2) ?? "",
-            text: self.columnText(statement, 4),
-            attachment: self.columnText(statement, 5),
-            time: sqlite_nio_sqlite3_column_int64(statement, 6),
-            id: self.columnText(statement, 3) ?? "",
-            change: try StoredPostColumns.change(self.columnText(statement, 7), store: "SQLite"),
-            target: self.columnInteger(statement, 8),
-            emoji: self.columnText(statement, 9),
-            replyTo: self.columnInteger(statement, 10),
-            edited: self.columnInteger(statement, 11),
-            deleted: sqlite_nio_sqlite3_column_int64(statement, 12) != 0,
-            mentions: CommitPlan.mentions(fromColumn: self.columnText(statement, 13)),
-            mentionsEveryone: sqlite_nio_sqlite3_column_int64(statement, 14) != 0,
-            event: try StoredPostColumns.event(self.columnText(statement, 15), store: "SQLite"),
-            member: self.columnText(statement, 16)
-        )
+        try SQLiteEntryRow.post(StatementRow(writer: self, statement: statement))
+    }
+
+    /// The row a statement of this writer is on, read through the C API.
+    private struct StatementRow: SQLiteEntryRow.Reader {
+        let writer: SQLitePostWriter
+        let statement: OpaquePointer
+
+        func text(_ index: Int) throws -> String? {
+            switch sqlite_nio_sqlite3_column_type(self.statement, Int32(index)) {
+            case SQLITE_NULL: nil
+            case SQLITE_TEXT, SQLITE_BLOB: self.writer.columnText(self.statement, Int32(index))
+            default: throw SQLiteEntryRow.damaged(index, "is not text")
+            }
+        }
+
+        func integer(_ index: Int) throws -> Int64? {
+            switch sqlite_nio_sqlite3_column_type(self.statement, Int32(index)) {
+            case SQLITE_NULL: nil
+            case SQLITE_INTEGER: sqlite_nio_sqlite3_column_int64(self.statement, Int32(index))
+            default: throw SQLiteEntryRow.damaged(index, "is not an integer")
+            }
+        }
     }
 
     /// The subscriptions a commit delivers to (only what ``Webhook/wants(_:)`` asks).
@@ -608,7 +612,7 @@ final class SQLitePostWriter: @unchecked Sendable {
         case searchFind, searchNextID, searchAddDoc, searchRemoveDoc, searchAddWords, searchAddTrigrams, searchRemoveWords, searchRemoveTrigrams
 
         /// The columns ``SQLitePostWriter/entry(_:)`` reads, in its order.
-        static let entryColumns = "circle, seq, author, client_id, text, attachment, time, change, target, emoji, reply_to, edited_at, deleted, mentions, mentions_everyone, event, member"
+        static let entryColumns = SQLiteEntryRow.list
 
         var sql: String {
             switch self {
@@ -786,7 +790,7 @@ final class SQLitePostWriter: @unchecked Sendable {
     }
 
     /// A TEXT column as a string with all its bytes (an embedded NUL included); `nil` for NULL.
-    private func columnText(_ statement: OpaquePointer, _ column: Int32) -> String? {
+    fileprivate func columnText(_ statement: OpaquePointer, _ column: Int32) -> String? {
         guard sqlite_nio_sqlite3_column_type(statement, column) != SQLITE_NULL else { return nil }
         // text before bytes: the count is that of the UTF-8 form just produced.
         guard let text = sqlite_nio_sqlite3_column_text(statement, column) else { return "" }

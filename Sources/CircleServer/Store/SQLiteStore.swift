@@ -532,18 +532,7 @@ public final class SQLiteStore: CircleStore {
     /// The columns ``post(_:)`` reads, of the posts table aliased `table`. Strings are read as
     /// blobs: sqlite-nio reads TEXT with `String(cString:)`, which cuts a string at an embedded
     /// NUL (and a client id cut short would no longer match its key).
-    private static func postColumns(_ table: String) -> String {
-        """
-        CAST(\(table).circle AS BLOB) AS circle, \(table).seq AS seq, CAST(\(table).author AS BLOB) AS author, \
-        CAST(\(table).client_id AS BLOB) AS client_id, CAST(\(table).text AS BLOB) AS text, \
-        CAST(\(table).attachment AS BLOB) AS attachment, \(table).time AS time, \(table).change AS change, \
-        \(table).target AS target, CAST(\(table).emoji AS BLOB) AS emoji, \(table).reply_to AS reply_to, \
-        \(table).edited_at AS edited_at, \(table).deleted AS deleted, CAST(\(table).mentions AS BLOB) AS mentions, \
-        \(table).mentions_everyone AS mentions_everyone, \(table).event AS event, CAST(\(table).member AS BLOB) AS member
-        """
-    }
-
-    private static let selectPosts = "SELECT \(SQLiteStore.postColumns("posts")) FROM posts"
+    private static let selectPosts = "SELECT \(SQLiteEntryRow.blobList("posts")) FROM posts"
 
     // MARK: - Plumbing
 
@@ -678,34 +667,29 @@ public final class SQLiteStore: CircleStore {
     }
 
     private static func post(_ row: SQLiteRow) throws -> CirclePost {
-        let change: CircleChange?
-        switch row.column("change") {
-        case .null, nil:
-            change = nil
-        case .text(let name):
-            change = try StoredPostColumns.change(name, store: "SQLite")
-        default:
-            throw StoreError(.unavailable, "SQLite store: column change is not text in \(row)")
+        try SQLiteEntryRow.post(EntryReader(row: row))
+    }
+
+    /// A sqlite-nio row of ``SQLiteEntryRow/blobList(_:)``: the text columns arrive as blobs.
+    private struct EntryReader: SQLiteEntryRow.Reader {
+        let row: SQLiteRow
+
+        func text(_ index: Int) throws -> String? {
+            switch self.row.column(SQLiteEntryRow.columns[index]) {
+            case .null: nil
+            case .blob(let buffer): String(buffer: buffer)
+            case .text(let text): text
+            default: throw SQLiteEntryRow.damaged(index, "is not text")
+            }
         }
-        return CirclePost(
-            circle: try Self.blobText(row, "circle"),
-            seq: try Self.integer(row, "seq"),
-            author: try Self.blobText(row, "author"),
-            text: try Self.optionalBlobText(row, "text"),
-            attachment: try Self.optionalBlobText(row, "attachment"),
-            time: try Self.integer(row, "time"),
-            id: try Self.blobText(row, "client_id"),
-            change: change,
-            target: try Self.optionalInteger(row, "target"),
-            emoji: try Self.optionalBlobText(row, "emoji"),
-            replyTo: try Self.optionalInteger(row, "reply_to"),
-            edited: try Self.optionalInteger(row, "edited_at"),
-            deleted: try Self.integer(row, "deleted") != 0,
-            mentions: CommitPlan.mentions(fromColumn: try Self.optionalBlobText(row, "mentions")),
-            mentionsEveryone: try Self.integer(row, "mentions_everyone") != 0,
-            event: try StoredPostColumns.event(row.column("event")?.string, store: "SQLite"),
-            member: try Self.optionalBlobText(row, "member")
-        )
+
+        func integer(_ index: Int) throws -> Int64? {
+            switch self.row.column(SQLiteEntryRow.columns[index]) {
+            case .null: nil
+            case .integer(let value): Int64(value)
+            default: throw SQLiteEntryRow.damaged(index, "is not an integer")
+            }
+        }
     }
 
     static func text(_ row: SQLiteRow, _ column: String) throws -> String {
@@ -738,16 +722,5 @@ public final class SQLiteStore: CircleStore {
             throw StoreError(.unavailable, "SQLite store: column \(column) is not a blob in \(row)")
         }
         return String(buffer: buffer)
-    }
-
-    private static func optionalBlobText(_ row: SQLiteRow, _ column: String) throws -> String? {
-        switch row.column(column) {
-        case .null:
-            return nil
-        case .blob(let buffer):
-            return String(buffer: buffer)
-        default:
-            throw StoreError(.unavailable, "SQLite store: column \(column) is not a blob in \(row)")
-        }
     }
 }
