@@ -327,32 +327,22 @@ extension WebSocket {
         logger: Logger,
         deadline: Duration
     ) async throws -> WebSocket {
-        // Unstructured tasks on purpose: a task group would wait for a resolver that does not
-        // return; the continuation is resumed by whichever finishes first.
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<WebSocket, any Error>) in
-            let pending = NIOLockedValueBox<CheckedContinuation<WebSocket, any Error>?>(continuation)
-            let resume: @Sendable (Result<WebSocket, any Error>) -> Void = { result in
-                let continuation = pending.withLockedValue { pending in
-                    defer { pending = nil }
-                    return pending
-                }
-                if let continuation {
-                    continuation.resume(with: result)
-                } else if case .success(let socket) = result {
-                    socket.abort()  // connected after the deadline was reported: nobody uses it
-                }
-            }
-            Task {
+        let outcome: Result<WebSocket, any Error> = await withDeadline(
+            deadline,
+            timedOut: { .failure(WebSocketConnectDeadlineExceeded(deadline: deadline)) },
+            cancelled: { .failure(CancellationError()) },
+            late: { result in
+                // Connected after the deadline was reported: nobody uses it.
+                if case .success(let socket) = result { socket.abort() }
+            },
+            {
                 do {
-                    resume(.success(try await WebSocket.connect(to: url, configuration: configuration, logger: logger)))
+                    return .success(try await WebSocket.connect(to: url, configuration: configuration, logger: logger))
                 } catch {
-                    resume(.failure(error))
+                    return .failure(error)
                 }
             }
-            Task {
-                try? await Task.sleep(for: deadline)
-                resume(.failure(WebSocketConnectDeadlineExceeded(deadline: deadline)))
-            }
-        }
+        )
+        return try outcome.get()
     }
 }

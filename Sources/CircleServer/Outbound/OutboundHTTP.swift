@@ -76,44 +76,21 @@ package struct OutboundHTTP: Sendable {
         }
         // The exchange runs in a task of its own that the time limit cancels; the caller resumes
         // at the limit even if part of the exchange cannot be cancelled (getaddrinfo on its
-        // thread), and that part ends on its own later.
+        // thread), and that part ends on its own later. A caller that gives up (a server shutting
+        // down) ends the exchange at once.
         let timeout = self.timeout
-        let gate = NIOLockedValueBox<CheckedContinuation<Result<Response, Failure>, Never>?>(nil)
-        let tasks = NIOLockedValueBox<(exchange: Task<Void, Never>?, timer: Task<Void, Never>?)>((nil, nil))
-        let outcome = await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Result<Response, Failure>, Never>) in
-                gate.withLockedValue { $0 = continuation }
-                let exchange = Task {
-                    let result: Result<Response, Failure>
-                    do throws(Failure) {
-                        result = .success(try await self.exchange(method, target: target, uri: uri, headers: headers, body: body))
-                    } catch {
-                        result = .failure(error)
-                    }
-                    gate.withLockedValue { $0.take() }?.resume(returning: result)
-                    tasks.withLockedValue { $0.timer }?.cancel()
-                }
-                let limit = Task {
-                    try? await Task.sleep(for: timeout)
-                    guard let waiting = gate.withLockedValue({ $0.take() }) else { return }
-                    exchange.cancel()
-                    waiting.resume(returning: .failure(Failure("no answer from \(target.address) within \(timeout)")))
-                }
-                tasks.withLockedValue { $0 = (exchange, limit) }
-                // The exchange may have ended (or the caller been cancelled) before the tasks were stored.
-                if gate.withLockedValue({ $0 == nil }) {
-                    limit.cancel()
-                    exchange.cancel()
+        let outcome: Result<Response, Failure> = await withDeadline(
+            timeout,
+            timedOut: { .failure(Failure("no answer from \(target.address) within \(timeout)")) },
+            cancelled: { .failure(Failure("cancelled")) },
+            {
+                do throws(Failure) {
+                    return .success(try await self.exchange(method, target: target, uri: uri, headers: headers, body: body))
+                } catch {
+                    return .failure(error)
                 }
             }
-        } onCancel: {
-            // The caller gave up (a server shutting down): end the exchange now.
-            let waiting = gate.withLockedValue { $0.take() }
-            let (exchange, limit) = tasks.withLockedValue { $0 }
-            exchange?.cancel()
-            limit?.cancel()
-            waiting?.resume(returning: .failure(Failure("cancelled")))
-        }
+        )
         return try outcome.get()
     }
 

@@ -1,3 +1,4 @@
+import CircleHTTPClient
 import CircleWire
 import Foundation
 import Logging
@@ -874,38 +875,19 @@ public final class PostgresStore: CircleStore {
         _ body: @escaping @Sendable () async throws -> T
     ) async throws -> T {
         let limit = limit ?? self.operationTimeout
-        let answer = NIOLockedValueBox<CheckedContinuation<T, any Error>?>(nil)
-        let tasks = NIOLockedValueBox<(work: Task<Void, Never>?, timer: Task<Void, Never>?)>((nil, nil))
-        @Sendable func resolve(_ result: Result<T, any Error>) {
-            guard let continuation = answer.withLockedValue({ value -> CheckedContinuation<T, any Error>? in
-                defer { value = nil }
-                return value
-            }) else { return }
-            let (work, timer) = tasks.withLockedValue { $0 }
-            timer?.cancel()
-            if case .failure(let error) = result, error is TimedOut { work?.cancel() }
-            continuation.resume(with: result)
-        }
-        return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
-                answer.withLockedValue { $0 = continuation }
-                let work = Task {
-                    do {
-                        resolve(.success(try await body()))
-                    } catch {
-                        resolve(.failure(error))
-                    }
+        let outcome: Result<T, any Error> = await withDeadline(
+            limit,
+            timedOut: { .failure(TimedOut(operation: name, limit: limit)) },
+            cancelled: { .failure(CancellationError()) },
+            {
+                do {
+                    return .success(try await body())
+                } catch {
+                    return .failure(error)
                 }
-                let timer = Task {
-                    guard (try? await Task.sleep(for: limit)) != nil else { return }
-                    resolve(.failure(TimedOut(operation: name, limit: limit)))
-                }
-                tasks.withLockedValue { $0 = (work, timer) }
             }
-        } onCancel: {
-            let (work, _) = tasks.withLockedValue { $0 }
-            work?.cancel()
-        }
+        )
+        return try outcome.get()
     }
 
     static func storeError(_ error: any Error, _ operation: String) -> StoreError {
