@@ -187,6 +187,10 @@ let package = Package(
             path: "Tests/CircleTestSupport"
         ),
         .testTarget(
+            name: "CircleWireTests",
+            dependencies: ["CircleWire", .product(name: "NIOCore", package: "swift-nio")]
+        ),
+        .testTarget(
             name: "CircleSocketTests",
             dependencies: [
                 "CircleSocket",

@@ -75,7 +75,7 @@ struct BackupRestoreTests {
         let againURL = "ws://127.0.0.1:\(again.port)/v1/ws"
 
         // Everything from the start: contiguous seqs, each post once, every early ack there.
-        let reader = try await WireReader(url: againURL, token: try await Self.token("bob"))
+        let reader = try await TestClient(url: againURL, token: try await Self.token("bob"))
         let newest = try #require(try await reader.join("storm", since: 0))
         #expect(Int(newest) >= ackedBefore.count)
         let all = await reader.posts(in: "storm", timeout: .seconds(60)) { $0.seq == newest }
@@ -89,7 +89,7 @@ struct BackupRestoreTests {
 
         // A reader that had read up to the middle resumes from there; a new post follows on.
         let middle = newest / 2
-        let resumed = try await WireReader(url: againURL, token: try await Self.token("carol"))
+        let resumed = try await TestClient(url: againURL, token: try await Self.token("carol"))
         try await resumed.join("storm", since: middle)
         let rest = await resumed.posts(in: "storm", timeout: .seconds(60)) { $0.seq == newest }
         #expect(rest.posts.map(\.seq) == Array((middle + 1)...newest))
@@ -130,7 +130,7 @@ struct BackupRestoreTests {
         try await again.start()
         defer { again.stop() }
         let againURL = "ws://127.0.0.1:\(again.port)/v1/ws"
-        let reader = try await WireReader(url: againURL, token: try await Self.token("bob"))
+        let reader = try await TestClient(url: againURL, token: try await Self.token("bob"))
         let newest = try #require(try await reader.join("storm", since: 0))
         let all = await reader.posts(in: "storm", timeout: .seconds(60)) { $0.seq == newest }
         #expect(all.posts.map(\.seq) == Array(1...newest))

@@ -349,11 +349,6 @@ extension ChatTmuxTests {
     }
 }
 
-struct TestFailure: Error, CustomStringConvertible {
-    var description: String
-    init(_ description: String) { self.description = description }
-}
-
 extension ChatTmuxTests {
     @Test("Tab completes a name after @; a post that mentions me is marked; /dm starts a direct message that /circles lists apart and its other member is told of")
     func mentionsAndDirectMessages() async throws {

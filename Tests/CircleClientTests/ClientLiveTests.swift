@@ -41,20 +41,6 @@ private func waitFor(_ client: CircleClient, timeout: Duration = .seconds(10), _
     return false
 }
 
-/// Collects a circle's posts in a task until `count` arrived or the time is up.
-func collect(_ stream: AsyncStream<CircleEvent>, count: Int, timeout: Duration = .seconds(60)) -> Task<[CirclePost], Never> {
-    Task {
-        await within(timeout) {
-            var posts: [CirclePost] = []
-            for await event in stream {
-                if case .post(let post) = event { posts.append(post) }
-                if posts.count >= count { break }
-            }
-            return posts
-        } ?? []
-    }
-}
-
 @Suite("CircleClient against a real server", .serialized)
 struct ClientLiveTests {
     @Test("post resolves with its sequence number; another client receives it; history and typing work")

@@ -45,23 +45,3 @@ func unsignedToken(for user: String) -> String {
         .replacingOccurrences(of: "=", with: "").replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
     return "eyJhbGciOiJIUzI1NiJ9.\(payload).sig"
 }
-
-/// Collects values of `stream` until `done` says the collection is complete; what was collected
-/// when `timeout` passed first.
-func collect<T: Sendable>(
-    _ stream: AsyncStream<T>,
-    timeout: Duration = .seconds(30),
-    until done: @escaping @Sendable ([T]) -> Bool
-) async -> [T] {
-    let collected = NIOLockedValueBox<[T]>([])
-    _ = await within(timeout) {
-        for await value in stream {
-            let all = collected.withLockedValue { values in
-                values.append(value)
-                return values
-            }
-            if done(all) { return }
-        }
-    }
-    return collected.withLockedValue { $0 }
-}

@@ -6,13 +6,15 @@ import Testing
 
 /// Several `circle serve --postgres` nodes on one PostgreSQL (issue 12): real processes of the
 /// built `circle` binary, a fresh database per test, the real SDK for writers and readers, and
-/// bare `circle.v1` connections (``WireReader``) where a test must see exactly what a node sends.
+/// bare `circle.v1` connections (``TestClient``) where a test must see exactly what a node sends.
 ///
 /// Every storm ends with a sentinel post ("end"), so that a reader knows it has everything and
 /// a duplicate sent before the sentinel would show in its list.
 @Suite("Several nodes on one PostgreSQL", .serialized)
 struct MultiNodeTests {
     static let sentinel = "end"
+    /// A delivery is complete with the sentinel post.
+    static let sawSentinel: @Sendable (Delivery) -> Bool = { $0.posts.last?.text == sentinel }
 
     @Test("a reader on node C joined with since gets every post through A and B once, in order", .timeLimit(.minutes(3)))
     func crossNodeReader() async throws {
@@ -29,7 +31,7 @@ struct MultiNodeTests {
         // The writers' own streams are subscribers too: A's sees B's posts and the other way round.
         var writerStreams: [Task<Delivery, Never>] = []
         for writer in writers {
-            writerStreams.append(collect(await writer.messages(in: "relay"), timeout: .seconds(120)))
+            writerStreams.append(collectDelivery(await writer.messages(in: "relay"), timeout: .seconds(120), until: MultiNodeTests.sawSentinel))
             await writer.connect()
         }
         for writer in writers { try await requireJoined(writer, "relay") }
@@ -58,7 +60,7 @@ struct MultiNodeTests {
             }
         }
         #expect(await eventually(timeout: .seconds(60)) { await progress.count >= perWriter / 4 })
-        let reader = try await WireReader(url: cluster.wsURL(2), token: try await cluster.token("reader"))
+        let reader = try await TestClient(url: cluster.wsURL(2), token: try await cluster.token("reader"))
         let joinedAt = try await reader.join("relay", since: 0)
         await readerJoined.open()
         let reading = Task { await reader.posts(in: "relay", timeout: .seconds(120)) { $0.text == Self.sentinel } }
@@ -130,7 +132,7 @@ struct MultiNodeTests {
 
 /// Five SDK writers post 200 posts each to one circle, each with all nodes in its `servers`
 /// (starting at a different node, so they spread) and its outbox in a state file. Three SDK
-/// readers (one starting on each node) and bare ``WireReader``s on the given nodes follow the
+/// readers (one starting on each node) and bare ``TestClient``s on the given nodes follow the
 /// circle. Twice during the storm (once 150, then 450 post calls have resolved) `fault` runs;
 /// writers wait before their 61st and 131st posts until the fault of that round has begun
 /// (`release`), so that each fault happens while posts are still to come. Then: every post
@@ -161,12 +163,12 @@ struct Storm {
                 cluster, user: "w\(index)", servers: cluster.servers(startingAt: index % cluster.nodes.count),
                 stateFile: stateDirectory + "/w\(index).sqlite"
             )
-            deliveries.append(("writer w\(index)", collect(await client.messages(in: circle), timeout: .seconds(150))))
+            deliveries.append(("writer w\(index)", collectDelivery(await client.messages(in: circle), timeout: .seconds(150), until: MultiNodeTests.sawSentinel)))
             writers.append(client)
         }
         for index in 0..<cluster.nodes.count {
             let client = try await writerClient(cluster, user: "r\(index)", servers: cluster.servers(startingAt: index))
-            deliveries.append(("reader r\(index)", collect(await client.messages(in: circle), timeout: .seconds(150))))
+            deliveries.append(("reader r\(index)", collectDelivery(await client.messages(in: circle), timeout: .seconds(150), until: MultiNodeTests.sawSentinel)))
             readers.append(client)
         }
         let everyone = writers + readers
@@ -178,9 +180,9 @@ struct Storm {
             let states = await client.states()
             connections.append(Task { await states.reduce(0) { $0 + ($1 == .connected ? 1 : 0) } })
         }
-        var wire: [(Int, WireReader)] = []
+        var wire: [(Int, TestClient)] = []
         for node in self.wireReaders {
-            let reader = try await WireReader(url: cluster.wsURL(node), token: try await cluster.token("wire\(node)"))
+            let reader = try await TestClient(url: cluster.wsURL(node), token: try await cluster.token("wire\(node)"))
             try await reader.join(circle, since: 0)
             wire.append((node, reader))
         }
@@ -314,37 +316,6 @@ struct AckedPost: Sendable {
     var receipt: PostReceipt
     /// `author/id`: the idempotency key.
     var key: String { "\(self.author)/\(self.receipt.id)" }
-}
-
-/// What one subscriber got.
-struct Delivery: Sendable {
-    var posts: [CirclePost] = []
-    var gaps: [ClosedRange<Int64>] = []
-    var finished = false
-}
-
-/// Collects a circle's posts and gaps from an SDK stream until the sentinel post or the time is up.
-func collect(_ stream: AsyncStream<CircleEvent>, timeout: Duration) -> Task<Delivery, Never> {
-    Task {
-        await within(timeout) {
-            var delivery = Delivery()
-            for await event in stream {
-                switch event {
-                case .post(let post):
-                    delivery.posts.append(post)
-                    if post.text == MultiNodeTests.sentinel {
-                        delivery.finished = true
-                        return delivery
-                    }
-                case .gap(let from, let to):
-                    delivery.gaps.append(from...max(from, to))
-                default:
-                    continue
-                }
-            }
-            return delivery
-        } ?? Delivery()
-    }
 }
 
 /// Waits (bounded) until `client` has joined `circle`: its cursor is set by the join's ack.
