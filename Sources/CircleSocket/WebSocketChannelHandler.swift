@@ -101,6 +101,8 @@ final class WebSocketChannelHandler: ChannelDuplexHandler, RemovableChannelHandl
             case .stopProducing: self.producing = false
             case .produceMore, .dropped, .none: break
             }
+        case .deliverText:
+            preconditionFailure("this handler's protocol state delivers text as a String")
         case .reply(let reply):
             context.writeAndFlush(self.wrapOutboundOut(reply), promise: nil)
         case .pong(let payload):

@@ -25,6 +25,9 @@ package struct WebSocketProtocolState {
     package enum InboundAction {
         case none
         case deliver(WebSocketMessage)
+        /// A text message as its bytes, with ``deliversTextBytes`` set: the receiver checks their
+        /// UTF-8 (an unfragmented, uncompressed message's were not checked here).
+        case deliverText(ByteBuffer)
         /// Send this frame (a pong).
         case reply(WebSocketFrame)
         case pong(ByteBuffer)
@@ -50,6 +53,12 @@ package struct WebSocketProtocolState {
     package private(set) var sentCloseCode: WebSocketCloseCode?
     /// The masking keys of this side's frames (client role only).
     private var maskingKeys = MaskingKeySource()
+
+    /// Whether a text message is delivered as its bytes (``InboundAction/deliverText(_:)``)
+    /// rather than as a `String`. For a receiver that parses the bytes and checks their UTF-8 as
+    /// it goes (the chat session's JSON parser): an unfragmented, uncompressed message is then not
+    /// validated here first, and the receiver fails the connection with 1007 when it is not UTF-8.
+    package var deliversTextBytes = false
 
     package init(role: Role, maxMessageSize: Int, deflate: PerMessageDeflate?) {
         self.role = role
@@ -115,6 +124,7 @@ package struct WebSocketProtocolState {
     private mutating func singleFrameMessage(_ data: ByteBuffer, isText: Bool) -> InboundAction {
         guard data.readableBytes <= self.maxMessageSize else { return self.tooBig() }
         guard isText else { return .deliver(.binary(data)) }
+        if self.deliversTextBytes { return .deliverText(data) }
         guard let text = String(validating: data.readableBytesView, as: UTF8.self) else {
             return self.invalidUTF8()
         }
@@ -150,6 +160,7 @@ package struct WebSocketProtocolState {
             return .none
         }
         if message.isText {
+            if self.deliversTextBytes { return .deliverText(message.buffer) }
             return .deliver(.text(String(decoding: message.buffer.readableBytesView, as: UTF8.self)))
         }
         return .deliver(.binary(message.buffer))

@@ -308,6 +308,37 @@ struct AdversarialTests {
         }
     }
 
+    /// The chat socket parses a text frame's bytes once, checking UTF-8 as it goes: bytes that
+    /// are not UTF-8 anywhere in a frame (inside a JSON string, after a whole JSON value, in a
+    /// frame that is not JSON) close the connection with 1007, not an error reply.
+    @Test(
+        "a chat text frame that is not UTF-8 is answered with close 1007 wherever the bad bytes are",
+        arguments: [
+            Array(#"{"action":"join","id":"j1","circle":"caf"#.utf8) + [0xC3, 0x28] + Array(#""}"#.utf8),
+            Array(#"{"action":"join","id":"j1","circle":"x"}"#.utf8) + [0xFF],
+            [0x7B, 0xE2, 0x82],
+            [0xC0, 0xAF],
+        ]
+    )
+    func invalidTextCloses1007(payload: [UInt8]) async throws {
+        try await self.withServer { server, canary in
+            let token = try await server.token("bytes")
+            let connection = try RawTCP(port: server.port)
+            connection.send(
+                "GET /v1/ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+                    + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: circle.v1\r\nAuthorization: Bearer \(token)\r\n\r\n"
+            )
+            let upgraded = await connection.read(until: { String(decoding: $0, as: UTF8.self).contains("\r\n\r\n") }, timeout: .seconds(10))
+            #expect(String(decoding: upgraded, as: UTF8.self).hasPrefix("HTTP/1.1 101"))
+            let mask: [UInt8] = [9, 8, 7, 6]
+            connection.send([0x81, 0x80 | UInt8(payload.count)] + mask + payload.enumerated().map { $0.element ^ mask[$0.offset % 4] })
+            let (bytes, ending) = await connection.readToEnd(timeout: .seconds(15))
+            let closeCode = bytes.count >= 4 && bytes[0] == 0x88 ? Int(bytes[2]) << 8 | Int(bytes[3]) : nil
+            #expect(closeCode == 1007, "\(bytes.prefix(16)) \(ending)")
+            try await canary.check("after a frame that is not UTF-8")
+        }
+    }
+
     @Test("the data directory is 0700 and the database, its WAL and the token secret 0600")
     func privateFiles() async throws {
         try await self.withServer { server, _ in

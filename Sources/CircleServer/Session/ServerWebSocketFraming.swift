@@ -17,6 +17,9 @@ final class ServerWebSocketFraming {
         /// Nothing for the session (a pong, a control frame already answered, a partial message).
         case none
         case message(WebSocketMessage)
+        /// A text message's bytes, with `textBytes`: not yet checked as UTF-8 unless it was
+        /// fragmented or compressed. The receiver calls ``failInvalidText(context:)`` when they are not.
+        case text(ByteBuffer)
         /// The connection is closing: the peer closed, or broke the protocol and this side
         /// started the close (`failure` holds the code and error).
         case closing(failure: (WebSocketCloseCode, WebSocketError)?)
@@ -37,8 +40,11 @@ final class ServerWebSocketFraming {
     /// it enter the pipeline below the encoder, in order with the frames the encoder writes.
     private var encoderContext: ChannelHandlerContext?
 
-    init(maxMessageSize: Int, deflate: PerMessageDeflate?) {
+    /// - Parameter textBytes: deliver text messages as ``Inbound/text(_:)``, for a receiver that
+    ///   parses the bytes and checks their UTF-8 as it goes (once, not here and there again).
+    init(maxMessageSize: Int, deflate: PerMessageDeflate?, textBytes: Bool = false) {
         self.protocolState = WebSocketProtocolState(role: .server, maxMessageSize: maxMessageSize, deflate: deflate)
+        self.protocolState.deliversTextBytes = textBytes
         self.compresses = deflate != nil
     }
 
@@ -56,6 +62,8 @@ final class ServerWebSocketFraming {
             return .none
         case .deliver(let message):
             return .message(message)
+        case .deliverText(let bytes):
+            return .text(bytes)
         case .peerClosed(let code, let reason, let reply):
             self.isClosing = true
             self.endReason = "closed by the client: \(code.rawValue)\(reason.isEmpty ? "" : " \(reason)")"
@@ -70,6 +78,12 @@ final class ServerWebSocketFraming {
             self.close(code: code, reason: error.message, context: context)
             return .closing(failure: (code, error))
         }
+    }
+
+    /// Fails the connection for a text message that is not UTF-8 (1007, RFC 6455 §8.1), as the
+    /// protocol state does for the messages it checks itself.
+    func failInvalidText(context: ChannelHandlerContext) {
+        self.close(code: .invalidPayloadData, reason: "a text message was not valid UTF-8", context: context)
     }
 
     /// Handles an error from the pipeline (the frame decoder's, or the transport's). Returns

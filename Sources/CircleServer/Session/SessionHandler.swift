@@ -55,7 +55,7 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, Sessi
         self.services = services
         self.user = user
         let limits = services.configuration.limits
-        self.framing = ServerWebSocketFraming(maxMessageSize: limits.maxMessageBytes, deflate: deflate)
+        self.framing = ServerWebSocketFraming(maxMessageSize: limits.maxMessageBytes, deflate: deflate, textBytes: true)
         let now = SessionInstant.now()
         // The expiry comes from a signed but foreign claim: "never expires" tokens carry exp
         // values like 1e16 or 1e300, which no timer (and no Int64) can hold. Beyond the horizon
@@ -139,9 +139,21 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, Sessi
         switch self.framing.receive(self.unwrapInboundIn(data), context: context) {
         case .none:
             break
-        case .message(.text(let text)):
-            let request = CircleRequest.decode(text.utf8)
+        case .text(let bytes):
+            // Parsed from the frame's bytes, whose UTF-8 the parser checks as it reads: a frame
+            // it accepts is UTF-8. One it refuses is checked whole; not UTF-8, it ends the
+            // connection with 1007 (RFC 6455 §8.1) rather than getting an error reply.
+            let request = CircleRequest.decode(bytes.readableBytesView)
+            if case .failure = request, String(validating: bytes.readableBytesView, as: UTF8.self) == nil {
+                self.framing.failInvalidText(context: context)
+                self.state.closeStarted()
+                self.services.metrics.error("ws_\(WebSocketCloseCode.invalidPayloadData.rawValue)")
+                return
+            }
             self.feed { $0.received(request, now: now) }
+        case .message(.text(let text)):
+            // Not delivered as a String with textBytes on; parsed the same way if it were.
+            self.feed { $0.received(CircleRequest.decode(text.utf8), now: now) }
         case .message(.binary):
             self.feed { $0.receivedBinary() }
         case .closing(let failure):
