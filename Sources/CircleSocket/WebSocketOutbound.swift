@@ -1,3 +1,4 @@
+import CircleHTTPClient
 import NIOConcurrencyHelpers
 import NIOCore
 
@@ -16,10 +17,10 @@ final class WebSocketOutbound: Sendable {
     }
 
     struct State {
-        var queued: [Queued] = []
+        /// Messages sent off the loop; the consumer is parked while no task on the loop is
+        /// scheduled to write them (one hop for a burst).
+        var queued = WakingQueue<Queued, Void>(parked: ())
         var queuedBytes = 0
-        /// A task on the loop will write `queued`; no further hop is needed until it ran.
-        var drainScheduled = false
         /// The channel's writability, as last reported on the loop.
         var writable = true
         /// Why nothing more can be sent (the close handshake began, or the connection ended).
@@ -39,24 +40,16 @@ final class WebSocketOutbound: Sendable {
     func enqueue(_ message: WebSocketMessage, fragmentSize: Int?) throws -> Bool {
         try self.state.withLockedValue { state in
             if let closed = state.closed { throw closed }
-            state.queued.append(Queued(message: message, fragmentSize: fragmentSize))
             state.queuedBytes += message.byteCount
-            if state.drainScheduled { return false }
-            state.drainScheduled = true
-            return true
+            return state.queued.append(Queued(message: message, fragmentSize: fragmentSize)) != nil
         }
     }
 
     /// Takes what was queued off the loop (on the loop).
     func takeQueued() -> [Queued] {
         self.state.withLockedValue { state in
-            state.drainScheduled = false
-            guard !state.queued.isEmpty else { return [] }
-            defer {
-                state.queued = []
-                state.queuedBytes = 0
-            }
-            return state.queued
+            state.queuedBytes = 0
+            return state.queued.takeAll(parking: ())
         }
     }
 
@@ -99,10 +92,9 @@ final class WebSocketOutbound: Sendable {
             if state.closed == nil { state.closed = error }
             defer {
                 state.waiters = []
-                state.queued = []
                 state.queuedBytes = 0
             }
-            return (state.waiters, state.queued.count)
+            return (state.waiters, state.queued.removeAll())
         }
         for waiter in waiters { waiter.resume(throwing: error) }
         return dropped

@@ -1,3 +1,4 @@
+import CircleHTTPClient
 import NIOConcurrencyHelpers
 import NIOCore
 
@@ -16,14 +17,9 @@ final class LoopInbox: Sendable {
         case atEnd(@Sendable () -> Void)
     }
 
-    private struct Queue {
-        var work: [Work] = []
-        /// A drain task is queued on the loop and has not yet taken the work.
-        var drainQueued = false
-    }
-
     let eventLoop: any EventLoop
-    private let queue = NIOLockedValueBox(Queue())
+    /// The work; the consumer is parked while no drain is queued on the loop.
+    private let queue = NIOLockedValueBox(WakingQueue<Work, Void>(parked: ()))
 
     init(eventLoop: any EventLoop) {
         self.eventLoop = eventLoop
@@ -38,12 +34,7 @@ final class LoopInbox: Sendable {
     /// Queues `work`; when no drain is queued yet, one will be once `wakes` is woken. Until then
     /// later work joins the same drain, whoever posts it.
     func post(_ work: Work, wakes: inout InboxWakes) {
-        let queueDrain = self.queue.withLockedValue { queue -> Bool in
-            queue.work.append(work)
-            defer { queue.drainQueued = true }
-            return !queue.drainQueued
-        }
-        if queueDrain { wakes.inboxes.append(self) }
+        if self.queue.withLockedValue({ $0.append(work) }) != nil { wakes.inboxes.append(self) }
     }
 
     fileprivate func scheduleDrain() {
@@ -52,11 +43,7 @@ final class LoopInbox: Sendable {
 
     /// On the loop: everything posted so far, in order, then one flush per subscriber.
     private func drain() {
-        let work = self.queue.withLockedValue { queue -> [Work] in
-            queue.drainQueued = false
-            defer { queue.work = [] }
-            return queue.work
-        }
+        let work = self.queue.withLockedValue { $0.takeAll(parking: ()) }
         var delivered: [[(HubSubscriber, HubEvent)]] = []
         var atEnd: [@Sendable () -> Void] = []
         for item in work {

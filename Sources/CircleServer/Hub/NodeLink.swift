@@ -1,3 +1,4 @@
+import CircleHTTPClient
 import CircleWire
 import Foundation
 import Logging
@@ -17,8 +18,9 @@ final class NodeLink: Sendable {
     private struct Outbox {
         /// Signals are sent only while a shared store's link runs.
         var enabled = false
-        var signals: [NodeSignal.Kind] = []
-        var waiting: CheckedContinuation<Void, Never>?
+        /// The signals; the sending task parks here when there are none.
+        var signals = WakingQueue<NodeSignal.Kind, CheckedContinuation<Void, Never>>()
+        /// Signals dropped (the oldest) since the last take.
         var dropped = 0
     }
 
@@ -49,13 +51,9 @@ final class NodeLink: Sendable {
     func send(_ signal: @autoclosure () -> NodeSignal.Kind) {
         let waiting = self.outbox.withLockedValue { outbox -> CheckedContinuation<Void, Never>? in
             guard outbox.enabled else { return nil }
-            outbox.signals.append(signal())
-            if outbox.signals.count > self.outboxLimit {
-                outbox.signals.removeFirst(outbox.signals.count - self.outboxLimit)
-                outbox.dropped += 1
-            }
-            defer { outbox.waiting = nil }
-            return outbox.waiting
+            let waiting = outbox.signals.append(signal())
+            outbox.dropped += outbox.signals.dropOldest(keeping: self.outboxLimit)
+            return waiting
         }
         waiting?.resume()
     }
@@ -94,9 +92,8 @@ final class NodeLink: Sendable {
         }
         let waiting = self.outbox.withLockedValue { outbox -> CheckedContinuation<Void, Never>? in
             outbox.enabled = false
-            outbox.signals = []
-            defer { outbox.waiting = nil }
-            return outbox.waiting
+            outbox.signals.removeAll()
+            return outbox.signals.unpark()
         }
         waiting?.resume()
     }
@@ -139,25 +136,17 @@ final class NodeLink: Sendable {
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let ready = self.outbox.withLockedValue { outbox -> Bool in
-                    if !outbox.signals.isEmpty || !outbox.enabled || Task.isCancelled { return true }
-                    outbox.waiting = continuation
-                    return false
+                    if !outbox.enabled || Task.isCancelled { return true }
+                    return !outbox.signals.parkIfEmpty(continuation)
                 }
                 if ready { continuation.resume() }
             }
         } onCancel: {
-            let waiting = self.outbox.withLockedValue { outbox -> CheckedContinuation<Void, Never>? in
-                defer { outbox.waiting = nil }
-                return outbox.waiting
-            }
-            waiting?.resume()
+            self.outbox.withLockedValue { $0.signals.unpark() }?.resume()
         }
         return self.outbox.withLockedValue { outbox in
-            defer {
-                outbox.signals = []
-                outbox.dropped = 0
-            }
-            return (outbox.signals, outbox.dropped)
+            defer { outbox.dropped = 0 }
+            return (outbox.signals.take(), outbox.dropped)
         }
     }
 }

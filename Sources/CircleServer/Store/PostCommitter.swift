@@ -1,3 +1,4 @@
+import CircleHTTPClient
 import CircleWire
 import Foundation
 import Logging
@@ -50,12 +51,11 @@ final class PostCommitter: Sendable {
     }
 
     private struct State {
-        var pending: [Queued] = []
+        /// The queued posts; the idle loop parks here (resumed with whether to go on).
+        var pending = WakingQueue<Queued, CheckedContinuation<Bool, Never>>()
         var accepting = true
         /// ``run()`` has started and not yet returned.
         var loopRunning = false
-        /// The idle loop, waiting for posts.
-        var wake: CheckedContinuation<Bool, Never>?
         /// ``finish()`` callers, resumed when the loop has answered everything and returned.
         var waiters: [CheckedContinuation<Void, Never>] = []
     }
@@ -126,9 +126,7 @@ final class PostCommitter: Sendable {
     private func enqueue(_ entry: Queued) {
         let queued = self.state.withLockedValue { state -> (Bool, CheckedContinuation<Bool, Never>?) in
             guard state.accepting else { return (false, nil) }
-            state.pending.append(entry)
-            defer { state.wake = nil }
-            return (true, state.wake)
+            return (true, state.pending.append(entry))
         }
         guard queued.0 else {
             entry.trace?.span.end()
@@ -146,18 +144,15 @@ final class PostCommitter: Sendable {
             let more = await withTaskCancellationHandler {
                 await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
                     let now = self.state.withLockedValue { state -> Bool? in
-                        if !state.pending.isEmpty { return true }
-                        if !state.accepting { return false }
-                        state.wake = continuation
-                        return nil
+                        if !state.accepting && state.pending.isEmpty { return false }
+                        return state.pending.parkIfEmpty(continuation) ? nil : true
                     }
                     if let now { continuation.resume(returning: now) }
                 }
             } onCancel: {
                 let wake = self.state.withLockedValue { state -> CheckedContinuation<Bool, Never>? in
                     state.accepting = false
-                    defer { state.wake = nil }
-                    return state.wake
+                    return state.pending.unpark()
                 }
                 wake?.resume(returning: false)
             }
@@ -174,11 +169,7 @@ final class PostCommitter: Sendable {
 
     private func drain() async {
         while true {
-            let taken = self.state.withLockedValue { state -> [Queued] in
-                let batch = Array(state.pending.prefix(self.maxBatch))
-                state.pending.removeFirst(batch.count)
-                return batch
-            }
+            let taken = self.state.withLockedValue { $0.pending.take(upTo: self.maxBatch) }
             if taken.isEmpty { return }
             var batch = taken
             let started = ContinuousClock.now
@@ -303,8 +294,7 @@ final class PostCommitter: Sendable {
         let orphans = self.state.withLockedValue { state -> [Queued]? in
             state.accepting = false
             guard !state.loopRunning else { return nil }
-            defer { state.pending = [] }
-            return state.pending
+            return state.pending.take()
         }
         if let orphans {
             for orphan in orphans {
@@ -317,8 +307,7 @@ final class PostCommitter: Sendable {
             let (wake, done) = self.state.withLockedValue { state -> (CheckedContinuation<Bool, Never>?, Bool) in
                 guard state.loopRunning else { return (nil, true) }
                 state.waiters.append(continuation)
-                defer { state.wake = nil }
-                return (state.wake, false)
+                return (state.pending.unpark(), false)
             }
             wake?.resume(returning: false)
             if done { continuation.resume() }
