@@ -177,6 +177,7 @@ let package = Package(
             name: "CircleTestSupport",
             dependencies: [
                 "CircleServer",
+                "CircleDiscovery",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
@@ -188,7 +189,7 @@ let package = Package(
         ),
         .testTarget(
             name: "CircleWireTests",
-            dependencies: ["CircleWire", .product(name: "NIOCore", package: "swift-nio")]
+            dependencies: ["CircleWire", "CircleTestSupport", .product(name: "NIOCore", package: "swift-nio")]
         ),
         .testTarget(
             name: "CircleSocketTests",

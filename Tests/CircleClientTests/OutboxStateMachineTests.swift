@@ -1,4 +1,5 @@
 @testable import CircleClient
+import CircleTestSupport
 import CircleWire
 import Foundation
 import Testing
@@ -192,24 +193,12 @@ struct OutboxStateMachineTests {
         #expect(dropped.entries.isEmpty)
     }
 
-    /// A small deterministic generator, so a failing sequence can be replayed from its seed.
-    struct SplitMix: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            self.state &+= 0x9E37_79B9_7F4A_7C15
-            var z = self.state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
-
     /// A server as the outbox sees it: it stores each id once (its idempotency) and may answer
     /// or not; the outbox must resolve every entry exactly once, never write one before it was
     /// saved as sent, and keep the outbox order within each connection.
     @Test("random interleavings: each entry resolves exactly once, is written only after its save, in order", arguments: 0..<40)
     func randomInterleavings(seed: UInt64) {
-        var random = SplitMix(state: seed)
+        var random = SplitMix(seed: seed)
         var outbox = Outbox()
         var connection: Int?
         var connections = 0

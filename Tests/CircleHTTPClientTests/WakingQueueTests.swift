@@ -1,5 +1,6 @@
 import CircleHTTPClient
 import NIOConcurrencyHelpers
+import CircleTestSupport
 import Testing
 
 /// ``WakingQueue``: every item reaches the consumer once and in order, and the consumer is woken
@@ -80,19 +81,6 @@ import Testing
                 let theirs = received.filter { $0 / perProducer == producer }
                 #expect(theirs == theirs.sorted(), "producer \(producer)'s items out of order")
             }
-        }
-    }
-
-    /// A small deterministic generator (SplitMix64), so a failure can be replayed.
-    struct SplitMix {
-        var state: UInt64
-        init(seed: UInt64) { self.state = seed }
-        mutating func next() -> UInt64 {
-            self.state &+= 0x9E37_79B9_7F4A_7C15
-            var z = self.state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
         }
     }
 }

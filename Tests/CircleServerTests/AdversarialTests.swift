@@ -279,18 +279,29 @@ struct AdversarialTests {
 
     // MARK: Lesser findings
 
+    /// A chat connection upgraded over a bare socket, for frames the WebSocket client would not send.
+    static func rawChatConnection(_ server: TestServer, token: String) async throws -> RawTCP {
+        let connection = try RawTCP(port: server.port)
+        connection.send(
+            "GET /v1/ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+                + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: circle.v1\r\nAuthorization: Bearer \(token)\r\n\r\n"
+        )
+        let upgraded = await connection.read(until: { String(decoding: $0, as: UTF8.self).contains("\r\n\r\n") }, timeout: .seconds(10))
+        #expect(String(decoding: upgraded, as: UTF8.self).hasPrefix("HTTP/1.1 101"))
+        return connection
+    }
+
+    /// The code of the close frame `bytes` begin with (0x88, a length, then the code), if they do.
+    static func closeCode(_ bytes: [UInt8]) -> Int? {
+        bytes.count >= 4 && bytes[0] == 0x88 ? Int(bytes[2]) << 8 | Int(bytes[3]) : nil
+    }
+
     @Test("an oversized frame sent in one write is answered with close 1009, never a reset")
     func oversizedFrameCloses1009() async throws {
         try await self.withServer { server, canary in
             let token = try await server.token("big")
             for attempt in 0..<6 {
-                let connection = try RawTCP(port: server.port)
-                connection.send(
-                    "GET /v1/ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
-                        + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: circle.v1\r\nAuthorization: Bearer \(token)\r\n\r\n"
-                )
-                let upgraded = await connection.read(until: { String(decoding: $0, as: UTF8.self).contains("\r\n\r\n") }, timeout: .seconds(10))
-                #expect(String(decoding: upgraded, as: UTF8.self).hasPrefix("HTTP/1.1 101"))
+                let connection = try await Self.rawChatConnection(server, token: token)
                 // 65,537 bytes of payload, masked, header and payload in one write.
                 let length = 65_537
                 var frame: [UInt8] = [0x81, 0x80 | 127]
@@ -299,9 +310,7 @@ struct AdversarialTests {
                 frame += (0..<length).map { UInt8(truncatingIfNeeded: $0) ^ [1, 2, 3, 4][$0 % 4] }
                 connection.send(frame)
                 let (bytes, ending) = await connection.readToEnd(timeout: .seconds(15))
-                // The close frame: 0x88, length, then the code 1009 (0x03F1).
-                let closeCode = bytes.count >= 4 && bytes[0] == 0x88 ? Int(bytes[2]) << 8 | Int(bytes[3]) : nil
-                #expect(closeCode == 1009, "attempt \(attempt): \(bytes.prefix(8)) \(ending)")
+                #expect(Self.closeCode(bytes) == 1009, "attempt \(attempt): \(bytes.prefix(8)) \(ending)")
                 #expect(ending != .reset, "attempt \(attempt) ended in a reset")
             }
             try await canary.check("after the oversized frames")
@@ -323,18 +332,11 @@ struct AdversarialTests {
     func invalidTextCloses1007(payload: [UInt8]) async throws {
         try await self.withServer { server, canary in
             let token = try await server.token("bytes")
-            let connection = try RawTCP(port: server.port)
-            connection.send(
-                "GET /v1/ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
-                    + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: circle.v1\r\nAuthorization: Bearer \(token)\r\n\r\n"
-            )
-            let upgraded = await connection.read(until: { String(decoding: $0, as: UTF8.self).contains("\r\n\r\n") }, timeout: .seconds(10))
-            #expect(String(decoding: upgraded, as: UTF8.self).hasPrefix("HTTP/1.1 101"))
+            let connection = try await Self.rawChatConnection(server, token: token)
             let mask: [UInt8] = [9, 8, 7, 6]
             connection.send([0x81, 0x80 | UInt8(payload.count)] + mask + payload.enumerated().map { $0.element ^ mask[$0.offset % 4] })
             let (bytes, ending) = await connection.readToEnd(timeout: .seconds(15))
-            let closeCode = bytes.count >= 4 && bytes[0] == 0x88 ? Int(bytes[2]) << 8 | Int(bytes[3]) : nil
-            #expect(closeCode == 1007, "\(bytes.prefix(16)) \(ending)")
+            #expect(Self.closeCode(bytes) == 1007, "\(bytes.prefix(16)) \(ending)")
             try await canary.check("after a frame that is not UTF-8")
         }
     }

@@ -1,4 +1,5 @@
 import CircleWire
+import CircleTestSupport
 import Testing
 
 /// The chat session parses a frame's bytes without checking their UTF-8 first, relying on this:
@@ -32,18 +33,5 @@ import Testing
         }
         // The mutations leave some texts valid, so the property was checked on accepted texts.
         #expect(accepted > 100)
-    }
-
-    /// A small deterministic generator (SplitMix64), so a failure can be replayed.
-    struct SplitMix {
-        var state: UInt64
-        init(seed: UInt64) { self.state = seed }
-        mutating func next() -> UInt64 {
-            self.state &+= 0x9E37_79B9_7F4A_7C15
-            var z = self.state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
     }
 }
