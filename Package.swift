@@ -257,6 +257,7 @@ let package = Package(
             dependencies: [
                 "CircleDiscovery",
                 "CircleClient",
+                "CircleTestSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ]

@@ -12,25 +12,9 @@ import FoundationNetworking
 struct ChatTmuxTests {
     let socket = "circle-test-\(UUID().uuidString.prefix(8))"
 
-    /// Runs tmux through /bin/bash with posix_spawn and waitpid: Foundation's Process did not reap
-    /// the tmux client here (it daemonizes its server), so plain POSIX keeps this dependable.
     @discardableResult
     private func tmux(_ arguments: [String]) throws -> String {
-        let file = FileManager.default.temporaryDirectory.appendingPathComponent("tmux-\(UUID().uuidString)").path
-        defer { try? FileManager.default.removeItem(atPath: file) }
-        let quoted = (["tmux", "-L", self.socket] + arguments).map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }
-        // Only stdin, stdout and stderr go to tmux: a tmux server daemonizes and would otherwise
-        // keep the listening sockets of servers that other suites run in this process, so a
-        // server restarted on its port would find it taken.
-        let closeInherited = #"for fd in /proc/$$/fd/*; do fd=${fd##*/}; [ "$fd" -gt 2 ] && eval "exec $fd>&-"; done 2>/dev/null; "#
-        let command = closeInherited + quoted.joined(separator: " ") + " > '\(file)' 2>/dev/null < /dev/null"
-        var pid: pid_t = 0
-        let argv: [UnsafeMutablePointer<CChar>?] = [strdup("/bin/bash"), strdup("-c"), strdup(command), nil]
-        defer { for pointer in argv { free(pointer) } }
-        guard posix_spawn(&pid, "/bin/bash", nil, nil, argv, environ) == 0 else { throw TestFailure("cannot run tmux") }
-        var status: Int32 = 0
-        waitpid(pid, &status, 0)
-        return (try? String(contentsOfFile: file, encoding: .utf8)) ?? ""
+        try Tmux(socket: self.socket).run(arguments)
     }
 
     /// Ends this test's tmux server and everything it started. `kill-server` alone was seen to
@@ -46,7 +30,7 @@ struct ChatTmuxTests {
     }
 
     private func screen(_ session: String) throws -> String {
-        try self.tmux(["capture-pane", "-p", "-t", session])
+        try Tmux(socket: self.socket).screen(session)
     }
 
     /// Polls the pane until `predicate` holds. The bound is generous: these chats are debug

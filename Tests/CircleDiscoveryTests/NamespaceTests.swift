@@ -1,4 +1,5 @@
 import CircleClient
+import CircleTestSupport
 import Foundation
 import Testing
 
@@ -328,27 +329,16 @@ extension NamespaceTests {
 extension NamespaceTests {
     // MARK: circle chat --discover, as a person uses it (tmux)
 
-    /// tmux through /bin/sh, waited for with waitpid (its server daemonizes).
     @discardableResult
     static func tmux(_ socket: String, _ arguments: [String]) throws -> String {
-        let file = NSTemporaryDirectory() + "tmux-\(UUID().uuidString)"
-        defer { try? FileManager.default.removeItem(atPath: file) }
-        let quoted = (["tmux", "-L", socket] + arguments).map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }
-        let command = quoted.joined(separator: " ") + " > '\(file)' 2>/dev/null < /dev/null"
-        var pid: pid_t = 0
-        let argv: [UnsafeMutablePointer<CChar>?] = [strdup("/bin/sh"), strdup("-c"), strdup(command), nil]
-        defer { for pointer in argv { free(pointer) } }
-        guard posix_spawn(&pid, "/bin/sh", nil, nil, argv, environ) == 0 else { throw DatagramError(.other, "cannot run tmux") }
-        var status: Int32 = 0
-        waitpid(pid, &status, 0)
-        return (try? String(contentsOfFile: file, encoding: .utf8)) ?? ""
+        try Tmux(socket: socket).run(arguments)
     }
 
     static func waitForScreen(_ socket: String, within timeout: Duration = .seconds(30), _ predicate: (String) -> Bool) async throws -> String {
         let deadline = ContinuousClock.now + timeout
         var screen = ""
         while ContinuousClock.now < deadline {
-            screen = try Self.tmux(socket, ["capture-pane", "-p", "-t", "chat"])
+            screen = try Tmux(socket: socket).screen("chat")
             if predicate(screen) { return screen }
             try await Task.sleep(for: .milliseconds(100))
         }
