@@ -1,4 +1,5 @@
 @testable import CircleClient
+import CircleTestSupport
 import Foundation
 import NIOConcurrencyHelpers
 import Testing

@@ -444,15 +444,15 @@ struct SessionStateTests {
     @Test("commit results become acks, duplicates and errors; after close they send nothing")
     func commitResults() {
         var state = Self.makeState()
-        #expect(Self.describe(state.postCommitted(id: "p1", .success(.stored(Self.post(4))))) == ["send ack p1 seq 4"])
-        #expect(Self.describe(state.postCommitted(id: "p1", .success(.duplicate(Self.post(4))))) == ["count duplicatePost", "send ack p1 seq 4 duplicate"])
-        #expect(Self.describe(state.postCommitted(id: "p2", .success(.noSuchCircle))) == ["error p2 not_found: the circle no longer exists"])
-        #expect(Self.describe(state.postCommitted(id: "p3", .failure(StoreError(.unavailable, "the store is busy"))))
+        #expect(Self.describe(state.hubEvent(.answered(id: "p1", .success(.stored(Self.post(4)))))) == ["send ack p1 seq 4"])
+        #expect(Self.describe(state.hubEvent(.answered(id: "p1", .success(.duplicate(Self.post(4)))))) == ["count duplicatePost", "send ack p1 seq 4 duplicate"])
+        #expect(Self.describe(state.hubEvent(.answered(id: "p2", .success(.noSuchCircle)))) == ["error p2 not_found: the circle no longer exists"])
+        #expect(Self.describe(state.hubEvent(.answered(id: "p3", .failure(StoreError(.unavailable, "the store is busy")))))
             == ["error p3 unavailable: the store is busy; retry"])
         var clock = Clock()
         clock.advance(76)
         #expect(Self.describe(state.timerFired(now: clock.now)) == ["close 4002 idle timeout"])
-        #expect(Self.describe(state.postCommitted(id: "p4", .success(.stored(Self.post(5))))).isEmpty)
+        #expect(Self.describe(state.hubEvent(.answered(id: "p4", .success(.stored(Self.post(5)))))).isEmpty)
         #expect(Self.describe(state.received(.success(Self.request(.ping, "x")), now: clock.now)).isEmpty)
     }
 
@@ -467,8 +467,8 @@ struct SessionStateTests {
         let react = CircleRequest.react("\u{1F44D}", to: 2, in: "general", id: "r1")
         #expect(Self.describe(state.received(.success(react), now: clock.now)) == ["submit r1 at 1700001000000 react 2"])
         #expect(Self.describe(state.received(.success(.delete(1, in: "general", id: "d1")), now: clock.now)) == ["submit d1 at 1700001000000 delete 1"])
-        #expect(Self.describe(state.postCommitted(id: "e1", .success(.rejected(.notAuthor, "not yours")))) == ["error e1 not_author: not yours"])
-        #expect(Self.describe(state.postCommitted(id: "r1", .success(.rejected(.tooManyReactions, "full")))) == ["error r1 too_many_reactions: full"])
+        #expect(Self.describe(state.hubEvent(.answered(id: "e1", .success(.rejected(.notAuthor, "not yours"))))) == ["error e1 not_author: not yours"])
+        #expect(Self.describe(state.hubEvent(.answered(id: "r1", .success(.rejected(.tooManyReactions, "full"))))) == ["error r1 too_many_reactions: full"])
     }
 
     @Test("read markers: need the join, ack the stored marker and tell the user's other connections; circles lists")

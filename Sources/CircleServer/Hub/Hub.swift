@@ -12,7 +12,7 @@ import NIOCore
 /// A post is encoded once and the same bytes are written to every subscriber; deliveries are
 /// grouped by event loop so that one batch costs one hop per loop, not one per subscriber.
 /// Everything the hub hands to sessions (posts, ephemeral events, user events, revocations)
-/// goes through the ``LoopInbox`` of the session's event loop, which runs it in the order it
+/// and the commit loop's answers to their posts' authors go through the ``LoopInbox`` of the session's event loop, which runs it in the order it
 /// was handed over; posts of a circle are published in sequence order, so every subscriber
 /// sees them in order, and a revocation is never overtaken by a later post.
 ///
@@ -23,7 +23,7 @@ import NIOCore
 /// `subscriptions` (the subscriber count, then `deliver`'s lookup), the ``SharedDeflaters``'
 /// `NIOLock` (one deflate per post and shared setting, in ``payload(for:sharedCompression:)``),
 /// `inboxes` (``inbox(for:)``) and, after `inboxes` is released, that ``LoopInbox``'s queue
-/// (``LoopInbox/post(_:wakes:)``). So: `sequencer` → `subscriptions`, deflaters, `inboxes`,
+/// (``LoopInbox/deliver(_:wakes:)``). So: `sequencer` → `subscriptions`, deflaters, `inboxes`,
 /// an inbox's queue; nothing is taken while one of those four is held.
 ///
 /// No other two locks are ever held together. `connections`, `presence` and `accountObserver`
@@ -41,7 +41,7 @@ final class Hub: Sendable {
     private let presence = NIOLockedValueBox([String: [String: Int]]())
     private let allocator = ByteBufferAllocator()
     private let deflaters = SharedDeflaters()
-    /// One inbox per event loop for post deliveries and the commit loop's answers.
+    /// One inbox per event loop, for everything handed to the sessions on it.
     private let inboxes = NIOLockedValueBox([ObjectIdentifier: LoopInbox]())
     /// Orders each circle's posts, whichever node stored them; its lock is also held while a
     /// circle's deliveries are handed to the event loops, so they leave in order.
@@ -247,13 +247,13 @@ final class Hub: Sendable {
             }
         }
         for (_, group) in perLoop {
-            self.inbox(for: group.loop).post(.deliver(group.deliveries), wakes: &wakes)
+            self.inbox(for: group.loop).deliver(group.deliveries, wakes: &wakes)
         }
         return subscribers.count * posts.count
     }
 
     /// `loop`'s inbox: post deliveries go through it, and so do the commit loop's answers, so
-    /// that a batch's acks, its deliveries and their flushes keep their order on each loop.
+    /// that a batch's acks come before its posts on each loop and leave with them.
     func inbox(for loop: any EventLoop) -> LoopInbox {
         let key = ObjectIdentifier(loop)
         return self.inboxes.withLockedValue { inboxes in
@@ -285,7 +285,7 @@ final class Hub: Sendable {
         guard !perLoop.isEmpty else { return }
         let event = HubEvent.ephemeral(circle: circle, payload: payload)
         for (_, group) in perLoop {
-            self.inbox(for: group.loop).post(.deliver(group.subscribers.map { ($0, event) }))
+            self.inbox(for: group.loop).deliver(group.subscribers.map { ($0, event) })
         }
     }
 
@@ -300,7 +300,7 @@ final class Hub: Sendable {
     func revokeHere(user: String, from circle: String) {
         let targets = self.subscriptions.withLockedValue { $0[circle].map { Array($0) } ?? [] }
         for subscriber in targets where subscriber.user == user {
-            self.inbox(for: subscriber.eventLoop).post(.run { subscriber.receive(.revoke(circle: circle)) })
+            self.inbox(for: subscriber.eventLoop).deliver([(subscriber, .revoke(circle: circle))])
         }
     }
 
@@ -317,7 +317,7 @@ final class Hub: Sendable {
         let targets = self.connections.withLockedValue { $0[user].map { $0.filter { $0 !== sender } } ?? [] }
         let event = HubEvent.user(payload)
         for subscriber in targets {
-            self.inbox(for: subscriber.eventLoop).post(.deliver([(subscriber, event)]))
+            self.inbox(for: subscriber.eventLoop).deliver([(subscriber, event)])
         }
     }
 
@@ -334,7 +334,7 @@ final class Hub: Sendable {
     func endConnectionsHere(of user: String, session: String?) {
         let targets = self.connections.withLockedValue { $0[user].map { Array($0) } ?? [] }
         for subscriber in targets {
-            self.inbox(for: subscriber.eventLoop).post(.deliver([(subscriber, .end(session: session))]))
+            self.inbox(for: subscriber.eventLoop).deliver([(subscriber, .end(session: session))])
         }
         if session == nil, let observer = self.accountObserver.withLockedValue({ $0 }) { observer(user) }
     }

@@ -13,6 +13,10 @@ enum HubEvent: Sendable {
     case revoke(circle: String)
     /// An event for the connection's user, whatever circles it joined (a read marker moved).
     case user(HubPayload)
+    /// The commit loop's answer to the post this session submitted with request id `id`
+    /// (``PostCommitter/submit(_:answering:)``): handed over before the posts of its batch, so
+    /// that the ack and the batch's posts leave in one flush.
+    case answered(id: String, Result<PostOutcome, any Error>)
     /// The connection's session ended (`session` names it), or all of the user's did (`nil`:
     /// signed out everywhere, deactivated, banned): the connection closes with 4005.
     case end(session: String?)

@@ -45,11 +45,8 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, Sessi
     /// When the token expires (nil: not during the connection); a timer is set once it is near.
     private var expiry: NIODeadline?
     private var expiryTimer: Scheduled<Void>?
-    /// Hub deliveries (and held answers) written but not yet flushed (see `HubSubscriber`).
+    /// Hub deliveries written but not yet flushed (see `HubSubscriber`).
     private var unflushed = UnflushedWrites()
-    /// While set, replies are written without a flush and counted in `unflushed` (post answers
-    /// from the committer, flushed by its flush task).
-    private var holdingFlush = false
 
     init(services: ServerServices, user: AuthenticatedUser, deflate: PerMessageDeflate?, logger: Logger) {
         self.services = services
@@ -190,7 +187,9 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, Sessi
         // Deliveries of a batch wait for one flush at its end, but a large batch must not look
         // like a slow consumer: hand what is buffered to the socket first.
         if !self.state.isWritable { self.flushDeliveries() }
-        self.feed { $0.hubEvent(event) }
+        // Replies too (a post's ack, a revocation's notice) wait for the inbox's flush, which
+        // comes after the rest of the hand-over: an ack and its batch's posts leave together.
+        self.feed(flushingReplies: false) { $0.hubEvent(event) }
     }
 
     func flushDeliveries() {
@@ -219,21 +218,22 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, Sessi
     /// `channelWritabilityChanged`, which NIO fires synchronously inside the write or flush that
     /// changes it. Not asking the channel spares each delivery a load from an object that only
     /// that question touches (fan-out, docs/bench/fanout.md).
-    private func feed(_ event: (inout SessionState) -> [SessionState.Action]) {
+    /// `flushingReplies: false` inside a hub delivery: the inbox flushes after it.
+    private func feed(flushingReplies: Bool = true, _ event: (inout SessionState) -> [SessionState.Action]) {
         guard self.context != nil else { return }
         let actions = event(&self.state)
-        if !actions.isEmpty { self.perform(actions) }
+        if !actions.isEmpty { self.perform(actions, flushingReplies: flushingReplies) }
     }
 
-    private func perform(_ actions: [SessionState.Action]) {
+    private func perform(_ actions: [SessionState.Action], flushingReplies: Bool = true) {
         guard let context else { return }
         for action in actions {
             switch action {
             case .send(let message):
-                self.reply(message, context: context)
+                self.reply(message, flush: flushingReplies, context: context)
             case .fail(let id, let code, let message):
                 self.services.metrics.error(code.rawValue)
-                self.reply(.error(id: id, code: code, message: message), context: context)
+                self.reply(.error(id: id, code: code, message: message), flush: flushingReplies, context: context)
             case .writePosts(let posts):
                 self.writeStored(posts, context: context)
             case .write(let payload):
@@ -266,7 +266,7 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, Sessi
             case .readHistory(let request):
                 self.readHistory(request)
             case .submit(let post):
-                self.submit(post, eventLoop: context.eventLoop)
+                self.submit(post)
             case .markRead(let request):
                 self.markRead(request)
             case .listCircles(let request):
@@ -307,7 +307,8 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, Sessi
 
     /// Writes a reply. Replies go out past the writability mark (the request was taken while
     /// there was room), but not without bound: past the slow-consumer mark the connection closes.
-    private func reply(_ message: CircleServerMessage, context: ChannelHandlerContext) {
+    /// Unflushed (`flush: false`), it counts as a delivery waiting for ``flushDeliveries()``.
+    private func reply(_ message: CircleServerMessage, flush: Bool, context: ChannelHandlerContext) {
         if !self.state.isWritable {
             let buffered = (try? context.channel.syncOptions?.getOption(.bufferedWritableBytes)) ?? 0
             if buffered > Self.slowConsumerFactor * self.services.configuration.limits.outboundQueueBytes {
@@ -318,8 +319,8 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, Sessi
         // Encoded with room for the frame's header in front, so that the frame is one buffer
         // (and one pending write) instead of a header buffer and the payload.
         let payload = HubPayload.framed(message, allocator: context.channel.allocator)
-        self.framing.write(payload, flush: !self.holdingFlush, context: context)
-        if self.holdingFlush { self.wroteUnflushed(context: context) }
+        self.framing.write(payload, flush: flush, context: context)
+        if !flush { self.wroteUnflushed(context: context) }
     }
 
     /// Writes posts read from the store (a replay page), unflushed: on a connection that does
@@ -440,23 +441,11 @@ final class SessionHandler: ChannelDuplexHandler, RemovableChannelHandler, Sessi
         }
     }
 
-    private func submit(_ post: NewPost, eventLoop: any EventLoop) {
-        let loopBound = NIOLoopBound(self, eventLoop: eventLoop)
-        let id = post.clientID
-        let answer = PostCommitter.LoopAnswer(
-            eventLoop: eventLoop,
-            write: { result in loopBound.value.postCommitted(id: id, result) },
-            flush: { loopBound.value.flushDeliveries() }
-        )
-        self.services.committer.submit(post, answer: answer)
-    }
-
-    /// A post's answer from the committer, written without a flush: the committer flushes once
-    /// after the batch's deliveries on this loop (see `PostCommitter.LoopAnswer`).
-    private func postCommitted(id: String, _ result: Result<PostOutcome, any Error>) {
-        self.holdingFlush = true
-        defer { self.holdingFlush = false }
-        self.feed { $0.postCommitted(id: id, result) }
+    /// The committer answers through the hub, as one more delivery to this session
+    /// (``HubEvent/answered(id:_:)``).
+    private func submit(_ post: NewPost) {
+        guard let subscriber else { return }
+        self.services.committer.submit(post, answering: subscriber)
     }
 
     /// Runs store work off the event loop and continues on it with the result.

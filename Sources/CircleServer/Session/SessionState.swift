@@ -122,7 +122,8 @@ struct SessionState {
         case readReplay(circle: String, after: Int64, limit: Int)
         /// Read a history page, then feed ``SessionState/historyRead(_:_:now:)``.
         case readHistory(CircleRequest)
-        /// Hand the post to the committer, then feed ``SessionState/postCommitted(id:_:)``.
+        /// Hand the post to the committer; its answer comes back as a hub delivery
+        /// (``HubEvent/answered(id:_:)``, fed to ``SessionState/hubEvent(_:)``).
         case submit(NewPost)
         /// Move the user's read marker, then feed ``SessionState/readMarked(_:_:now:)``.
         case markRead(CircleRequest)
@@ -428,8 +429,8 @@ struct SessionState {
         return actions
     }
 
-    /// The committer's answer for the post with request id `id`.
-    mutating func postCommitted(id: String, _ result: Result<PostOutcome, any Error>) -> [Action] {
+    /// The committer's answer for the post with request id `id` (``HubEvent/answered(id:_:)``).
+    private mutating func postCommitted(id: String, _ result: Result<PostOutcome, any Error>) -> [Action] {
         var actions: [Action] = []
         guard !self.isClosing else { return actions }
         switch result {
@@ -461,6 +462,8 @@ struct SessionState {
         var actions: [Action] = []
         guard !self.isClosing else { return actions }
         switch event {
+        case .answered(let id, let result):
+            return self.postCommitted(id: id, result)
         case .revoke(let circle):
             self.revoke(circle, into: &actions)
         case .end(let session):

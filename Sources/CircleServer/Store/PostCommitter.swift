@@ -8,39 +8,18 @@ import Tracing
 
 /// Group commit: posts from all connections queue here; one loop commits whatever has queued
 /// in a single durable transaction, publishes the stored posts to the hub in order, and
-/// answers each poster (for connections, through the hub's inbox of their event loop: the acks
-/// written before the batch's deliveries, flushed after them). Under load the batches grow, so
-/// fsyncs per post fall.
+/// answers each poster (a connection through the hub, as one more delivery to it, handed to
+/// its loop's inbox before the batch's posts: the ack and the posts leave in one flush). Under
+/// load the batches grow, so fsyncs per post fall.
 final class PostCommitter: Sendable {
     typealias Completion = @Sendable (Result<PostOutcome, any Error>) -> Void
 
-    /// A post's answer for a connection on `eventLoop`. The answers of one batch on one loop go
-    /// to that loop's ``LoopInbox`` before the batch's deliveries: `write` writes the ack without
-    /// flushing; `flush` runs at the end of the inbox's drain, after the deliveries, so an ack
-    /// and the events of the same batch usually leave in one write.
-    struct LoopAnswer: Sendable {
-        var eventLoop: any EventLoop
-        var write: Completion
-        var flush: @Sendable () -> Void
-    }
-
     /// How a queued post is answered.
     private enum Reply: Sendable {
+        /// A call, on an arbitrary thread (the HTTP routes, erasure).
         case call(Completion)
-        case onLoop(LoopAnswer)
-
-        /// Answers one post on its own (not part of a batch's grouped answers).
-        func answer(_ result: Result<PostOutcome, any Error>) {
-            switch self {
-            case .call(let completion):
-                completion(result)
-            case .onLoop(let answer):
-                answer.eventLoop.execute {
-                    answer.write(result)
-                    answer.flush()
-                }
-            }
-        }
+        /// A session, through the hub: ``HubEvent/answered(id:_:)`` for request id `id`.
+        case delivery(HubSubscriber, id: String)
     }
 
     /// A queued post: how to answer it, and its trace when the server has a tracer.
@@ -99,10 +78,10 @@ final class PostCommitter: Sendable {
         self.submit(post, reply: .call(completion))
     }
 
-    /// Queues a post for ``run()``; `answer.write`, then `answer.flush`, run once each, on
-    /// `answer.eventLoop`.
-    func submit(_ post: NewPost, answer: LoopAnswer) {
-        self.submit(post, reply: .onLoop(answer))
+    /// Queues a post for ``run()``; its answer reaches `session` once, as a hub delivery
+    /// (``HubEvent/answered(id:_:)`` with the post's `clientID`) on the session's event loop.
+    func submit(_ post: NewPost, answering session: HubSubscriber) {
+        self.submit(post, reply: .delivery(session, id: post.clientID))
     }
 
     private func submit(_ post: NewPost, reply: Reply) {
@@ -115,7 +94,7 @@ final class PostCommitter: Sendable {
                 case .commit(let post): self.enqueue(Queued(post: post, reply: reply, trace: trace))
                 case .answer(let result):
                     trace?.span.end()
-                    reply.answer(result)
+                    self.answer(reply, result)
                 }
             }
             return
@@ -130,7 +109,7 @@ final class PostCommitter: Sendable {
         }
         guard queued.0 else {
             entry.trace?.span.end()
-            entry.reply.answer(.failure(StoreError(.unavailable, "the server is shutting down")))
+            self.answer(entry.reply, .failure(StoreError(.unavailable, "the server is shutting down")))
             return
         }
         queued.1?.resume(returning: true)
@@ -193,7 +172,7 @@ final class PostCommitter: Sendable {
                             return true
                         }
                         entry.trace?.span.end()
-                        entry.reply.answer(.failure(InvalidAttachment(media: media)))
+                        self.answer(entry.reply, .failure(InvalidAttachment(media: media)))
                         return false
                     }
                     if batch.isEmpty { continue }
@@ -210,10 +189,9 @@ final class PostCommitter: Sendable {
                     if case .stored(let post) = outcome { return post }
                     return nil
                 }
-                // The answers, the deliveries and the answers' flushes reach each loop with one
-                // wake-up (see `InboxWakes`).
+                // The answers, then the posts, reach each loop with one wake-up (see `InboxWakes`).
                 var wakes = InboxWakes()
-                let answers = self.answer(zip(batch.map(\.reply), outcomes.map { Result<PostOutcome, any Error>.success($0) }), wakes: &wakes)
+                let calls = self.answer(zip(batch.map(\.reply), outcomes.map { Result<PostOutcome, any Error>.success($0) }), wakes: &wakes)
                 let fanoutStarted = ContinuousClock.now
                 let deliveries = self.hub.publish(stored, wakes: &wakes)
                 self.metrics.fanoutLatency.recordNanoseconds(fanoutStarted.elapsedNanoseconds)
@@ -225,67 +203,57 @@ final class PostCommitter: Sendable {
                 }
                 self.metrics.posts.increment(by: stored.count)
                 self.metrics.deliveries.increment(by: deliveries)
-                answers.finish(wakes: &wakes)
+                wakes.wake()
+                calls()
                 if !stored.isEmpty { self.committed() }
             } catch {
                 self.logger.error("commit failed", metadata: ["error": "\(error)", "batch": "\(batch.count)"])
                 var wakes = InboxWakes()
                 PostTrace.fail(batch.map(\.trace), error: error)
-                self.answer(batch.map { ($0.reply, .failure(error)) }, wakes: &wakes).finish(wakes: &wakes)
+                let calls = self.answer(batch.map { ($0.reply, .failure(error)) }, wakes: &wakes)
+                wakes.wake()
+                calls()
             }
         }
     }
 
-    /// The answers of a batch on connections' event loops, posted to the loops' inboxes to be
-    /// written but not yet flushed; ``finish(wakes:)`` posts their flushes, wakes the loops and
-    /// calls the other completions.
-    private struct PendingAnswers {
-        var flushes: [(inbox: LoopInbox, flushes: [@Sendable () -> Void])] = []
+    /// Answers one post on its own (not as part of a batch).
+    private func answer(_ reply: Reply, _ result: Result<PostOutcome, any Error>) {
+        var wakes = InboxWakes()
+        self.answer(CollectionOfOne((reply, result)), wakes: &wakes)()
+        wakes.wake()
+    }
+
+    /// Hands the sessions' answers to their loops' inboxes, one hand-over per loop, in batch
+    /// order; the loops drain them when `wakes` is woken. Returns the call that answers the
+    /// rest (the completions), for after the wake.
+    private func answer(_ replies: some Sequence<(Reply, Result<PostOutcome, any Error>)>, wakes: inout InboxWakes) -> () -> Void {
         var completions: [(Completion, Result<PostOutcome, any Error>)] = []
-
-        func finish(wakes: inout InboxWakes) {
-            for group in self.flushes {
-                let flushes = group.flushes
-                group.inbox.post(.atEnd {
-                    for flush in flushes { flush() }
-                }, wakes: &wakes)
-            }
-            wakes.wake()
-            for (completion, result) in self.completions { completion(result) }
-        }
-    }
-
-    /// Posts the loop answers' writes, one piece of work per event loop, in batch order; the
-    /// loops wake when `wakes` does.
-    private func answer(_ replies: some Sequence<(Reply, Result<PostOutcome, any Error>)>, wakes: inout InboxWakes) -> PendingAnswers {
-        var pending = PendingAnswers()
         var perLoop: [ObjectIdentifier: Int] = [:]
-        var writes: [[(Completion, Result<PostOutcome, any Error>)]] = []
+        var deliveries: [(loop: any EventLoop, deliveries: [LoopInbox.Delivery])] = []
         for (reply, result) in replies {
             switch reply {
             case .call(let completion):
-                pending.completions.append((completion, result))
-            case .onLoop(let answer):
-                let key = ObjectIdentifier(answer.eventLoop)
+                completions.append((completion, result))
+            case .delivery(let session, let id):
+                let key = ObjectIdentifier(session.eventLoop)
                 let index: Int
                 if let known = perLoop[key] {
                     index = known
                 } else {
-                    index = pending.flushes.count
+                    index = deliveries.count
                     perLoop[key] = index
-                    pending.flushes.append((self.hub.inbox(for: answer.eventLoop), []))
-                    writes.append([])
+                    deliveries.append((session.eventLoop, []))
                 }
-                writes[index].append((answer.write, result))
-                pending.flushes[index].flushes.append(answer.flush)
+                deliveries[index].deliveries.append((session, .answered(id: id, result)))
             }
         }
-        for (group, writes) in zip(pending.flushes, writes) {
-            group.inbox.post(.run {
-                for (write, result) in writes { write(result) }
-            }, wakes: &wakes)
+        for group in deliveries {
+            self.hub.inbox(for: group.loop).deliver(group.deliveries, wakes: &wakes)
         }
-        return pending
+        return {
+            for (completion, result) in completions { completion(result) }
+        }
     }
 
     /// Stops taking posts and waits until every queued one is committed and answered (by a
@@ -299,7 +267,7 @@ final class PostCommitter: Sendable {
         if let orphans {
             for orphan in orphans {
                 orphan.trace?.span.end()
-                orphan.reply.answer(.failure(StoreError(.unavailable, "the server is shutting down")))
+                self.answer(orphan.reply, .failure(StoreError(.unavailable, "the server is shutting down")))
             }
             return
         }
