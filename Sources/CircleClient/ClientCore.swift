@@ -24,11 +24,11 @@ actor ClientCore {
     private struct Circle {
         /// The last sequence number delivered to the app (and kept in the state store).
         var cursor: Int64?
-        var subscribers: [UUID: AsyncStream<CircleEvent>.Continuation] = [:]
+        var events = StreamFanOut<CircleEvent>()
         /// The offline cache (with a state file and a cache limit), current state.
         var timeline: CircleTimeline?
         /// The app wants this circle's events (not only to post in it).
-        var wanted: Bool { !self.subscribers.isEmpty }
+        var wanted: Bool { !self.events.isEmpty }
     }
 
     typealias Instant = ContinuousClock.Instant
@@ -41,9 +41,9 @@ actor ClientCore {
     /// Renews the open connection's token before it expires (`auth`).
     private var renewal: TokenRenewalStateMachine
     private(set) var state: ConnectionState = .disconnected
-    private var stateSubscribers: [UUID: AsyncStream<ConnectionState>.Continuation] = [:]
-    private var outboxSubscribers: [UUID: AsyncStream<OutboxEvent>.Continuation] = [:]
-    private var circleListSubscribers: [UUID: AsyncStream<CircleListEvent>.Continuation] = [:]
+    private var stateStreams = StreamFanOut<ConnectionState>()
+    private var outboxStreams = StreamFanOut<OutboxEvent>()
+    private var circleListStreams = StreamFanOut<CircleListEvent>()
     /// Set by ``finishStreams()`` (the client shut down): every stream has ended, and streams
     /// asked for later end at once.
     private var streamsFinished = false
@@ -528,8 +528,7 @@ actor ClientCore {
             case .call?:
                 self.callWaiters.removeValue(forKey: id)?.resume(throwing: error)
             case .join(let circle, let waiters)?:
-                for continuation in self.circles[circle]?.subscribers.values ?? [:].values { continuation.finish() }
-                self.circles[circle]?.subscribers = [:]
+                self.circles[circle]?.events.finish(forever: false)
                 for waiter in waiters { self.joinWaiters.removeValue(forKey: waiter)?.resume(throwing: error) }
                 self.logger.warning("join refused", metadata: ["circle": "\(circle)", "code": "\(code)", "message": "\(text)"])
             }
@@ -546,7 +545,7 @@ actor ClientCore {
         case .notify(let circle, let level):
             self.broadcast(.notify(level: level), in: circle)
         case .added(let circle):
-            for continuation in self.circleListSubscribers.values { continuation.yield(.added(circle)) }
+            self.circleListStreams.yield(.added(circle))
         case .joined(let circle, let user):
             self.broadcast(.joined(user: user), in: circle)
         case .left(let circle, let user):
@@ -642,7 +641,7 @@ actor ClientCore {
     }
 
     private func broadcast(_ event: CircleEvent, in circle: String) {
-        for continuation in self.circles[circle]?.subscribers.values ?? [:].values { continuation.yield(event) }
+        self.circles[circle]?.events.yield(event)
     }
 
     // MARK: Posts
@@ -795,22 +794,18 @@ actor ClientCore {
         if let after, after >= 0, self.circles[circle]?.cursor == nil, self.requests.joinState(of: circle) == .none {
             self.circles[circle, default: Circle()].cursor = after
         }
-        let (stream, continuation) = AsyncStream<CircleEvent>.makeStream(bufferingPolicy: .unbounded)
-        guard !self.streamsFinished else {
-            continuation.finish()
-            return stream
-        }
-        let id = UUID()
+        guard !self.streamsFinished else { return AsyncStream { $0.finish() } }
         // The cache first, in current state, then what follows its cursor: no gap, no overlap.
-        for post in self.circles[circle]?.timeline?.posts ?? [] { continuation.yield(.post(post)) }
-        self.circles[circle, default: Circle()].subscribers[id] = continuation
-        continuation.onTermination = { _ in Task { await self.unsubscribe(circle, id) } }
+        let cached = (self.circles[circle]?.timeline?.posts ?? []).map(CircleEvent.post)
+        let stream = self.circles[circle, default: Circle()].events.makeStream(bufferingPolicy: .unbounded, first: cached) { id in
+            Task { await self.unsubscribe(circle, id) }
+        }
         self.join(circle)
         return stream
     }
 
     private func unsubscribe(_ circle: String, _ id: UUID) {
-        self.circles[circle]?.subscribers[id] = nil
+        self.circles[circle]?.events.forget(id)
     }
 
     /// Asks the open connection to join `circle`, unless it is asked for or joined already.
@@ -823,8 +818,7 @@ actor ClientCore {
     }
 
     func leave(_ circle: String) async throws {
-        for continuation in self.circles[circle]?.subscribers.values ?? [:].values { continuation.finish() }
-        self.circles[circle]?.subscribers = [:]
+        self.circles[circle]?.events.finish(forever: false)
         self.requests.left(circle)
         _ = try await self.request { .leave(circle, id: $0) }
     }
@@ -1002,70 +996,42 @@ actor ClientCore {
     private func publish(_ state: ConnectionState) {
         guard state != self.state else { return }
         self.state = state
-        for continuation in self.stateSubscribers.values { continuation.yield(state) }
+        self.stateStreams.yield(state)
     }
 
+    /// Starts with the current state.
     func stateStream() -> AsyncStream<ConnectionState> {
-        let (stream, continuation) = AsyncStream<ConnectionState>.makeStream(bufferingPolicy: .bufferingNewest(32))
-        let id = UUID()
-        continuation.yield(self.state)
-        guard !self.streamsFinished else {
-            continuation.finish()
-            return stream
+        self.stateStreams.makeStream(bufferingPolicy: .bufferingNewest(32), first: [self.state]) { id in
+            Task { await self.forgetStateStream(id) }
         }
-        self.stateSubscribers[id] = continuation
-        continuation.onTermination = { _ in Task { await self.removeStateSubscriber(id) } }
-        return stream
     }
 
-    private func removeStateSubscriber(_ id: UUID) { self.stateSubscribers[id] = nil }
+    private func forgetStateStream(_ id: UUID) { self.stateStreams.forget(id) }
 
     func outboxStream() -> AsyncStream<OutboxEvent> {
-        let (stream, continuation) = AsyncStream<OutboxEvent>.makeStream(bufferingPolicy: .unbounded)
-        guard !self.streamsFinished else {
-            continuation.finish()
-            return stream
-        }
-        let id = UUID()
-        self.outboxSubscribers[id] = continuation
-        continuation.onTermination = { _ in Task { await self.removeOutboxSubscriber(id) } }
-        return stream
+        self.outboxStreams.makeStream(bufferingPolicy: .unbounded) { id in Task { await self.forgetOutboxStream(id) } }
     }
 
-    private func removeOutboxSubscriber(_ id: UUID) { self.outboxSubscribers[id] = nil }
+    private func forgetOutboxStream(_ id: UUID) { self.outboxStreams.forget(id) }
 
     func circleListStream() -> AsyncStream<CircleListEvent> {
-        let (stream, continuation) = AsyncStream<CircleListEvent>.makeStream(bufferingPolicy: .unbounded)
-        guard !self.streamsFinished else {
-            continuation.finish()
-            return stream
-        }
-        let id = UUID()
-        self.circleListSubscribers[id] = continuation
-        continuation.onTermination = { _ in Task { await self.removeCircleListSubscriber(id) } }
-        return stream
+        self.circleListStreams.makeStream(bufferingPolicy: .unbounded) { id in Task { await self.forgetCircleListStream(id) } }
     }
 
-    private func removeCircleListSubscriber(_ id: UUID) { self.circleListSubscribers[id] = nil }
+    private func forgetCircleListStream(_ id: UUID) { self.circleListStreams.forget(id) }
 
     private func emit(_ event: OutboxEvent) {
-        for continuation in self.outboxSubscribers.values { continuation.yield(event) }
+        self.outboxStreams.yield(event)
     }
 
     /// Ends every stream handed out (messages, states, outbox events) after what they already
     /// hold, and those asked for later: the client shut down, so a `for await` over them ends.
     func finishStreams() {
         self.streamsFinished = true
-        for circle in self.circles.keys {
-            for continuation in self.circles[circle]?.subscribers.values ?? [:].values { continuation.finish() }
-            self.circles[circle]?.subscribers = [:]
-        }
-        for continuation in self.stateSubscribers.values { continuation.finish() }
-        self.stateSubscribers = [:]
-        for continuation in self.outboxSubscribers.values { continuation.finish() }
-        self.outboxSubscribers = [:]
-        for continuation in self.circleListSubscribers.values { continuation.finish() }
-        self.circleListSubscribers = [:]
+        for circle in self.circles.keys { self.circles[circle]?.events.finish(forever: true) }
+        self.stateStreams.finish(forever: true)
+        self.outboxStreams.finish(forever: true)
+        self.circleListStreams.finish(forever: true)
     }
 
     func closeStore() async {
