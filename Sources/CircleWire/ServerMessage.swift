@@ -250,6 +250,13 @@ public struct CircleSummary: Sendable, Hashable, Codable {
     /// Where servers stop counting `unread`: that value means "that many or more".
     public static let unreadCountLimit: Int64 = 1000
 
+    /// The circle's start in words, as apps show it above its first entry once the history
+    /// reaches it (PROTOCOL.md, "System entries"): "alice created team", or "alice started this
+    /// direct message". Not an entry: a circle's first post stays `seq` 1.
+    public var originText: String {
+        self.direct == nil ? "\(self.owner) created \(self.name)" : "\(self.owner) started this direct message"
+    }
+
     /// `unread` for people: "1000+" at the limit.
     public var unreadText: String {
         self.unread >= Self.unreadCountLimit ? "\(Self.unreadCountLimit)+" : "\(self.unread)"

@@ -86,6 +86,7 @@ struct ChatCommand: AsyncParsableCommand {
         await screen.redraw()
         // Display names, where the server has accounts (a server without any answers an empty list).
         if let profiles = try? await client.profiles() { await screen.setDisplayNames(profiles) }
+        if let circle = try? await client.circle(named: self.circle) { await screen.setOrigin(circle) }
 
         // Newest page first, then the stream from where the page ends: a post committed between
         // the two is not lost (nor an entry the page reflects shown twice).
@@ -268,6 +269,11 @@ actor ChatScreen {
     private var notes: [Note] = []
     private var noteCounter = 0
     private var more = false
+    /// Whether a history page has been shown: until then `more` says nothing.
+    private var historyShown = false
+    /// The circle's start ("alice created team" and when), shown above its first entry once the
+    /// history reaches it; `nil` where system entries are off.
+    private var origin: String?
     /// The circle's posts in their current state (edits, deletes, reactions applied); `posts`
     /// holds how each shows.
     private var timeline: CircleWire.CircleTimeline
@@ -295,6 +301,11 @@ actor ChatScreen {
 
     var oldestSeq: Int64? { self.more ? self.posts.keys.min() : nil }
 
+    func setOrigin(_ circle: HTTPAPI.Circle) {
+        self.origin = circle.systemEntries ? "\(circle.originText) · \(Self.day(circle.createdAt))" : nil
+        self.redraw()
+    }
+
     func addHistory(_ page: [CirclePost], more: Bool) {
         // A history page gives posts as they are now, reactions included.
         self.timeline.merge(page)
@@ -303,6 +314,7 @@ actor ChatScreen {
         }
         self.lastEntry = max(self.lastEntry, self.timeline.lastSeq)
         if page.isEmpty || self.posts.keys.min() == page.first?.seq { self.more = more }
+        self.historyShown = true
         self.redraw()
     }
 
@@ -680,6 +692,10 @@ actor ChatScreen {
                 previous = nil
             }
         }
+        if self.historyShown, !self.more, let origin = self.origin {
+            let text = "   — \(origin)"
+            rows.append(Row(plain: text, styled: self.style(text, "2")))
+        }
         let seqs = self.posts.keys.sorted()
         if let first = seqs.first { addNotes(through: first - 1) }
         for seq in seqs {
@@ -764,6 +780,12 @@ actor ChatScreen {
     private static func clock(_ milliseconds: Int64) -> String {
         let formatter = DateFormatter()
         formatter.dateFormat = "HH:mm"
+        return formatter.string(from: Date(timeIntervalSince1970: Double(milliseconds) / 1000))
+    }
+
+    private static func day(_ milliseconds: Int64) -> String {
+        let formatter = DateFormatter()
+        formatter.dateFormat = "d MMM yyyy"
         return formatter.string(from: Date(timeIntervalSince1970: Double(milliseconds) / 1000))
     }
 

@@ -351,6 +351,8 @@ extension ChatTmuxTests {
         // The system entry of bob's addition: a line of its own, on both screens.
         try await self.waitForScreen("alice") { $0.contains("#1") && $0.contains("— alice added bob") }
         try await self.waitForScreen("bob") { $0.contains("— alice added bob") }
+        // The circle's start, above its first entry (which stays #1).
+        try await self.waitForScreen("alice") { $0.contains("— alice created general · ") }
         try self.tmux(["send-keys", "-t", "bob", "hi there", "Enter"])
         try await self.waitForScreen("alice") { $0.contains("bob: hi there") }
 

@@ -38,6 +38,13 @@ struct CircleTimelineTests {
         #expect(timeline.apply(added) == .none)
     }
 
+    @Test func aCirclesStartInWords() {
+        let team = CircleSummary(name: "team", owner: "ann", private: false, createdAt: 1, lastSeq: 0)
+        #expect(team.originText == "ann created team")
+        let direct = CircleSummary(name: "dm.5e2c", owner: "ann", private: true, createdAt: 1, lastSeq: 0, direct: ["ann", "bo"])
+        #expect(direct.originText == "ann started this direct message")
+    }
+
     @Test func appliesEveryChange() {
         var timeline = CircleTimeline(viewer: "ann")
         for entry in Self.stream { timeline.apply(entry) }

@@ -1,6 +1,7 @@
 """System entries (docs/PROTOCOL.md, System entries) in the page, in headless Chromium against a
 real `circle serve`: a member added or removed over HTTP shows as a quiet centred line among
-the posts, live and after a reload, and is not counted as unread."""
+the posts, live and after a reload, and is not counted as unread; the circle's start shows
+above its first entry, and goes with the system entries when they are turned off."""
 
 from selenium.webdriver.common.by import By
 
@@ -12,11 +13,17 @@ def system_lines(page):
         "return [...document.querySelectorAll('#list .system-entry')].map(n => [Number(n.dataset.systemSeq), n.querySelector('.system-text').textContent])")
 
 
+def origin_line(page):
+    return page.execute_script("const n = document.querySelector('#list .intro .intro-origin'); return n ? n.textContent : ''")
+
+
 def test_members_added_and_removed_show_as_quiet_lines(server, new_page):
     server.create_circle("den", "alice", private=True)
     alice = new_page()
     sign_in(alice, server.port, "alice")
     open_circle(alice, "den")
+    # The circle's start, above its first entry (not an entry: the first post stays seq 1).
+    wait_until(lambda: origin_line(alice).startswith("alice created #den on "), what="the origin line")
     post(alice, "first")
     wait_until(lambda: alice.find_elements(By.CSS_SELECTOR, '#list .post[data-seq="1"]'), what="alice's post stored")
 
@@ -65,6 +72,8 @@ def test_the_owner_turns_system_entries_off_in_the_members_sheet(server, new_pag
     post(alice, "after")
     wait_until(lambda: alice.find_elements(By.CSS_SELECTOR, '#list .post[data-seq="1"]'), what="the post stored as seq 1")
     assert system_lines(alice) == []
+    # The origin line goes with the system entries.
+    wait_until(lambda: origin_line(alice) == "", what="the origin line hidden")
     # Someone who does not manage the circle sees no switch.
     server.add_member("den", "alice", "cy")
     cy = new_page()

@@ -2046,7 +2046,17 @@ function separatorNode(ms) {
   return node;
 }
 
-function introNode(name, empty) {
+const dateFormat = new Intl.DateTimeFormat(undefined, { year: "numeric", month: "long", day: "numeric" });
+
+/// The circle's start, shown above its first entry once the history reaches it (docs/PROTOCOL.md,
+/// System entries: not an entry of its own; hidden with the circle's system entries).
+function originText(info) {
+  if (!info || info.systemEntries === false) return "";
+  const who = displayName(info.owner);
+  return (info.direct ? `${who} started this direct message` : `${who} created #${info.name}`) + ` on ${dateFormat.format(info.createdAt)}`;
+}
+
+function introNode(name, empty, origin) {
   const node = el("div", "intro");
   const info = S.circles.find((c) => c.name === name);
   const badge = el("div", "intro-badge", info && info.private ? "" : "#");
@@ -2056,6 +2066,7 @@ function introNode(name, empty) {
   node.append(el("p", "", empty
     ? "No posts yet. Say hello below: everyone here sees it live, and it stays in the history."
     : (info && info.private ? "A private circle: only its members can read it." : "Everyone on this server can read and join this circle.")));
+  if (origin) node.append(el("p", "intro-origin", origin));
   return node;
 }
 
@@ -2102,7 +2113,10 @@ function renderTimeline() {
   const children = [];
   const pending = S.outbox.some((p) => p.circle === name);
   const empty = d.posts.size === 0 && !pending;
-  if (d.loaded && !d.more) children.push(extra(`intro\n${name}\n${empty}`, () => introNode(name, empty)));
+  if (d.loaded && !d.more) {
+    const origin = originText(S.circles.find((c) => c.name === name));
+    children.push(extra(`intro\n${name}\n${empty}\n${origin}`, () => introNode(name, empty, origin)));
+  }
   let previous = null;
   let lastDay = null;
   for (const item of items) {
@@ -3334,7 +3348,7 @@ async function openMembers() {
         error.textContent = failure.message;
       }
     });
-    label.append(box, " Show members added, removed and leaving in the conversation");
+    label.append(box, " Show the circle's start and members added, removed and leaving in the conversation");
     content.push(label);
   }
   openSheet("Members of #" + circle, "members", ...content);
