@@ -93,8 +93,8 @@ final class ServerServices: Sendable {
         self.push = push
         let committer = PostCommitter(
             store: store, hub: self.hub, metrics: metrics, logger: logger, hooks: hooks, tracer: configuration.tracer,
-            committed: {
-                webhooks.wake()
+            committed: { stored in
+                webhooks.wake(circles: stored.map(\.circle))
                 push.wake()
             }
         )

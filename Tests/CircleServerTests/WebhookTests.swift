@@ -18,6 +18,17 @@ struct WebhookTests {
         #expect(WebhookSignature.newSecret().hasPrefix("whsec_"))
     }
 
+    /// Every circle's entries, one circle's reactions, and a disabled subscription.
+    static var subscriptions: [Webhook] {
+        var off = Webhook(id: "off", url: "", circle: nil, events: Set(WebhookEvent.allCases), secrets: [], createdBy: "", createdAt: 0)
+        off.status = .disabled
+        return [
+            Webhook(id: "all", url: "", circle: nil, events: Set(WebhookEvent.allCases), secrets: [], createdBy: "", createdAt: 0),
+            Webhook(id: "general-reactions", url: "", circle: "general", events: [.reaction], secrets: [], createdBy: "", createdAt: 0),
+            off,
+        ]
+    }
+
     @Test("a commit's deliveries: each stored entry, each active subscription that wants its circle and event")
     func planning() {
         var known = CommitPlan.Known()
@@ -29,13 +40,7 @@ struct WebhookTests {
             NewPost(circle: "general", author: "ada", clientID: "c", text: nil, attachment: nil, time: 5, change: .react, target: 1, emoji: "👍"),
         ]
         let plan = CommitPlan(posts: posts, known: known)
-        var off = Webhook(id: "off", url: "", circle: nil, events: Set(WebhookEvent.allCases), secrets: [], createdBy: "", createdAt: 0)
-        off.status = .disabled
-        let webhooks = [
-            Webhook(id: "all", url: "", circle: nil, events: Set(WebhookEvent.allCases), secrets: [], createdBy: "", createdAt: 0),
-            Webhook(id: "general-reactions", url: "", circle: "general", events: [.reaction], secrets: [], createdBy: "", createdAt: 0),
-            off,
-        ]
+        let webhooks = Self.subscriptions
         let deliveries = plan.webhookDeliveries(webhooks, now: 9)
         #expect(deliveries.map { "\($0.webhook) \($0.circle)/\($0.seq) \($0.event.rawValue)" } == [
             "all general/1 post", "all random/1 post", "all general/2 reaction", "general-reactions general/2 reaction",
@@ -43,6 +48,33 @@ struct WebhookTests {
         #expect(deliveries.allSatisfy { $0.nextAttemptAt == 9 && $0.createdAt == 5 })
         #expect(plan.webhookDeliveries([], now: 9).isEmpty)
         #expect(Set(deliveries.map(\.id)).count == deliveries.count)
+    }
+
+    @Test("delivery ids follow the entries' time, then the queue and the seq, and are the same wherever they are made")
+    func deliveryIDs() {
+        let first = WebhookDelivery.id(webhook: "all", circle: "general", seq: 7, time: 1_795_319_508_583)
+        #expect(first == WebhookDelivery.id(webhook: "all", circle: "general", seq: 7, time: 1_795_319_508_583))
+        #expect(first.hasPrefix("msg_01a20161ae67") && first.count == 4 + 12 + 16 + 16)
+        #expect(first.hasSuffix("0000000000000007"))
+        // Later entries sort after, whatever their queue: a commit's ids are appended to the index.
+        let later = WebhookDelivery.id(webhook: "all", circle: "aaa", seq: 1, time: 1_795_319_508_584)
+        #expect(first < later)
+        #expect(first != WebhookDelivery.id(webhook: "all", circle: "random", seq: 7, time: 1_795_319_508_583))
+        #expect(first != WebhookDelivery.id(webhook: "other", circle: "general", seq: 7, time: 1_795_319_508_583))
+    }
+
+    @Test("a commit's wake-up claims nothing while this node is sending every queue it may have added to")
+    func wakeUpsWhileSending() {
+        let webhooks = Self.subscriptions
+        typealias Queue = WebhookDispatcher.Queue
+        let sendingGeneral: Set<Queue> = [Queue(webhook: "all", circle: "general"), Queue(webhook: "general-reactions", circle: "general")]
+        #expect(WebhookDispatcher.alreadySending(["general"], webhooks: webhooks, running: sendingGeneral))
+        // A circle whose queue of `all` is not being sent: claim.
+        #expect(!WebhookDispatcher.alreadySending(["general", "random"], webhooks: webhooks, running: sendingGeneral))
+        // `general-reactions` never has deliveries of `random`; a disabled subscription has none.
+        #expect(WebhookDispatcher.alreadySending(["random"], webhooks: webhooks, running: [Queue(webhook: "all", circle: "random")]))
+        // One of general's queues is idle: claim.
+        #expect(!WebhookDispatcher.alreadySending(["general"], webhooks: webhooks, running: [Queue(webhook: "all", circle: "general")]))
     }
 
     @Test("member events: a system entry comes as member to subscriptions that ask for it, and to a bot's only when not its own")

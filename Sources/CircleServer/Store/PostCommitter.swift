@@ -46,7 +46,7 @@ final class PostCommitter: Sendable {
     private let maxBatch: Int
     /// Called after each batch that stored entries: what the commit set off (webhook
     /// deliveries) may be due.
-    private let committed: @Sendable () -> Void
+    private let committed: @Sendable (_ stored: [CirclePost]) -> Void
     /// Posts and edits of circles with a publish hook wait there before they queue.
     private let hooks: PublishHookGate?
     private let state = NIOLockedValueBox(State())
@@ -61,7 +61,7 @@ final class PostCommitter: Sendable {
         maxBatch: Int = 512,
         hooks: PublishHookGate? = nil,
         tracer: (any Tracer)? = nil,
-        committed: @escaping @Sendable () -> Void = {}
+        committed: @escaping @Sendable (_ stored: [CirclePost]) -> Void = { _ in }
     ) {
         self.store = store
         self.tracer = tracer
@@ -205,7 +205,7 @@ final class PostCommitter: Sendable {
                 self.metrics.deliveries.increment(by: deliveries)
                 wakes.wake()
                 calls()
-                if !stored.isEmpty { self.committed() }
+                if !stored.isEmpty { self.committed(stored) }
             } catch {
                 self.logger.error("commit failed", metadata: ["error": "\(error)", "batch": "\(batch.count)"])
                 var wakes = InboxWakes()

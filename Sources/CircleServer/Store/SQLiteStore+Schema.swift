@@ -520,6 +520,43 @@ extension SQLiteStore {
                 "CREATE INDEX push_sent_by_time ON push_sent (sent_at)",
             ]
         ),
+        Migration(
+            // A commit's deliveries for a subscribed webhook are written to one tree fewer: the
+            // table is its primary key (ids follow the entries' time, so a commit's deliveries
+            // are appended to it) instead of a rowid table with an index of its ids.
+            summary: "webhook deliveries without a rowid",
+            statements: [
+                """
+                CREATE TABLE webhook_deliveries_keyed (
+                    id TEXT NOT NULL PRIMARY KEY,
+                    webhook TEXT NOT NULL,
+                    circle TEXT NOT NULL,
+                    seq INTEGER NOT NULL,
+                    event TEXT NOT NULL,
+                    status TEXT NOT NULL,
+                    attempts INTEGER NOT NULL DEFAULT 0,
+                    created_at INTEGER NOT NULL,
+                    next_attempt_at INTEGER NOT NULL,
+                    last_attempt_at INTEGER,
+                    last_status INTEGER,
+                    last_error TEXT,
+                    claimed_by TEXT,
+                    lease_until INTEGER NOT NULL DEFAULT 0
+                ) WITHOUT ROWID, STRICT
+                """,
+                """
+                INSERT INTO webhook_deliveries_keyed (id, webhook, circle, seq, event, status, attempts, created_at, next_attempt_at,
+                    last_attempt_at, last_status, last_error, claimed_by, lease_until)
+                SELECT id, webhook, circle, seq, event, status, attempts, created_at, next_attempt_at,
+                    last_attempt_at, last_status, last_error, claimed_by, lease_until FROM webhook_deliveries
+                """,
+                "DROP TABLE webhook_deliveries",
+                "ALTER TABLE webhook_deliveries_keyed RENAME TO webhook_deliveries",
+                // Each endpoint's queue per circle, in order: only its first pending delivery may go.
+                "CREATE INDEX webhook_deliveries_pending ON webhook_deliveries (webhook, circle, seq) WHERE status = 'pending'",
+                "CREATE INDEX webhook_deliveries_by_webhook ON webhook_deliveries (webhook, created_at)",
+            ]
+        ),
     ]
 
     /// The schema version this build writes and understands.

@@ -167,14 +167,18 @@ public struct WebhookDelivery: Sendable, Hashable {
         self.lastError = lastError
     }
 
-    /// `msg_`, 16 hex digits naming the queue (the subscription and the circle) and the `seq`
-    /// in 16 more. A queue's ids follow its entries' order, so recording deliveries appends to
-    /// the primary key's index instead of writing a random page of it for each one (a random
-    /// id cost a commit one more page per delivery).
-    static func id(webhook: String, circle: String, seq: Int64) -> String {
+    /// `msg_`, then the entry's time (milliseconds) in 12 hex digits, the queue (the
+    /// subscription and the circle) in 16 and the `seq` in 16: the same for an entry and a
+    /// subscription wherever it is made. Ids follow the entries' time, so a commit's deliveries
+    /// are appended to the primary key's index: with the queue first, a commit wrote one page
+    /// of the index for each queue it touched (16 circles posted in: about 8 pages).
+    static func id(webhook: String, circle: String, seq: Int64, time: Int64) -> String {
         let queue = SHA256.hash(data: Data("\(webhook)\u{0}\(circle)".utf8))
-        let number = UInt64(bitPattern: seq)
-        return "msg_" + hexString(queue.prefix(8)) + hexString((0..<8).map { UInt8(truncatingIfNeeded: number >> (56 - 8 * $0)) })
+        func digits(_ value: Int64, bytes: Int) -> String {
+            let number = UInt64(bitPattern: value)
+            return hexString((0..<bytes).map { UInt8(truncatingIfNeeded: number >> (8 * (bytes - 1 - $0))) })
+        }
+        return "msg_" + digits(time, bytes: 6) + hexString(queue.prefix(8)) + digits(seq, bytes: 8)
     }
 }
 
@@ -272,7 +276,7 @@ extension CommitPlan {
                 guard let event = webhook.event(for: entry, addressesBot: addressesBot) else { continue }
                 deliveries.append(
                     WebhookDelivery(
-                        id: WebhookDelivery.id(webhook: webhook.id, circle: entry.circle, seq: entry.seq),
+                        id: WebhookDelivery.id(webhook: webhook.id, circle: entry.circle, seq: entry.seq, time: entry.time),
                         webhook: webhook.id,
                         circle: entry.circle,
                         seq: entry.seq,

@@ -146,8 +146,14 @@ final class WebhookDispatcher: Sendable {
         )
     }
 
-    /// Something may be due now (a commit of this node stored entries).
-    func wake() { self.bell.ring() }
+    /// Circles a commit of this node stored entries in since the loop last looked.
+    private let wokenCircles = NIOLockedValueBox(Set<String>())
+
+    /// Something may be due now: a commit of this node stored entries in `circles`.
+    func wake(circles: [String]) {
+        self.wokenCircles.withLockedValue { $0.formUnion(circles) }
+        self.bell.ring()
+    }
 
     /// A subscription was created, changed or deleted here, or a delivery retried.
     func webhooksChanged() {
@@ -155,8 +161,25 @@ final class WebhookDispatcher: Sendable {
         self.bell.ring()
     }
 
+    /// One subscription's deliveries of one circle: sent in order, one run at a time.
+    struct Queue: Hashable, Sendable {
+        var webhook: String
+        var circle: String
+    }
+
+    /// Whether every queue that commits in `circles` may have added to is being sent by this
+    /// node already: its run's end claims again (``run()``), and that claim takes what was added.
+    static func alreadySending(_ circles: Set<String>, webhooks: some Collection<Webhook>, running: Set<Queue>) -> Bool {
+        circles.allSatisfy { circle in
+            webhooks.allSatisfy { webhook in
+                webhook.status != .active || (webhook.circle.map { $0 != circle } ?? false)
+                    || running.contains(Queue(webhook: webhook.id, circle: circle))
+            }
+        }
+    }
+
     private enum Event: Sendable {
-        case sent(webhook: String)
+        case sent(Queue)
         case tick
     }
 
@@ -172,15 +195,18 @@ final class WebhookDispatcher: Sendable {
         var known: [String: Webhook] = [:]
         var lastLook = Int64.min
         await withTaskGroup(of: Event.self) { group in
-            // Queues being sent, per subscription.
+            // Queues being sent: how many per subscription, and which.
             var running: [String: Int] = [:]
+            var runningQueues = Set<Queue>()
+            var lastClaim = Int64.min
             group.addTask { .tick }
             while let event = await group.next() {
                 if Task.isCancelled { break }
                 switch event {
-                case .sent(let webhook):
-                    running[webhook, default: 1] -= 1
-                    if running[webhook] == 0 { running[webhook] = nil }
+                case .sent(let queue):
+                    running[queue.webhook, default: 1] -= 1
+                    if running[queue.webhook] == 0 { running[queue.webhook] = nil }
+                    runningQueues.remove(queue)
                 case .tick:
                     let settings = self.settings
                     group.addTask { [bell] in
@@ -190,6 +216,10 @@ final class WebhookDispatcher: Sendable {
                         try? await Task.sleep(for: settings.gatherDelay)
                         return .tick
                     }
+                }
+                let woken = self.wokenCircles.withLockedValue { circles in
+                    defer { circles = [] }
+                    return circles
                 }
                 let inFlight = running.values.reduce(0, +)
                 guard inFlight < self.settings.maxInFlight else { continue }
@@ -215,6 +245,13 @@ final class WebhookDispatcher: Sendable {
                 // lock from the commits (measured: postpath.py --webhooks held, docs/bench/postpath.md).
                 let full = !known.isEmpty && known.values.allSatisfy { $0.status != .active || running[$0.id, default: 0] >= self.settings.maxInFlightPerWebhook }
                 guard !full || changed else { continue }
+                // A commit's wake-up for circles whose queues this node is sending: nothing it
+                // added can go before those runs end (order per queue), so no claim until then,
+                // or until the poll is due (retries, other nodes' entries). Measured: at one
+                // writer with a held endpoint, every commit claimed in vain (docs/bench/postpath.md).
+                let pollDue = lastClaim == .min || now - lastClaim >= WebhookRetryPolicy.milliseconds(self.settings.pollInterval)
+                if case .tick = event, !changed, !pollDue, Self.alreadySending(woken, webhooks: known.values, running: runningQueues) { continue }
+                lastClaim = now
                 let claimed: [WebhookDelivery]
                 do {
                     claimed = try await self.store.claimDeliveries(
@@ -241,9 +278,11 @@ final class WebhookDispatcher: Sendable {
                         continue
                     }
                     running[id, default: 0] += 1
+                    let key = Queue(webhook: id, circle: queue[0].circle)
+                    runningQueues.insert(key)
                     group.addTask {
                         await self.send(queue, to: webhook)
-                        return .sent(webhook: id)
+                        return .sent(key)
                     }
                 }
                 if now - lastPrune > 3_600_000 {
